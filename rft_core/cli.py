@@ -1,0 +1,74 @@
+"""``trinity``: the command line of rft_core.
+
+    trinity run --config X.yaml [--dry-run] [key=value ...]
+    trinity convert --checkpoint-dir D [--base-model-dir B] [--step 100,200] [--dtype auto|bf16|fp32] [--force]
+    trinity init-demo [--out DIR] [--force]
+
+Each sub-command's work lives in the module named after its concept (``launcher``, ``convert``,
+``demo``); this file only parses arguments and turns user errors into one line and an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from rft_core.errors import RFTError
+
+# sub-command -> (module, function); the function takes the parsed args and returns an exit code.
+COMMANDS = {
+    "run": ("rft_core.launcher", "cli_run"),
+    "convert": ("rft_core.convert", "cli_convert"),
+    "init-demo": ("rft_core.demo", "cli_init_demo"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trinity", description="Reinforcement fine-tuning of LLMs")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run an experiment from a Trinity-RFT YAML config")
+    run.add_argument("--config", required=True, help="path to the YAML config")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="load and validate the config, print it resolved, run nothing",
+    )
+    run.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="dotted overrides applied on top of the YAML, e.g. buffer.batch_size=8",
+    )
+
+    conv = sub.add_parser("convert", help="convert global_step_* checkpoints to Hugging Face safetensors")
+    conv.add_argument("--checkpoint-dir", required=True, help="job dir, one global_step_N, or a path inside one")
+    conv.add_argument("--base-model-dir", default=None, help="config/tokenizer source when huggingface/config.json is missing")
+    conv.add_argument("--step", default=None, help="comma-separated steps to convert, e.g. 100,200 (default: all)")
+    conv.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"], help="dtype of the written weights")
+    conv.add_argument("--force", action="store_true", help="convert again even when model.safetensors exists")
+
+    demo = sub.add_parser("init-demo", help="generate the tiny demo model and synthetic GSM8K-style data")
+    demo.add_argument("--out", default=None, help="output directory (default: $RFT_DEMO_DIR or ./var/demo)")
+    demo.add_argument("--force", action="store_true", help="write into a non-empty directory that is not a demo dir")
+    demo.add_argument("--seed", type=int, default=0, help="seed of the generated model and data")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    module_name, func_name = COMMANDS[args.command]
+    func = getattr(importlib.import_module(module_name), func_name)
+    try:
+        return int(func(args) or 0)
+    except RFTError as err:
+        print(f"trinity {args.command}: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print(f"trinity {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

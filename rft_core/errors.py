@@ -1,0 +1,48 @@
+"""Typed errors a user can cause. The CLI prints ``str(err)`` as one line and exits non-zero;
+the dashboard shows the same text on the run page. Internal bugs are not RFTErrors: they raise
+loudly with a traceback."""
+
+from __future__ import annotations
+
+
+class RFTError(Exception):
+    """Base class of every user-facing error raised by rft_core."""
+
+    exit_code = 2
+
+
+class ConfigError(RFTError):
+    """A config value is wrong. ``path`` is the dotted YAML path (``buffer.batch_size``)."""
+
+    def __init__(self, path: str, message: str, *, value: object = None, allowed: object = None):
+        self.path = path
+        self.value = value
+        self.allowed = allowed
+        self.message = message
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+class DataError(RFTError):
+    """A taskset or dataset cannot be read (missing file, missing column, bad format)."""
+
+
+class CheckpointError(RFTError):
+    """A checkpoint is missing, corrupt or does not match the model."""
+
+
+class ConvertError(CheckpointError):
+    """A checkpoint could not be converted to Hugging Face format."""
+
+
+class EngineUnavailable(RFTError):
+    """An optional backend (vLLM, a GPU, NCCL) is asked for but not present on this machine."""
+
+
+class ServiceUnavailable(RFTError):
+    """A service (Ray, Redis, a database) cannot be reached. The message says how to start it."""
+
+
+class ActorFailed(RFTError):
+    """An explorer or trainer actor failed; the run stops with a non-zero exit."""
+
+    exit_code = 1
