@@ -1,0 +1,81 @@
+"""Rollout engines behind one interface (``rft_core.rollout.base.RolloutEngine``).
+
+``build_engine("hf" | "vllm" | "auto", model_path, ...)`` is the one entry point; the engine
+type comes from ``explorer.rollout_model.engine_type``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from rft_core.errors import ConfigError, EngineUnavailable
+from rft_core.rollout.base import Generation, RolloutEngine, SamplingParams
+
+ENGINE_TYPES = ("hf", "vllm", "auto")
+
+VLLM_MISSING = (
+    "vLLM is not installed; install rft-studio[vllm] on a GPU node or set "
+    "explorer.rollout_model.engine_type: hf"
+)
+
+
+def vllm_usable() -> bool:
+    """True when vLLM can be imported and a CUDA device is present."""
+    import torch
+
+    return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
+
+
+def build_engine(
+    engine_type: str,
+    model_path: str,
+    *,
+    dtype: str = "auto",
+    device: str | None = None,
+    seed: int = 0,
+    max_model_len: int | None = None,
+    **engine_kwargs: Any,
+) -> RolloutEngine:
+    """Build the rollout engine named by ``engine_type`` ("hf", "vllm", or "auto": vLLM when it
+    is importable and CUDA is available, else hf)."""
+    kind = (engine_type or "auto").lower()
+    if kind == "auto":
+        kind = "vllm" if vllm_usable() else "hf"
+    if kind == "hf":
+        from rft_core.rollout.hf import HFRolloutEngine
+
+        return HFRolloutEngine(
+            model_path,
+            dtype=dtype,
+            device=device,
+            seed=seed,
+            max_model_len=max_model_len,
+            **engine_kwargs,
+        )
+    if kind == "vllm":
+        try:
+            import vllm  # noqa: F401
+        except ImportError as err:
+            raise EngineUnavailable(VLLM_MISSING) from err
+        from rft_core.rollout.vllm import VLLMRolloutEngine
+
+        return VLLMRolloutEngine(
+            model_path, dtype=dtype, seed=seed, max_model_len=max_model_len, **engine_kwargs
+        )
+    raise ConfigError(
+        "explorer.rollout_model.engine_type",
+        f"unknown engine type {engine_type!r}; choose one of {', '.join(ENGINE_TYPES)}",
+        value=engine_type,
+        allowed=list(ENGINE_TYPES),
+    )
+
+
+__all__ = [
+    "ENGINE_TYPES",
+    "Generation",
+    "RolloutEngine",
+    "SamplingParams",
+    "build_engine",
+    "vllm_usable",
+]

@@ -1,0 +1,313 @@
+"""The ``hf`` rollout engine: batched sampling with plain transformers, on CPU or one GPU.
+
+All prompts × ``n`` samples go through one left-padded batch; decoding is our own short loop
+over ``model(..., past_key_values=cache, use_cache=True)`` rather than ``model.generate``,
+because we need the log-prob of every sampled token under an exact convention, a private RNG
+(a seeded call never touches the global torch RNG), and rows that stop early are dropped from
+the batch (and the KV cache) instead of being decoded until the longest row ends.
+
+LOG-PROB CONVENTION (the trainer uses the same, so the on-policy ratio is 1 up to numerics):
+the log-prob of a sampled token is ``log_softmax(logits / temperature)[token]``, computed in
+fp32 BEFORE top-k/top-p filtering, as verl's actor recomputes it. With ``temperature == 0``
+(greedy) the log-prob is taken at temperature 1. The EOS token that ends a response is part of
+``response_ids`` (and has a log-prob), so the policy learns when to stop; ``text`` omits it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rft_core.errors import DataError, RFTError
+from rft_core.rollout.base import Generation, SamplingParams
+
+log = logging.getLogger(__name__)
+
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+}
+
+
+def resolve_device(device: str | None) -> torch.device:
+    """``None``/"auto" → the first CUDA device when there is one, else the CPU."""
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
+    """ "auto" → bf16 on CUDA, fp32 on CPU (bf16 matmuls are slow on most CPUs)."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    try:
+        return _DTYPES[str(dtype).lower()]
+    except KeyError:
+        raise RFTError(
+            f"dtype {dtype!r} is not supported; use one of auto, {', '.join(sorted(_DTYPES))}"
+        ) from None
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Log-prob of ``tokens`` under ``softmax(logits / temperature)`` in fp32 (see module doc).
+
+    ``logits``: (..., vocab); ``tokens``: (...). Shared by the engine and the trainer so that both
+    sides of the importance ratio use one formula.
+    """
+    logits = logits.float()
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    logp = torch.log_softmax(logits, dim=-1)
+    return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Mask (to -inf) tokens outside the top-k and outside the top-p nucleus; keeps ≥ 1 token."""
+    vocab = logits.shape[-1]
+    if 0 < top_k < vocab:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if 0.0 < top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        # drop a token when the mass before it already reaches top_p (the first always stays)
+        drop_sorted = (probs.cumsum(-1) - probs) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+@dataclass
+class _Row:
+    """Book-keeping for one (prompt, sample) row of the decoding batch."""
+
+    prompt_index: int
+    prompt_ids: list[int]
+    tokens: list[int]
+    logprobs: list[float]
+    finish_reason: str = "length"
+
+
+class HFRolloutEngine:
+    """Rollout engine on transformers. See the module docstring for the log-prob convention."""
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        dtype: str = "auto",
+        device: str | None = None,
+        seed: int = 0,
+        max_model_len: int | None = None,
+        chat_template: str | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        num_threads: int | None = None,
+        attn_implementation: str | None = "sdpa",
+        model: Any = None,
+        tokenizer: Any = None,
+        **unused: Any,
+    ) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if unused:
+            log.debug("hf engine ignores options meant for other engines: %s", sorted(unused))
+        if num_threads:
+            torch.set_num_threads(num_threads)
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
+        self.seed = seed
+        self._calls = 0
+        self.model_version = 0
+        if tokenizer is None:
+            tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.tokenizer = tokenizer
+        if chat_template:
+            self.tokenizer.chat_template = chat_template
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        if model is None:
+            kwargs: dict[str, Any] = {"dtype": self.dtype}
+            if attn_implementation:
+                kwargs["attn_implementation"] = attn_implementation
+            model = AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
+        self.model = model.to(device=self.device, dtype=self.dtype).eval()
+        self.max_model_len = max_model_len or getattr(
+            self.model.config, "max_position_embeddings", None
+        )
+        self.eos_token_ids = self._eos_ids()
+        pad = self.tokenizer.pad_token_id
+        self.pad_token_id = pad if pad is not None else sorted(self.eos_token_ids)[0]
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        gen_cfg = getattr(self.model, "generation_config", None)
+        for source in (getattr(gen_cfg, "eos_token_id", None), self.tokenizer.eos_token_id):
+            if isinstance(source, int):
+                ids.add(source)
+            elif source:
+                ids.update(int(i) for i in source)
+        if not ids:
+            raise RFTError(
+                "the model has no eos_token_id (neither generation_config.json nor the "
+                "tokenizer sets one); set eos_token in tokenizer_config.json"
+            )
+        return ids
+
+    # ---- public API ---------------------------------------------------------------------
+
+    def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Generation]]:
+        """Sample ``params.n`` responses for each already-rendered prompt string."""
+        ids = [self.tokenizer(p)["input_ids"] for p in prompts]
+        return self.generate_ids(ids, params)
+
+    def chat(
+        self, conversations: list[list[dict]], params: SamplingParams
+    ) -> list[list[Generation]]:
+        """Render each conversation with the chat template (generation prompt on) and sample."""
+        return self.generate_ids([self.encode_chat(c) for c in conversations], params)
+
+    def encode_chat(self, conversation: list[dict]) -> list[int]:
+        """Token ids of a conversation rendered with the chat template, generation prompt on."""
+        text = self.tokenizer.apply_chat_template(
+            conversation, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
+        )
+        # the template already holds any BOS it wants: no second one from the tokenizer
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        """Copy new weights in place (names as in the HF model's ``state_dict``)."""
+        own = self.model.state_dict()
+        unknown = [k for k in state_dict if k not in own]
+        if unknown:
+            raise RFTError(
+                f"weights do not match the rollout model: {len(unknown)} unknown names "
+                f"(first: {unknown[:3]}); the trainer and explorer must load the same model_path"
+            )
+        with torch.no_grad():
+            for name, tensor in state_dict.items():
+                own[name].copy_(tensor)
+        self.model_version = int(version)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self.model.state_dict()
+
+    @torch.inference_mode()
+    def generate_ids(
+        self, prompt_ids: list[list[int]], params: SamplingParams
+    ) -> list[list[Generation]]:
+        """Sample ``params.n`` responses for each tokenized prompt (one batch for all)."""
+        if not prompt_ids:
+            return []
+        max_new = self._max_new_tokens(prompt_ids, params.max_tokens)
+        rows = [_Row(i, list(p), [], []) for i, p in enumerate(prompt_ids) for _ in range(params.n)]
+        if max_new > 0:
+            self._decode(rows, params, max_new)
+        out: list[list[Generation]] = [[] for _ in prompt_ids]
+        texts = self.tokenizer.batch_decode([r.tokens for r in rows], skip_special_tokens=True)
+        for row, text in zip(rows, texts, strict=True):
+            out[row.prompt_index].append(
+                Generation(
+                    prompt_ids=row.prompt_ids,
+                    response_ids=row.tokens,
+                    logprobs=row.logprobs,
+                    text=text,
+                    finish_reason=row.finish_reason,
+                    extra={"model_version": self.model_version},
+                )
+            )
+        return out
+
+    # ---- decoding ---------------------------------------------------------------------
+
+    def _max_new_tokens(self, prompt_ids: list[list[int]], max_tokens: int) -> int:
+        longest = max(len(p) for p in prompt_ids)
+        if min(len(p) for p in prompt_ids) == 0:
+            raise DataError("an empty prompt was given to the rollout engine")
+        if self.max_model_len is None:
+            return max_tokens
+        room = self.max_model_len - longest
+        if room <= 0:
+            raise DataError(
+                f"a prompt of {longest} tokens does not fit model.max_model_len="
+                f"{self.max_model_len}; raise max_model_len or lower model.max_prompt_tokens"
+            )
+        return min(max_tokens, room)
+
+    def _generator(self, seed: int | None) -> torch.Generator:
+        gen = torch.Generator(device=self.device)
+        # without an explicit seed, successive calls differ but a whole run stays reproducible
+        gen.manual_seed(seed if seed is not None else self.seed * 1_000_003 + self._calls)
+        self._calls += 1
+        return gen
+
+    def _decode(self, rows: list[_Row], params: SamplingParams, max_new: int) -> None:
+        gen = self._generator(params.seed)
+        greedy = params.temperature <= 0
+        longest = max(len(r.prompt_ids) for r in rows)
+        input_ids = torch.full((len(rows), longest), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(rows), longest), dtype=torch.long)
+        for i, r in enumerate(rows):
+            input_ids[i, longest - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
+            attention[i, longest - len(r.prompt_ids) :] = 1
+        input_ids = input_ids.to(self.device)
+        attention = attention.to(self.device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        eos = torch.tensor(sorted(self.eos_token_ids), device=self.device)
+
+        alive = list(range(len(rows)))  # batch row → index into ``rows``
+        cache = None
+        for step in range(max_new):
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=attention,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            cache = out.past_key_values
+            logits = out.logits[:, -1, :].float()
+            if greedy:
+                tokens = logits.argmax(-1)
+                logps = token_logprobs(logits, tokens, 1.0)
+            else:
+                scaled = logits / params.temperature
+                filtered = filter_logits(scaled, params.top_k, params.top_p)
+                probs = torch.softmax(filtered, dim=-1)
+                tokens = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+                logps = token_logprobs(scaled, tokens, 1.0)
+            finished = torch.isin(tokens, eos)
+            tok_list, lp_list, fin_list = tokens.tolist(), logps.tolist(), finished.tolist()
+            for b, row_index in enumerate(alive):
+                row = rows[row_index]
+                row.tokens.append(tok_list[b])
+                row.logprobs.append(lp_list[b])
+                if fin_list[b]:
+                    row.finish_reason = "stop"
+            if step == max_new - 1:
+                break
+            keep = [b for b, f in enumerate(fin_list) if not f]
+            if not keep:
+                break
+            input_ids = tokens.unsqueeze(-1)
+            positions = positions[:, -1:] + 1
+            attention = torch.cat([attention, attention.new_ones((len(alive), 1))], dim=-1)
+            if len(keep) < len(alive):
+                index = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(index)
+                input_ids, positions, attention = (
+                    input_ids[index],
+                    positions[index],
+                    attention[index],
+                )
+                alive = [alive[b] for b in keep]

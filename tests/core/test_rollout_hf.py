@@ -1,0 +1,148 @@
+"""The hf rollout engine on a tiny random Qwen2 model (fp32, CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny_lm import build_tiny_model
+
+from rft_core.errors import ConfigError, DataError, EngineUnavailable
+from rft_core.rollout import SamplingParams, build_engine
+from rft_core.rollout.hf import HFRolloutEngine, filter_logits, token_logprobs
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "1+2=?"}],
+    [{"role": "system", "content": "be brief"}, {"role": "user", "content": "what is 12*3?"}],
+    [{"role": "user", "content": "hi"}],
+]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture()
+def engine(model_dir) -> HFRolloutEngine:
+    return build_engine("hf", str(model_dir), seed=3)
+
+
+def teacher_forced_logprobs(engine, prompt_ids, response_ids, temperature):
+    ids = torch.tensor([prompt_ids + response_ids])
+    with torch.no_grad():
+        logits = engine.model(input_ids=ids).logits[0]
+    start = len(prompt_ids) - 1
+    return token_logprobs(
+        logits[start : start + len(response_ids)], torch.tensor(response_ids), temperature
+    )
+
+
+def test_logprobs_match_a_teacher_forced_forward(engine):
+    # top-k/top-p change what can be sampled but not the log-prob convention (module docstring)
+    params = SamplingParams(n=2, temperature=0.7, top_p=0.9, top_k=20, max_tokens=16)
+    groups = engine.chat(CONVERSATIONS, params)
+    checked = 0
+    for group in groups:
+        for gen in group:
+            assert len(gen.logprobs) == len(gen.response_ids) > 0
+            expected = teacher_forced_logprobs(engine, gen.prompt_ids, gen.response_ids, 0.7)
+            torch.testing.assert_close(torch.tensor(gen.logprobs), expected, atol=1e-4, rtol=0)
+            checked += 1
+    assert checked == 6
+    # prompts of different lengths were left-padded into one batch
+    assert len({len(g[0].prompt_ids) for g in groups}) == 3
+
+
+def test_n_samples_per_prompt_are_distinct_draws(engine):
+    groups = engine.chat(CONVERSATIONS[:2], SamplingParams(n=4, temperature=1.0, max_tokens=12))
+    assert [len(g) for g in groups] == [4, 4]
+    for group in groups:
+        assert len({tuple(g.response_ids) for g in group}) > 1
+        assert all(g.prompt_ids == group[0].prompt_ids for g in group)
+
+
+def test_greedy_is_deterministic_and_takes_the_argmax(engine):
+    params = SamplingParams(n=2, temperature=0.0, max_tokens=10)
+    first = engine.chat(CONVERSATIONS, params)
+    second = engine.chat(CONVERSATIONS, params)
+    for a, b in zip(first, second, strict=True):
+        assert a[0].response_ids == a[1].response_ids == b[0].response_ids
+    gen = first[0][0]
+    ids = torch.tensor([gen.prompt_ids + gen.response_ids])
+    with torch.no_grad():
+        logits = engine.model(input_ids=ids).logits[0]
+    start = len(gen.prompt_ids) - 1
+    argmax = logits[start : start + len(gen.response_ids)].argmax(-1).tolist()
+    assert argmax == gen.response_ids
+
+
+def test_seeded_sampling_is_reproducible(engine):
+    same = [
+        engine.chat(CONVERSATIONS, SamplingParams(n=2, max_tokens=8, seed=11)) for _ in range(2)
+    ]
+    other = engine.chat(CONVERSATIONS, SamplingParams(n=2, max_tokens=8, seed=12))
+    ids = [[g.response_ids for grp in run for g in grp] for run in [*same, other]]
+    assert ids[0] == ids[1]
+    assert ids[0] != ids[2]
+
+
+def test_stops_at_eos_and_keeps_the_eos_token(engine):
+    params = SamplingParams(n=1, temperature=0.0, max_tokens=12)
+    free = engine.chat(CONVERSATIONS, params)
+    assert all(g[0].finish_reason == "length" and len(g[0].response_ids) == 12 for g in free)
+    # make the 4th greedy token of the first prompt an end-of-sequence token
+    stop_token = free[0][0].response_ids[3]
+    engine.eos_token_ids = {stop_token}
+    stopped = engine.generate_ids([g[0].prompt_ids for g in free], params)
+    first = stopped[0][0]
+    cut = free[0][0].response_ids.index(stop_token) + 1
+    assert first.finish_reason == "stop"
+    assert first.response_ids == free[0][0].response_ids[:cut]
+    assert len(first.logprobs) == cut
+    for before, after in zip(free[1:], stopped[1:], strict=True):
+        resp = before[0].response_ids
+        if stop_token in resp:
+            assert after[0].finish_reason == "stop"
+            assert after[0].response_ids == resp[: resp.index(stop_token) + 1]
+        else:
+            assert after[0].finish_reason == "length"
+            assert after[0].response_ids == resp
+
+
+def test_load_weights_changes_outputs_and_sets_version(engine):
+    params = SamplingParams(n=1, temperature=0.0, max_tokens=10)
+    before = engine.chat(CONVERSATIONS, params)
+    torch.manual_seed(0)
+    new = {k: v + 0.5 * torch.randn_like(v) for k, v in engine.state_dict().items()}
+    engine.load_weights(new, version=7)
+    assert engine.model_version == 7
+    after = engine.chat(CONVERSATIONS, params)
+    assert [g[0].response_ids for g in before] != [g[0].response_ids for g in after]
+    assert after[0][0].extra["model_version"] == 7
+    torch.testing.assert_close(engine.model.model.norm.weight, new["model.norm.weight"])
+
+
+def test_max_model_len_caps_the_response_and_rejects_long_prompts(model_dir):
+    engine = build_engine("hf", str(model_dir), max_model_len=30)
+    prompt = engine.encode_chat(CONVERSATIONS[0])
+    out = engine.generate_ids([prompt], SamplingParams(temperature=0, max_tokens=50))
+    assert len(prompt) + len(out[0][0].response_ids) == 30
+    with pytest.raises(DataError, match="max_model_len=30"):
+        engine.generate_ids([list(range(5, 40))], SamplingParams(max_tokens=4))
+
+
+def test_filter_logits_keeps_top_k_and_nucleus():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert torch.isfinite(filter_logits(logits, 2, 1.0)).tolist() == [[True, True, False, False]]
+    # cumulative mass before each token: 0, .5, .8, .95 -> top_p .8 keeps the first two
+    assert torch.isfinite(filter_logits(logits, -1, 0.8)).tolist() == [[True, True, False, False]]
+    assert torch.isfinite(filter_logits(logits, -1, 0.81)).tolist() == [[True, True, True, False]]
+
+
+def test_vllm_missing_is_a_clear_error(model_dir):
+    with pytest.raises(EngineUnavailable, match="vLLM is not installed; install rft-studio"):
+        build_engine("vllm", str(model_dir))
+    # auto falls back to hf on a CPU machine
+    assert isinstance(build_engine("auto", str(model_dir)), HFRolloutEngine)
+    with pytest.raises(ConfigError, match="engine_type"):
+        build_engine("sglang", str(model_dir))
