@@ -1,0 +1,133 @@
+"""The Monitor a role (explorer, trainer, launcher) writes its metrics and status through.
+
+``build_monitor`` picks the sinks: JSONL and TensorBoard always, W&B or MLflow when
+``monitor.monitor_type`` asks for them, and the Redis event stream when the dashboard launched
+the run (env ``RFT_EVENTS_REDIS_URL`` + ``RFT_RUN_ID``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from rft_core.errors import ConfigError
+from rft_core.monitor.events import RUN_ID_RE, MonitorEvent
+from rft_core.monitor.sinks import (
+    JsonlSink,
+    MlflowSink,
+    RedisStreamSink,
+    Sink,
+    TensorBoardSink,
+    WandbSink,
+)
+
+MONITOR_TYPES = ("tensorboard", "wandb", "mlflow")
+ENV_REDIS_URL = "RFT_EVENTS_REDIS_URL"
+ENV_RUN_ID = "RFT_RUN_ID"
+
+
+class Monitor:
+    """Fans each event out to every sink; safe to call from several threads."""
+
+    def __init__(self, sinks: list[Sink], role: str, run_id: str):
+        self.sinks = sinks
+        self.role = role
+        self.run_id = run_id
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _emit(self, kind: str, data: dict[str, Any], step: int | None = None) -> None:
+        event = MonitorEvent(run_id=self.run_id, kind=kind, role=self.role, step=step, data=data)
+        with self._lock:
+            if self._closed:
+                return
+            for sink in self.sinks:
+                sink.write(event)
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        self._emit("metric", {k: float(v) for k, v in metrics.items()}, step)
+
+    def log_line(self, text: str, level: str = "INFO") -> None:
+        self._emit("log", {"level": level, "text": text})
+
+    def checkpoint_saved(self, step: int, path: str) -> None:
+        self._emit("checkpoint", {"path": str(path)}, step)
+
+    def status(self, state: str, message: str = "") -> None:
+        self._emit("status", {"state": state, "message": message})
+
+    def heartbeat(self) -> None:
+        self._emit("heartbeat", {})
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for sink in self.sinks:
+                sink.close()
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def build_monitor(
+    monitor_type: str,
+    monitor_args: dict,
+    job_dir: Path,
+    role: str,
+    run_name: str,
+) -> Monitor:
+    monitor_type = (monitor_type or "tensorboard").lower()
+    if monitor_type not in MONITOR_TYPES:
+        raise ConfigError(
+            "monitor.monitor_type",
+            f"unknown monitor type {monitor_type!r}; choose one of {', '.join(MONITOR_TYPES)}",
+            value=monitor_type,
+            allowed=list(MONITOR_TYPES),
+        )
+    monitor_args = dict(monitor_args or {})
+    monitor_dir = Path(job_dir) / "monitor"
+    sinks: list[Sink] = [JsonlSink(monitor_dir, role), TensorBoardSink(monitor_dir, role)]
+    if monitor_type == "wandb":
+        sinks.append(WandbSink(monitor_dir, role, run_name, monitor_args))
+    elif monitor_type == "mlflow":
+        sinks.append(MlflowSink(role, run_name, monitor_args))
+
+    run_id = os.environ.get(ENV_RUN_ID) or run_name
+    redis_url = os.environ.get(ENV_REDIS_URL)
+    if redis_url:
+        if not RUN_ID_RE.match(run_id):
+            raise ConfigError(
+                ENV_RUN_ID,
+                f"run id {run_id!r} must be 1-80 characters of letters, digits, '.', '_' or '-'",
+                value=run_id,
+            )
+        sinks.append(RedisStreamSink(redis_url, run_id))
+    return Monitor(sinks, role=role, run_id=run_id)
+
+
+class MonitorLogHandler(logging.Handler):
+    """Forwards log records to ``monitor.log_line`` (the dashboard's live log view)."""
+
+    def __init__(self, monitor: Monitor, level: int = logging.INFO):
+        super().__init__(level)
+        self.monitor = monitor
+        self._local = threading.local()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(self._local, "busy", False):  # a sink logging about itself must not recurse
+            return
+        self._local.busy = True
+        try:
+            self.monitor.log_line(self.format(record), record.levelname)
+        except Exception:  # noqa: BLE001 - logging must never raise into the caller
+            self.handleError(record)
+        finally:
+            self._local.busy = False

@@ -1,0 +1,173 @@
+"""Where monitor events go. A sink takes :class:`MonitorEvent` objects and keeps the kinds it
+understands: files and TensorBoard keep metrics, Redis keeps everything the dashboard shows.
+
+``wandb`` and ``mlflow`` are imported only when a config asks for them; when the package is
+missing the run stops before it starts with :class:`EngineUnavailable` saying how to install it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+from pathlib import Path
+from typing import Any, Protocol
+
+from rft_core.errors import EngineUnavailable, ServiceUnavailable
+from rft_core.monitor.events import RUNS_SET, MonitorEvent, stream_key
+
+logger = logging.getLogger(__name__)
+
+
+class Sink(Protocol):
+    def write(self, event: MonitorEvent) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _finite(metrics: dict[str, float]) -> dict[str, float]:
+    """NaN/inf are kept in JSON as null so that one bad value does not break a reader."""
+    return {k: (v if math.isfinite(v) else None) for k, v in metrics.items()}
+
+
+class JsonlSink:
+    """``monitor/<role>_metrics.jsonl`` (one line per metric event: step, time, metrics) and
+    ``monitor/<role>_events.jsonl`` (status and checkpoint events)."""
+
+    def __init__(self, monitor_dir: Path, role: str):
+        monitor_dir.mkdir(parents=True, exist_ok=True)
+        self.metrics_path = monitor_dir / f"{role}_metrics.jsonl"
+        self.events_path = monitor_dir / f"{role}_events.jsonl"
+        self._metrics = self.metrics_path.open("a", encoding="utf-8")
+        self._events = self.events_path.open("a", encoding="utf-8")
+
+    def write(self, event: MonitorEvent) -> None:
+        if event.kind == "metric":
+            line = {"step": event.step, "time": event.ts, **_finite(event.data)}
+            self._metrics.write(json.dumps(line) + "\n")
+            self._metrics.flush()
+        elif event.kind in ("status", "checkpoint"):
+            line = {"kind": event.kind, "step": event.step, "time": event.ts, **event.data}
+            self._events.write(json.dumps(line) + "\n")
+            self._events.flush()
+
+    def close(self) -> None:
+        self._metrics.close()
+        self._events.close()
+
+
+class TensorBoardSink:
+    """Scalars under ``monitor/tensorboard/<role>/``, one tag per metric name."""
+
+    def __init__(self, monitor_dir: Path, role: str):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.log_dir = monitor_dir / "tensorboard" / role
+        self._writer = SummaryWriter(log_dir=str(self.log_dir))
+
+    def write(self, event: MonitorEvent) -> None:
+        if event.kind == "metric":
+            for name, value in event.data.items():
+                self._writer.add_scalar(name, value, global_step=event.step, walltime=event.ts)
+        elif event.kind == "checkpoint":
+            self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.flush()
+        self._writer.close()
+
+
+class RedisStreamSink:
+    """XADD every event to ``rft:run:<run_id>`` for the dashboard's ingestor.
+
+    Switched on by ``RFT_EVENTS_REDIS_URL`` and ``RFT_RUN_ID``, which the dashboard sets when it
+    launches a run. Unreachable at start -> ServiceUnavailable. A write that fails mid-run is
+    logged and dropped: the JSONL file stays the complete record and training goes on.
+    """
+
+    def __init__(self, url: str, run_id: str, *, maxlen: int = 200_000):
+        import redis
+
+        self.url = url
+        self.run_id = run_id
+        self.key = stream_key(run_id)
+        self.maxlen = maxlen
+        self.dropped = 0
+        self._lock = threading.Lock()
+        self._client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        try:
+            self._client.sadd(RUNS_SET, run_id)
+        except redis.RedisError as err:
+            raise ServiceUnavailable(
+                f"Redis event stream at RFT_EVENTS_REDIS_URL={url} is unreachable ({err}); "
+                "start Redis or unset RFT_EVENTS_REDIS_URL to run without the dashboard"
+            ) from err
+
+    def write(self, event: MonitorEvent) -> None:
+        import redis
+
+        try:
+            with self._lock:
+                self._client.xadd(self.key, event.to_fields(), maxlen=self.maxlen, approximate=True)
+        except redis.RedisError as err:
+            self.dropped += 1
+            if self.dropped == 1:
+                logger.warning(
+                    "monitor: dropping events for %s, Redis write failed: %s", self.key, err
+                )
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class WandbSink:
+    def __init__(self, monitor_dir: Path, role: str, run_name: str, args: dict[str, Any]):
+        try:
+            import wandb
+        except ImportError as err:
+            raise EngineUnavailable(
+                "monitor.monitor_type: wandb needs the wandb package; `pip install wandb` "
+                "or set monitor.monitor_type: tensorboard"
+            ) from err
+        self._wandb = wandb
+        self._run = wandb.init(
+            project=args.get("project"),
+            entity=args.get("entity"),
+            group=args.get("group", run_name),
+            name=f"{run_name}_{role}",
+            dir=str(monitor_dir),
+            config=args.get("config"),
+            reinit=True,
+        )
+
+    def write(self, event: MonitorEvent) -> None:
+        if event.kind == "metric":
+            self._run.log(event.data, step=event.step)
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+class MlflowSink:
+    def __init__(self, role: str, run_name: str, args: dict[str, Any]):
+        try:
+            import mlflow
+        except ImportError as err:
+            raise EngineUnavailable(
+                "monitor.monitor_type: mlflow needs the mlflow package; `pip install mlflow` "
+                "or set monitor.monitor_type: tensorboard"
+            ) from err
+        self._mlflow = mlflow
+        if args.get("uri"):
+            mlflow.set_tracking_uri(args["uri"])
+        if args.get("experiment") or args.get("project"):
+            mlflow.set_experiment(args.get("experiment") or args.get("project"))
+        self._run = mlflow.start_run(run_name=f"{run_name}_{role}")
+
+    def write(self, event: MonitorEvent) -> None:
+        if event.kind == "metric":
+            self._mlflow.log_metrics(event.data, step=event.step or 0, run_id=self._run.info.run_id)
+
+    def close(self) -> None:
+        self._mlflow.end_run()

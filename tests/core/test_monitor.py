@@ -1,0 +1,127 @@
+"""The monitor's sinks, each read back for real: JSONL lines, a TensorBoard event file read with
+TensorBoard's own EventAccumulator, and a Redis stream read with XRANGE."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from rft_core.errors import ConfigError, EngineUnavailable, ServiceUnavailable
+from rft_core.monitor import RUNS_SET, MonitorEvent, MonitorLogHandler, build_monitor, stream_key
+
+
+@pytest.fixture
+def no_dashboard_env(monkeypatch):
+    monkeypatch.delenv("RFT_EVENTS_REDIS_URL", raising=False)
+    monkeypatch.delenv("RFT_RUN_ID", raising=False)
+
+
+def test_jsonl_sink_writes_one_line_per_metric_event(tmp_path, no_dashboard_env):
+    with build_monitor("tensorboard", {}, tmp_path, role="trainer", run_name="demo") as monitor:
+        monitor.log({"actor/pg_loss": 0.25, "actor/ppo_kl": 0.01}, step=1)
+        monitor.log({"actor/pg_loss": 0.125}, step=2)
+        monitor.checkpoint_saved(2, "/ckpt/global_step_2")
+        monitor.status("finished", "done")
+
+    lines = [
+        json.loads(x)
+        for x in (tmp_path / "monitor" / "trainer_metrics.jsonl").read_text().splitlines()
+    ]
+    assert [(x["step"], x["actor/pg_loss"]) for x in lines] == [(1, 0.25), (2, 0.125)]
+    assert lines[0]["actor/ppo_kl"] == 0.01
+    events = [
+        json.loads(x)
+        for x in (tmp_path / "monitor" / "trainer_events.jsonl").read_text().splitlines()
+    ]
+    assert [(e["kind"], e["step"]) for e in events] == [("checkpoint", 2), ("status", None)]
+    assert events[0]["path"] == "/ckpt/global_step_2"
+    assert events[1]["state"] == "finished"
+
+
+def test_tensorboard_sink_writes_scalars_tensorboard_can_read(tmp_path, no_dashboard_env):
+    monitor = build_monitor("tensorboard", {}, tmp_path, role="explorer", run_name="demo")
+    for step, acc in [(1, 0.5), (2, 0.75), (3, 0.875)]:
+        monitor.log({"rollout/accuracy/mean": acc}, step=step)
+    monitor.close()
+
+    acc = EventAccumulator(str(tmp_path / "monitor" / "tensorboard" / "explorer"))
+    acc.Reload()
+    scalars = acc.Scalars("rollout/accuracy/mean")
+    assert [(s.step, s.value) for s in scalars] == [(1, 0.5), (2, 0.75), (3, 0.875)]
+
+
+def test_redis_sink_streams_every_kind_tagged_with_the_run_id(
+    tmp_path, monkeypatch, redis_client, redis_url, unique_id
+):
+    monkeypatch.setenv("RFT_EVENTS_REDIS_URL", redis_url)
+    monkeypatch.setenv("RFT_RUN_ID", unique_id)
+    redis_client.test_keys.append(stream_key(unique_id))
+
+    monitor = build_monitor("tensorboard", {}, tmp_path, role="trainer", run_name="demo")
+    monitor.status("running")
+    monitor.log({"actor/pg_loss": 0.5}, step=4)
+    monitor.log_line("step 4 done", "INFO")
+    monitor.checkpoint_saved(4, "/ckpt/global_step_4")
+    monitor.heartbeat()
+    monitor.close()
+
+    entries = redis_client.xrange(stream_key(unique_id))
+    events = [MonitorEvent.from_fields(fields) for _, fields in entries]
+    assert [e.kind for e in events] == ["status", "metric", "log", "checkpoint", "heartbeat"]
+    assert {e.run_id for e in events} == {unique_id}
+    assert {e.role for e in events} == {"trainer"}
+    assert events[1].step == 4 and events[1].data == {"actor/pg_loss": 0.5}
+    assert events[2].data == {"level": "INFO", "text": "step 4 done"}
+    assert events[3].data == {"path": "/ckpt/global_step_4"}
+    assert redis_client.sismember(RUNS_SET, unique_id)
+    redis_client.srem(RUNS_SET, unique_id)
+
+
+def test_log_handler_forwards_records_to_the_stream(
+    tmp_path, monkeypatch, redis_client, redis_url, unique_id
+):
+    monkeypatch.setenv("RFT_EVENTS_REDIS_URL", redis_url)
+    monkeypatch.setenv("RFT_RUN_ID", unique_id)
+    redis_client.test_keys.append(stream_key(unique_id))
+    monitor = build_monitor("tensorboard", {}, tmp_path, role="explorer", run_name="demo")
+    log = logging.getLogger(f"test.{unique_id}")
+    log.setLevel(logging.INFO)
+    log.addHandler(MonitorLogHandler(monitor))
+    log.warning("reward is %s", 0.5)
+    log.debug("not forwarded")
+    monitor.close()
+    events = [MonitorEvent.from_fields(f) for _, f in redis_client.xrange(stream_key(unique_id))]
+    assert [(e.kind, e.data["level"], e.data["text"]) for e in events] == [
+        ("log", "WARNING", "reward is 0.5")
+    ]
+    redis_client.srem(RUNS_SET, unique_id)
+
+
+def test_unreachable_events_redis_is_one_clear_error(tmp_path, monkeypatch):
+    from workers.services import free_port
+
+    monkeypatch.setenv("RFT_EVENTS_REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")
+    monkeypatch.setenv("RFT_RUN_ID", "run1")
+    with pytest.raises(ServiceUnavailable, match="RFT_EVENTS_REDIS_URL"):
+        build_monitor("tensorboard", {}, tmp_path, role="trainer", run_name="demo")
+
+
+def test_unknown_monitor_type_names_the_yaml_path_and_choices(tmp_path, no_dashboard_env):
+    with pytest.raises(ConfigError) as err:
+        build_monitor("tensorbord", {}, tmp_path, role="trainer", run_name="demo")
+    assert err.value.path == "monitor.monitor_type"
+    assert "tensorboard, wandb, mlflow" in str(err.value)
+
+
+@pytest.mark.parametrize("monitor_type, package", [("wandb", "wandb"), ("mlflow", "mlflow")])
+def test_optional_monitor_without_its_package_says_how_to_install(
+    tmp_path, no_dashboard_env, monkeypatch, monitor_type, package
+):
+    # A None entry in sys.modules makes `import package` raise ImportError, as on a machine without it.
+    monkeypatch.setitem(sys.modules, package, None)
+    with pytest.raises(EngineUnavailable, match=f"pip install {package}"):
+        build_monitor(monitor_type, {}, tmp_path, role="trainer", run_name="demo")
