@@ -1,0 +1,363 @@
+"""The embedded default: a tiny model and a synthetic GSM8K-style task that learn in minutes on CPU.
+
+``trinity init-demo [--out DIR] [--seed N] [--force]`` writes, with no download and the same
+bytes for the same seed::
+
+    DIR/.rft_demo.json                         marker: format version and seed
+    DIR/model/                                 a Hugging Face model directory
+        config.json generation_config.json model.safetensors
+        tokenizer.json tokenizer_config.json chat_template.jinja
+    DIR/gsm8k/main/train-00000-of-00001.parquet  question/answer, answers end in "#### N"
+    DIR/gsm8k/main/test-00000-of-00001.parquet   (laid out as `huggingface-cli download openai/gsm8k`)
+    DIR/sft/train.jsonl                        messages rows for the SFT warmup stage
+
+The model is a randomly initialised Qwen2-architecture causal LM of ~3M parameters with a
+byte-level tokenizer that has no merges (one token per ASCII character) and a ChatML chat
+template, so every tool that loads Qwen2.5 loads it too. The task is 2-digit addition and
+subtraction; an SFT warmup on ``sft/train.jsonl`` teaches the ``<think>/<answer>`` format and
+part of the arithmetic, and GRPO on the GSM8K-style split has room left to raise accuracy.
+
+Re-running is idempotent: files that exist are kept untouched, missing ones are written (each
+through a temporary file and a rename, so an interrupted build never leaves a truncated file).
+A non-empty directory without the marker is refused unless ``force``; ``force`` rewrites every
+demo file (other files in the directory are left alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rft_core.errors import DataError
+
+DEMO_FORMAT_VERSION = 1
+MARKER_NAME = ".rft_demo.json"
+
+# The demo config repeats this string as the taskset's `format.system_prompt`; the SFT rows use
+# it too, so the GRPO prompts look exactly like the warmup prompts. Short on purpose: every
+# character is a token for this model.
+DEMO_SYSTEM_PROMPT = "Think, then answer."
+
+TRAIN_SIZE = 4000
+TEST_SIZE = 300
+
+ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
+SPECIAL_TOKENS = [ENDOFTEXT, IM_START, IM_END]
+
+# Qwen2.5's ChatML layout, without its default system prompt (tokens are dear at one per char).
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+# hidden 256, 4 layers, 4 query heads over 2 kv heads: ~3M parameters, ~0.8 s per 64x56-token
+# training step on 2 CPU cores.
+MODEL_SHAPE = dict(
+    hidden_size=256,
+    intermediate_size=688,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=512,
+    tie_word_embeddings=True,
+    rope_theta=10000.0,
+)
+
+MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+)
+
+
+@dataclass(frozen=True)
+class DemoPaths:
+    """Where the demo's parts live under one output directory (the layout is fixed)."""
+
+    root: Path
+    model_dir: Path  # Hugging Face model directory (`model.model_path`)
+    dataset_dir: Path  # GSM8K-style dataset directory (taskset `path`, `subset_name: main`)
+    train_path: Path  # dataset_dir/main/train-00000-of-00001.parquet
+    test_path: Path  # dataset_dir/main/test-00000-of-00001.parquet
+    sft_path: Path  # messages-format jsonl for the SFT warmup stage
+    marker_path: Path
+
+    @classmethod
+    def under(cls, root: Path) -> DemoPaths:
+        root = Path(root)
+        dataset_dir = root / "gsm8k"
+        return cls(
+            root=root,
+            model_dir=root / "model",
+            dataset_dir=dataset_dir,
+            train_path=dataset_dir / "main" / "train-00000-of-00001.parquet",
+            test_path=dataset_dir / "main" / "test-00000-of-00001.parquet",
+            sft_path=root / "sft" / "train.jsonl",
+            marker_path=root / MARKER_NAME,
+        )
+
+
+def default_demo_dir() -> Path:
+    """``$RFT_DEMO_DIR`` when set, else ``./var/demo`` under the current directory."""
+    env = os.environ.get("RFT_DEMO_DIR")
+    return Path(env).expanduser() if env else Path.cwd() / "var" / "demo"
+
+
+# ---------------------------------------------------------------------------------------------
+# The task
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One arithmetic problem: ``a op b``."""
+
+    a: int
+    op: str  # "+" or "-"
+    b: int
+
+    @property
+    def result(self) -> int:
+        return self.a + self.b if self.op == "+" else self.a - self.b
+
+    @property
+    def question(self) -> str:
+        return f"What is {self.a} {self.op} {self.b}?"
+
+    @property
+    def gsm8k_answer(self) -> str:
+        """A worked solution with GSM8K's calculator annotation, then ``#### N``."""
+        expr = f"{self.a}{self.op}{self.b}"
+        return (
+            f"{self.a} {self.op} {self.b} = <<{expr}={self.result}>>{self.result}\n"
+            f"#### {self.result}"
+        )
+
+    @property
+    def completion(self) -> str:
+        """The response the SFT warmup teaches, in the math workflow's format."""
+        return (
+            f"<think>{self.a}{self.op}{self.b}={self.result}</think><answer>{self.result}</answer>"
+        )
+
+
+def all_problems() -> list[Problem]:
+    """Every 2-digit addition, and every 2-digit subtraction with a non-negative result."""
+    numbers = range(10, 100)
+    adds = [Problem(a, "+", b) for a in numbers for b in numbers]
+    subs = [Problem(a, "-", b) for a in numbers for b in numbers if a >= b]
+    return adds + subs
+
+
+def split_problems(seed: int) -> tuple[list[Problem], list[Problem]]:
+    """Disjoint (train, test) samples of :func:`all_problems`, drawn with ``seed``."""
+    drawn = random.Random(seed).sample(all_problems(), TRAIN_SIZE + TEST_SIZE)
+    return drawn[:TRAIN_SIZE], drawn[TRAIN_SIZE:]
+
+
+def sft_row(problem: Problem) -> dict:
+    return {
+        "messages": [
+            {"role": "system", "content": DEMO_SYSTEM_PROMPT},
+            {"role": "user", "content": problem.question},
+            {"role": "assistant", "content": problem.completion},
+        ]
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The model
+# ---------------------------------------------------------------------------------------------
+
+
+def build_tokenizer():
+    """A byte-level BPE tokenizer with no merges (one token per ASCII char) and ChatML."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
+    for char in sorted(pre_tokenizers.ByteLevel.alphabet()):
+        vocab[char] = len(vocab)
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS]
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token=IM_END,
+        pad_token=ENDOFTEXT,
+        model_max_length=MODEL_SHAPE["max_position_embeddings"],
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_model(tokenizer, seed: int):
+    """A randomly initialised Qwen2 causal LM sized for :func:`build_tokenizer`'s vocabulary."""
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    eos, pad = tokenizer.convert_tokens_to_ids(IM_END), tokenizer.convert_tokens_to_ids(ENDOFTEXT)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        eos_token_id=eos,
+        pad_token_id=pad,
+        bos_token_id=None,
+        **MODEL_SHAPE,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(
+        eos_token_id=[eos, pad], pad_token_id=pad, bos_token_id=None
+    )
+    return model
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------------------------
+
+
+def build_demo(out_dir: Path, *, seed: int = 0, force: bool = False) -> DemoPaths:
+    """Write the demo under ``out_dir`` (missing files only, or every demo file with ``force``).
+
+    Raises DataError when ``out_dir`` is a non-empty directory that is not a demo directory, or
+    a demo directory built with another seed or format version, and ``force`` is not set.
+    """
+    paths = DemoPaths.under(Path(out_dir))
+    _check_target(paths, seed, force)
+    paths.root.mkdir(parents=True, exist_ok=True)
+    # The marker goes first: a build interrupted halfway is still recognised as ours.
+    marker = json.dumps({"format": "rft-demo", "version": DEMO_FORMAT_VERSION, "seed": seed})
+    _install(paths.marker_path, lambda p: p.write_text(marker + "\n"), force)
+
+    train, test = split_problems(seed)
+    _install_dir(paths.model_dir, MODEL_FILES, lambda d: _write_model(d, seed), force)
+    _install(paths.train_path, lambda p: _write_parquet(p, train), force)
+    _install(paths.test_path, lambda p: _write_parquet(p, test), force)
+    _install(paths.sft_path, lambda p: _write_jsonl(p, [sft_row(q) for q in train]), force)
+    return paths
+
+
+def _check_target(paths: DemoPaths, seed: int, force: bool) -> None:
+    root = paths.root
+    if root.exists() and not root.is_dir():
+        raise DataError(f"{root} is a file, not a directory; choose another --out")
+    if force or not root.exists():
+        return
+    if paths.marker_path.is_file():
+        try:
+            info = json.loads(paths.marker_path.read_text())
+        except (OSError, ValueError) as err:
+            raise DataError(
+                f"{paths.marker_path} is unreadable ({err}); pass --force to rebuild"
+            ) from err
+        if info.get("version") != DEMO_FORMAT_VERSION:
+            raise DataError(
+                f"{root} holds demo format version {info.get('version')}, this "
+                f"version writes {DEMO_FORMAT_VERSION}; pass --force to rebuild it"
+            )
+        if info.get("seed") != seed:
+            raise DataError(
+                f"{root} holds the demo built with seed {info.get('seed')}; pass "
+                f"--seed {info.get('seed')} to keep it or --force to rebuild it with seed {seed}"
+            )
+        return
+    if any(root.iterdir()):
+        raise DataError(
+            f"{root} is not empty and is not a demo directory (no {MARKER_NAME}); "
+            "choose an empty or new directory with --out, or pass --force to write into it"
+        )
+
+
+def _install(dest: Path, write: Callable[[Path], None], force: bool) -> bool:
+    """Write ``dest`` through a temporary file and a rename, unless it exists (and not force)."""
+    if dest.exists() and not force:
+        return False
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; the demo files are meant to be shared
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return True
+
+
+def _install_dir(
+    dest: Path, names: tuple[str, ...], write: Callable[[Path], None], force: bool
+) -> None:
+    """Build a whole directory in a temporary sibling, then move in the files ``dest`` lacks."""
+    if not force and all((dest / name).exists() for name in names):
+        return
+    dest.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        write(tmp)
+        for name in names:
+            if force or not (dest / name).exists():
+                os.replace(tmp / name, dest / name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _write_model(directory: Path, seed: int) -> None:
+    tokenizer = build_tokenizer()
+    model = build_model(tokenizer, seed)
+    model.save_pretrained(directory, safe_serialization=True)
+    tokenizer.save_pretrained(directory)
+    # transformers 5 records its own backend class name; 4.x (and vLLM on it) only knows this one
+    config_path = directory / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config_path.write_text(json.dumps(config, indent=2) + "\n")
+    for path in directory.iterdir():
+        path.chmod(0o644)  # safetensors' writer leaves 0600; the demo files are meant to be shared
+
+
+def _write_parquet(path: Path, problems: list[Problem]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table(
+        {
+            "question": pa.array([p.question for p in problems], pa.string()),
+            "answer": pa.array([p.gsm8k_answer for p in problems], pa.string()),
+        }
+    )
+    pq.write_table(table, path)
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def cli_init_demo(args: argparse.Namespace) -> int:
+    """``trinity init-demo``: build the demo and print where its parts are."""
+    out = Path(args.out).expanduser() if args.out else default_demo_dir()
+    paths = build_demo(out, seed=args.seed, force=args.force)
+    print(f"demo ready in {paths.root}")
+    print(f"  model:    {paths.model_dir}")
+    print(f"  taskset:  {paths.dataset_dir} (subset main, splits train/test)")
+    print(f"  sft data: {paths.sft_path}")
+    return 0
