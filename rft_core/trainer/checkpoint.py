@@ -1,0 +1,585 @@
+"""On-disk checkpoint format of a job: one writer, one reader, shared by the trainer, the
+checkpoint synchronizer, ``trinity convert`` and the dashboard.
+
+Layout (the seed's tree, verl/Trinity-compatible)::
+
+    <job_dir>/
+      global_step_<N>/
+        .full_checkpoint                      marks a full checkpoint (sync clean-up never deletes it)
+        actor/
+          model_world_size_<W>_rank_<R>.pt    model weights, rank R's dim-0 shard (see below)
+          optim_world_size_<W>_rank_<R>.pt    optimizer state, sharded the same way
+          extra_state_world_size_<W>_rank_<R>.pt   lr scheduler, rng states, trainer step, ...
+          fsdp_config.json                    {"FSDP_version": 2, "world_size": W}  (also at W=1)
+          huggingface/                        config.json, generation_config.json, tokenizer files,
+                                              model.safetensors (+ index when sharded) if save_hf
+      latest_checkpointed_iteration.txt       step of the last full checkpoint
+      latest_state_dict_iteration.txt         step of the last weights usable for weight sync
+
+Sharding rule (what FSDP2 keeps per rank): every tensor with at least one dimension is split
+with ``torch.chunk(t, W, dim=0)``; rank R holds chunk R, or an empty ``(0, *rest)`` tensor when
+``chunk`` returns fewer than W pieces (e.g. 5 rows over 4 ranks: 2, 2, 1, 0 rows). FSDP2 pads
+chunks to equal size only inside its communication buffers; its saved local shards are these
+unpadded chunks. 0-dim tensors are replicated on every rank. Merging concatenates the rank
+files along dim 0 in rank order.
+
+Files written by a real FSDP run may hold ``DTensor`` objects (FSDP2, ``get_model_state_dict``
+with sharded options) or ``ShardedTensor`` objects (FSDP1 ``SHARDED_STATE_DICT``) instead of
+plain tensors. Both are loaded on CPU without a process group: DTensors are reassembled from
+their local tensors and placements (``Shard(d)`` concatenated in mesh order, ``Replicate`` taken
+once); ShardedTensors are unpickled into a light stand-in (their own ``__setstate__`` insists on
+a process group of the saving rank) and placed into the full tensor by their shard offsets.
+
+Writes are atomic: a checkpoint is built in a hidden temporary directory beside its final
+place and renamed into place; the ``latest_*`` files are replaced atomically afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import random
+import re
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from torch import Tensor
+
+from rft_core.errors import CheckpointError
+
+STEP_DIR_RE = re.compile(r"^global_step_(\d+)$")
+MODEL_FILE_RE = re.compile(r"^model_world_size_(\d+)_rank_(\d+)\.pt$")
+FULL_CHECKPOINT_MARKER = ".full_checkpoint"
+LATEST_CHECKPOINTED = "latest_checkpointed_iteration.txt"
+LATEST_STATE_DICT = "latest_state_dict_iteration.txt"
+FSDP_CONFIG = "fsdp_config.json"
+HF_DIR = "huggingface"
+SAFETENSORS_FILE = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+# Hugging Face's long-standing default shard limit for save_pretrained.
+DEFAULT_MAX_SHARD_BYTES = 5 * 1024**3
+# Weight-sync dirs that are not full checkpoints: keep the newest few (a reader may still use one).
+SYNC_DIRS_TO_KEEP = 2
+
+
+@dataclass
+class LoadedCheckpoint:
+    step: int
+    state_dict: dict[str, Tensor]
+    optimizer_state: dict | None
+    extra_state: dict
+    path: Path
+
+
+def step_dir(job_dir: Path, step: int) -> Path:
+    return Path(job_dir) / f"global_step_{step}"
+
+
+def shard_file_name(kind: str, world_size: int, rank: int) -> str:
+    """``kind`` is ``model``, ``optim`` or ``extra_state``."""
+    return f"{kind}_world_size_{world_size}_rank_{rank}.pt"
+
+
+# --------------------------------------------------------------------------- sharding
+
+
+def _shard_tensor(t: Tensor, world_size: int) -> list[Tensor]:
+    if t.dim() == 0 or world_size == 1:
+        return [t.detach().cpu().clone()] * world_size if world_size > 1 else [t.detach().cpu()]
+    chunks = list(torch.chunk(t.detach().cpu(), world_size, dim=0))
+    # clone: torch.save of a view writes the whole underlying storage into every rank's file.
+    out = [c.clone() for c in chunks]
+    empty = t.new_empty((0, *t.shape[1:]), device="cpu")
+    return out + [empty] * (world_size - len(out))
+
+
+def _shard_value(value: Any, world_size: int) -> list[Any]:
+    if isinstance(value, Tensor):
+        return _shard_tensor(value, world_size)
+    if isinstance(value, dict):
+        per_key = {k: _shard_value(v, world_size) for k, v in value.items()}
+        return [{k: parts[r] for k, parts in per_key.items()} for r in range(world_size)]
+    if isinstance(value, (list, tuple)):
+        per_item = [_shard_value(v, world_size) for v in value]
+        return [type(value)(parts[r] for parts in per_item) for r in range(world_size)]
+    return [value] * world_size
+
+
+def shard_state_dict(state_dict: dict[str, Any], world_size: int) -> list[dict[str, Any]]:
+    """Split a full state dict (or any nest of dicts/lists holding tensors, such as an
+    optimizer state dict) into ``world_size`` rank dicts following the module's sharding rule."""
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    return _shard_value(state_dict, world_size)
+
+
+class _ShardedTensorStandIn:
+    """What a pickled FSDP1 ``ShardedTensor`` unpickles into here: its local shards and
+    global metadata, without the process-group checks of the real class."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.local_shards: list = []
+        self.metadata: Any = None
+
+    def __setstate__(self, state: tuple) -> None:
+        self.local_shards, self.metadata = state[0], state[1]
+
+
+def _dtensor_type() -> type | None:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # torch built without distributed
+        return None
+    return DTensor
+
+
+def _merge_dtensors(parts: list[Any]) -> Tensor:
+    """Reassemble a DTensor from every rank's copy: walk the device mesh, concatenating along
+    ``Shard(d)`` mesh dims and taking index 0 of ``Replicate``/``Partial`` dims."""
+    first = parts[0]
+    placements = first.placements
+    by_rank = dict(enumerate(parts))  # parts come in global rank order; the mesh holds ranks
+
+    def assemble(mesh_slice: Tensor, dim: int) -> Tensor:
+        if dim == mesh_slice.dim():
+            return by_rank[int(mesh_slice.item())].to_local()
+        placement = placements[dim]
+        if placement.is_shard():
+            pieces = [assemble(mesh_slice[i], dim + 1) for i in range(mesh_slice.shape[0])]
+            return torch.cat(pieces, dim=placement.dim)
+        return assemble(mesh_slice[0], dim + 1)
+
+    return assemble(first.device_mesh.mesh, 0)
+
+
+def _merge_sharded_tensors(parts: list[_ShardedTensorStandIn]) -> Tensor:
+    meta = parts[0].metadata
+    size = tuple(meta.size)
+    dtype = meta.tensor_properties.dtype
+    full = torch.empty(size, dtype=dtype)
+    for part in parts:
+        for shard in part.local_shards:
+            region = full
+            for d, (off, n) in enumerate(
+                zip(shard.metadata.shard_offsets, shard.metadata.shard_sizes, strict=True)
+            ):
+                region = region.narrow(d, off, n)
+            region.copy_(shard.tensor)
+    return full
+
+
+def _merge_value(parts: list[Any]) -> Any:
+    first = parts[0]
+    dtensor = _dtensor_type()
+    if dtensor is not None and isinstance(first, dtensor):
+        return _merge_dtensors(parts)
+    if isinstance(first, _ShardedTensorStandIn):
+        return _merge_sharded_tensors(parts)
+    if isinstance(first, Tensor):
+        if first.dim() == 0 or len(parts) == 1:
+            return first
+        return torch.cat(parts, dim=0)
+    if isinstance(first, dict):
+        return {k: _merge_value([p[k] for p in parts]) for k in first}
+    if isinstance(first, (list, tuple)):
+        return type(first)(_merge_value([p[i] for p in parts]) for i in range(len(first)))
+    return first
+
+
+def merge_shards(shards: list[dict[str, Any]], keys: Iterable[str] | None = None) -> dict[str, Any]:
+    """Inverse of :func:`shard_state_dict`; also reassembles DTensor / ShardedTensor values.
+    ``keys`` restricts (and orders) the merged entries."""
+    if not shards:
+        raise ValueError("merge_shards needs at least one shard")
+    names = list(keys) if keys is not None else list(shards[0])
+    return {k: _merge_value([s[k] for s in shards]) for k in names}
+
+
+def merge_one(shards: list[dict[str, Any]], key: str) -> Any:
+    """Merge a single entry; lets a converter stream tensor by tensor."""
+    return _merge_value([s[key] for s in shards])
+
+
+# --------------------------------------------------------------------------- file I/O
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if name == "ShardedTensor" and module.startswith("torch.distributed._shard.sharded_tensor"):
+            return _ShardedTensorStandIn
+        return super().find_class(module, name)
+
+
+class _PickleModule:
+    """``pickle_module`` for torch.load that swaps ShardedTensor for its stand-in."""
+
+    Unpickler = _Unpickler
+    load = pickle.load
+    __name__ = "rft_pickle"
+
+
+def load_torch_file(path: Path, *, mmap: bool = True) -> Any:
+    """torch.load on CPU, memory-mapped; plain-tensor files take the safe ``weights_only`` path,
+    files holding DTensor/ShardedTensor objects (written by FSDP itself) the full unpickler.
+    Raises CheckpointError naming the file when it is missing or unreadable."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint file missing: {path}")
+    try:
+        return torch.load(path, map_location="cpu", mmap=mmap, weights_only=True)
+    except pickle.UnpicklingError:
+        pass  # not plain tensors: retry below with the full unpickler
+    except Exception as err:
+        raise CheckpointError(f"checkpoint file {path} is corrupt or unreadable ({err})") from err
+    try:
+        return torch.load(
+            path, map_location="cpu", mmap=mmap, weights_only=False, pickle_module=_PickleModule
+        )
+    except Exception as err:
+        raise CheckpointError(f"checkpoint file {path} is corrupt or unreadable ({err})") from err
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"cpu": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    try:
+        import numpy as np
+
+        state["numpy"] = np.random.get_state()
+    except ImportError:
+        pass
+    return state
+
+
+def world_size_of(actor_dir: Path) -> int:
+    """World size from ``fsdp_config.json``, else from the model shard file names."""
+    actor_dir = Path(actor_dir)
+    cfg = actor_dir / FSDP_CONFIG
+    if cfg.is_file():
+        try:
+            ws = int(json.loads(cfg.read_text())["world_size"])
+        except (ValueError, KeyError, TypeError) as err:
+            raise CheckpointError(
+                f"{cfg} is corrupt: expected a JSON object with 'world_size'"
+            ) from err
+        return ws
+    sizes = {
+        int(m.group(1)) for f in os.listdir(actor_dir) if (m := MODEL_FILE_RE.match(f)) is not None
+    }
+    if not sizes:
+        raise CheckpointError(f"no model_world_size_W_rank_R.pt files in {actor_dir}")
+    if len(sizes) > 1:
+        raise CheckpointError(
+            f"{actor_dir} mixes model shards of world sizes {sorted(sizes)} and has no {FSDP_CONFIG} "
+            "to say which is current; delete the stale files"
+        )
+    return sizes.pop()
+
+
+def load_model_shards(actor_dir: Path, world_size: int | None = None) -> list[dict[str, Any]]:
+    """Every rank's model file, memory-mapped, in rank order."""
+    actor_dir = Path(actor_dir)
+    ws = world_size or world_size_of(actor_dir)
+    return [load_torch_file(actor_dir / shard_file_name("model", ws, r)) for r in range(ws)]
+
+
+# --------------------------------------------------------------------------- Hugging Face weights
+
+
+def _plan_shards(state_dict: dict[str, Tensor], max_shard_bytes: int) -> list[list[str]]:
+    groups: list[list[str]] = [[]]
+    size = 0
+    for name, t in state_dict.items():
+        n = t.numel() * t.element_size()
+        if groups[-1] and size + n > max_shard_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(name)
+        size += n
+    return groups
+
+
+def drop_tied_weights(state_dict: dict[str, Tensor], hf_config: Any) -> dict[str, Tensor]:
+    """Hugging Face stores tied output embeddings once; safetensors refuses shared storage."""
+    if getattr(hf_config, "tie_word_embeddings", False) and "lm_head.weight" in state_dict:
+        state_dict = {k: v for k, v in state_dict.items() if k != "lm_head.weight"}
+    return state_dict
+
+
+def write_hf_weights(
+    out_dir: Path,
+    state_dict: dict[str, Tensor],
+    *,
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+    tmp_dir: Path | None = None,
+) -> list[str]:
+    """Write ``model.safetensors`` (or ``model-0000k-of-0000n.safetensors`` + index above
+    ``max_shard_bytes``) into ``out_dir``. Files are written in ``tmp_dir`` (default: a hidden
+    dir in out_dir's parent) and moved in with ``os.replace``; the single file or the index,
+    which is what readers look for, moves last. Stale weight files of an earlier layout are
+    removed. Returns the file names written."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    own_tmp = tmp_dir is None
+    tmp = (
+        Path(tmp_dir) if tmp_dir else out_dir.parent / f".{out_dir.name}.weights-tmp-{os.getpid()}"
+    )
+    tmp.mkdir(parents=True, exist_ok=True)
+    groups = _plan_shards(state_dict, max_shard_bytes)
+    meta = {"format": "pt"}
+    try:
+        if len(groups) == 1:
+            names = [SAFETENSORS_FILE]
+            save_file(
+                _contiguous(state_dict, groups[0]), str(tmp / SAFETENSORS_FILE), metadata=meta
+            )
+        else:
+            names = [
+                f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))
+            ]
+            weight_map = {}
+            for fname, group in zip(names, groups, strict=True):
+                save_file(_contiguous(state_dict, group), str(tmp / fname), metadata=meta)
+                weight_map.update(dict.fromkeys(group, fname))
+            total = sum(t.numel() * t.element_size() for t in state_dict.values())
+            index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+            (tmp / SAFETENSORS_INDEX).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+            names = [*names, SAFETENSORS_INDEX]
+        # remove the completion marker of any earlier layout before moving new files in
+        for stale in (SAFETENSORS_INDEX, SAFETENSORS_FILE):
+            if (out_dir / stale).exists():
+                (out_dir / stale).unlink()
+        for fname in names:  # names end with the completion marker
+            os.replace(tmp / fname, out_dir / fname)
+        for f in out_dir.glob("model*.safetensors"):
+            if f.name not in names:
+                f.unlink()
+    finally:
+        if own_tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return names
+
+
+def _contiguous(state_dict: dict[str, Tensor], names: list[str]) -> dict[str, Tensor]:
+    return {n: state_dict[n].contiguous() for n in names}
+
+
+def hf_weights_complete(hf_dir: Path) -> bool:
+    """True when ``hf_dir`` holds finished weights: ``model.safetensors``, or an index whose
+    every shard file exists. Reads no tensor data."""
+    hf_dir = Path(hf_dir)
+    if (hf_dir / SAFETENSORS_FILE).is_file():
+        return True
+    index = hf_dir / SAFETENSORS_INDEX
+    if not index.is_file():
+        return False
+    try:
+        files = set(json.loads(index.read_text())["weight_map"].values())
+    except (ValueError, KeyError, TypeError):
+        return False
+    return all((hf_dir / f).is_file() for f in files)
+
+
+# --------------------------------------------------------------------------- save / load
+
+
+def _write_actor_dir(
+    actor: Path,
+    world_size: int,
+    state_dict: dict[str, Tensor],
+    optimizer_state: dict | None,
+    extra_state: dict | None,
+) -> None:
+    actor.mkdir(parents=True, exist_ok=True)
+    for r, shard in enumerate(shard_state_dict(state_dict, world_size)):
+        torch.save(shard, actor / shard_file_name("model", world_size, r))
+    if optimizer_state is not None:
+        for r, shard in enumerate(shard_state_dict(optimizer_state, world_size)):
+            torch.save(shard, actor / shard_file_name("optim", world_size, r))
+    if extra_state is not None:
+        for r in range(world_size):
+            torch.save(extra_state, actor / shard_file_name("extra_state", world_size, r))
+    cfg = {"FSDP_version": 2, "world_size": world_size}
+    (actor / FSDP_CONFIG).write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+def _swap_into_place(tmp: Path, final: Path) -> None:
+    if final.exists():
+        trash = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.replace(final, trash)
+        os.replace(tmp, final)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+
+
+def save_checkpoint(
+    job_dir: Path,
+    step: int,
+    *,
+    state_dict: dict[str, Tensor],
+    optimizer_state: dict | None,
+    extra_state: dict,
+    hf_config: Any,
+    tokenizer: Any,
+    generation_config: Any = None,
+    save_hf: bool,
+    world_size: int = 1,
+) -> Path:
+    """Write a full checkpoint ``job_dir/global_step_<step>/`` atomically and point the
+    ``latest_*`` files at it. ``extra_state`` gains ``global_step`` and ``rng`` (torch, python,
+    numpy, cuda states) unless given. Returns the step directory."""
+    job_dir = Path(job_dir)
+    job_dir.mkdir(parents=True, exist_ok=True)
+    final = step_dir(job_dir, step)
+    tmp = job_dir / f".global_step_{step}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        actor = tmp / "actor"
+        extra = {"global_step": step, "rng": _rng_state(), **(extra_state or {})}
+        _write_actor_dir(actor, world_size, state_dict, optimizer_state, extra)
+        hf = actor / HF_DIR
+        hf.mkdir()
+        hf_config.save_pretrained(hf)
+        if generation_config is None:
+            from transformers import GenerationConfig
+
+            generation_config = GenerationConfig.from_model_config(hf_config)
+        generation_config.save_pretrained(hf)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(hf)
+        if save_hf:
+            weights = {k: v.detach().cpu() for k, v in state_dict.items()}
+            write_hf_weights(hf, drop_tied_weights(weights, hf_config), tmp_dir=tmp / ".weights")
+            shutil.rmtree(tmp / ".weights", ignore_errors=True)
+        (tmp / FULL_CHECKPOINT_MARKER).write_text(f"{step}\n")
+        _swap_into_place(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _atomic_write_text(job_dir / LATEST_CHECKPOINTED, f"{step}\n")
+    _atomic_write_text(job_dir / LATEST_STATE_DICT, f"{step}\n")
+    return final
+
+
+def save_state_dict_for_sync(job_dir: Path, step: int, state_dict: dict[str, Tensor]) -> Path:
+    """Write only the model weights (world size 1) for checkpoint-based weight sync and point
+    ``latest_state_dict_iteration.txt`` at them. An existing full checkpoint of the same step
+    already holds the weights and is left as it is. Older sync-only dirs are removed, keeping
+    the newest ``SYNC_DIRS_TO_KEEP``; full checkpoints are never touched."""
+    job_dir = Path(job_dir)
+    job_dir.mkdir(parents=True, exist_ok=True)
+    final = step_dir(job_dir, step)
+    if not (final / FULL_CHECKPOINT_MARKER).exists():
+        tmp = job_dir / f".global_step_{step}.sync-tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            _write_actor_dir(tmp / "actor", 1, state_dict, None, None)
+            _swap_into_place(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    _atomic_write_text(job_dir / LATEST_STATE_DICT, f"{step}\n")
+    sync_only = [s for s, d in list_step_dirs(job_dir) if not (d / FULL_CHECKPOINT_MARKER).exists()]
+    for s in sync_only[:-SYNC_DIRS_TO_KEEP]:
+        shutil.rmtree(step_dir(job_dir, s), ignore_errors=True)
+    return final
+
+
+def list_step_dirs(job_dir: Path) -> list[tuple[int, Path]]:
+    """``global_step_<N>`` directories directly inside ``job_dir``, sorted by step."""
+    job_dir = Path(job_dir)
+    if not job_dir.is_dir():
+        return []
+    found = []
+    for entry in os.scandir(job_dir):
+        m = STEP_DIR_RE.match(entry.name)
+        if m and entry.is_dir():
+            found.append((int(m.group(1)), Path(entry.path)))
+    return sorted(found)
+
+
+def _read_step_file(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def latest_checkpoint_step(job_dir: Path) -> int | None:
+    """Step of the last full checkpoint: ``latest_checkpointed_iteration.txt`` when it names
+    an existing full checkpoint, else the highest ``global_step_N`` marked full."""
+    job_dir = Path(job_dir)
+    step = _read_step_file(job_dir / LATEST_CHECKPOINTED)
+    if step is not None and (step_dir(job_dir, step) / FULL_CHECKPOINT_MARKER).exists():
+        return step
+    full = [s for s, d in list_step_dirs(job_dir) if (d / FULL_CHECKPOINT_MARKER).exists()]
+    return full[-1] if full else None
+
+
+def latest_state_dict_step(job_dir: Path) -> int | None:
+    """Step of the newest weights usable for weight sync (full or sync-only)."""
+    job_dir = Path(job_dir)
+    step = _read_step_file(job_dir / LATEST_STATE_DICT)
+    if step is not None and step_dir(job_dir, step).is_dir():
+        return step
+    steps = [s for s, _ in list_step_dirs(job_dir)]
+    return steps[-1] if steps else None
+
+
+def load_state_dict(actor_dir: Path) -> dict[str, Tensor]:
+    """Merged full model weights of one ``actor/`` directory (any world size)."""
+    return merge_shards(load_model_shards(actor_dir))
+
+
+def load_checkpoint(job_dir: Path, step: int | None = None) -> LoadedCheckpoint:
+    """Load ``global_step_<step>`` (default: the latest full checkpoint) with merged tensors."""
+    job_dir = Path(job_dir)
+    if step is None:
+        step = latest_checkpoint_step(job_dir)
+        if step is None:
+            raise CheckpointError(
+                f"no full checkpoint (global_step_N with {FULL_CHECKPOINT_MARKER}) in {job_dir}"
+            )
+    actor = step_dir(job_dir, step) / "actor"
+    if not actor.is_dir():
+        raise CheckpointError(f"checkpoint directory missing: {actor}")
+    ws = world_size_of(actor)
+    state_dict = merge_shards(load_model_shards(actor, ws))
+    optim_files = [actor / shard_file_name("optim", ws, r) for r in range(ws)]
+    optimizer_state = None
+    if any(f.exists() for f in optim_files):
+        optimizer_state = merge_shards([load_torch_file(f, mmap=False) for f in optim_files])
+    extra_file = actor / shard_file_name("extra_state", ws, 0)
+    extra_state = load_torch_file(extra_file, mmap=False) if extra_file.exists() else {}
+    return LoadedCheckpoint(step, state_dict, optimizer_state, extra_state, step_dir(job_dir, step))
+
+
+def prune_checkpoints(job_dir: Path, max_to_keep: int | None) -> list[int]:
+    """Keep the newest ``max_to_keep`` full checkpoints and delete older ones (their whole
+    ``global_step_N``). As in verl's ``max_ckpt_to_keep``: None, 0 or a negative value keeps
+    all. The step named by ``latest_checkpointed_iteration.txt`` is always kept. Returns the
+    steps deleted."""
+    if not max_to_keep or max_to_keep <= 0:
+        return []
+    job_dir = Path(job_dir)
+    full = [s for s, d in list_step_dirs(job_dir) if (d / FULL_CHECKPOINT_MARKER).exists()]
+    latest = latest_checkpoint_step(job_dir)
+    removed = []
+    for s in full[:-max_to_keep]:
+        if s == latest:
+            continue
+        shutil.rmtree(step_dir(job_dir, s))
+        removed.append(s)
+    return removed

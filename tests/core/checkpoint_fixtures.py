@@ -1,0 +1,100 @@
+"""Real tiny Qwen2 models and a byte-level BPE tokenizer with a chat template, built in-process
+(no download) for the checkpoint and convert tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CORPUS = [
+    "What is 12 plus 30? <think>12 + 30 = 42</think><answer>42</answer>",
+    "Natalia sold clips to 48 of her friends in April. #### 72",
+    "system user assistant You are a helpful assistant.",
+] * 20
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=320,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(CORPUS, trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def tiny_config(vocab_size: int, *, larger: bool = False) -> Qwen2Config:
+    if larger:
+        return Qwen2Config(
+            vocab_size=vocab_size,
+            hidden_size=128,
+            intermediate_size=352,
+            num_hidden_layers=3,
+            num_attention_heads=8,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            tie_word_embeddings=False,
+            dtype="float32",
+        )
+    return Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        dtype="float32",
+    )
+
+
+def build_model(config: Qwen2Config, seed: int = 0) -> Qwen2ForCausalLM:
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    with torch.no_grad():  # biases start at zero; make them count in the round trip
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    return model.eval()
+
+
+def logits_of(model: torch.nn.Module, tokenizer: PreTrainedTokenizerFast) -> torch.Tensor:
+    ids = tokenizer("What is 12 plus 30? #### 42", return_tensors="pt").input_ids
+    with torch.no_grad():
+        return model(ids).logits
+
+
+def chat_generate(model_dir: Path) -> str:
+    """Load tokenizer and model from a converted directory and generate through the chat
+    template; returns the decoded continuation."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "What is 12 plus 30?"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )
+    out = model.generate(**ids, max_new_tokens=8, do_sample=False)
+    return tok.decode(out[0, ids["input_ids"].shape[1] :])
