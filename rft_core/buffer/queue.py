@@ -1,0 +1,153 @@
+"""The ``queue`` buffer: an in-memory FIFO from explorer to trainer, mirrored to ``path``.
+
+When Ray is initialised the FIFO lives in a small named Ray actor (threaded, ``num_cpus=0``),
+named from the job dir and the buffer name, so the explorer and trainer actors of one job find
+the same queue with ``get_if_exists``. Create it from the driver first (the launcher does): a
+non-detached actor lives as long as the process that created it. Without Ray it is an
+in-process queue (single-process runs and tests).
+
+Everything that passes through is also written to the mirror named by ``path``
+(``sqlite:///x.db`` → an ``sql`` table, ``*.jsonl`` → a ``file`` buffer), from inside the queue
+so that several writers never race on the mirror.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from rft_core.buffer.base import ExperienceBuffer
+from rft_core.buffer.experience import Experience
+
+QUEUE_ACTOR_THREADS = 32
+
+
+class LocalQueue:
+    """A thread-safe FIFO with end-of-data; the body of both the in-process and the Ray queue."""
+
+    def __init__(self, mirror: ExperienceBuffer | None = None):
+        self._items: deque[Experience] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._mirror = mirror
+        self.total_put = 0
+
+    def put(self, experiences: list[Experience]) -> None:
+        if self._mirror is not None:
+            self._mirror.put(experiences)
+        with self._cond:
+            self._items.extend(experiences)
+            self.total_put += len(experiences)
+            self._closed = False  # a put after close (resumed writer) reopens the stream
+            self._cond.notify_all()
+
+    def get(self, n: int, timeout: float | None = None) -> tuple[list[Experience], str]:
+        """Return (items, "ok" | "closed" | "timeout")."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while len(self._items) < n and not self._closed:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return [], "timeout"
+                self._cond.wait(left)
+            taken = [self._items.popleft() for _ in range(min(n, len(self._items)))]
+            return taken, ("ok" if len(taken) == n else "closed")
+
+    def close(self) -> None:
+        if self._mirror is not None:
+            self._mirror.close()
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def qsize(self) -> int:
+        with self._cond:
+            return len(self._items)
+
+    def ping(self) -> bool:
+        return True
+
+
+def actor_name(name: str, job_dir: Path) -> str:
+    digest = hashlib.sha1(str(Path(job_dir).resolve()).encode()).hexdigest()[:12]
+    return f"rft-queue-{digest}-{name}"
+
+
+def _build_mirror(path: str | None, job_dir: Path, name: str) -> ExperienceBuffer | None:
+    if not path:
+        return None
+    from rft_core.buffer.base import is_sqlite_path, resolve_buffer_path
+
+    target = resolve_buffer_path(path, job_dir)
+    if is_sqlite_path(path):
+        from rft_core.buffer.sql import SQLBuffer
+
+        return SQLBuffer(target, name=name, role="writer")
+    from rft_core.buffer.file import FileBuffer
+
+    return FileBuffer(target, name=name, role="writer")
+
+
+class _MirroredQueue(LocalQueue):
+    """The queue as a Ray actor body: it opens its own mirror where it runs."""
+
+    def __init__(self, path: str | None, job_dir: str, name: str):
+        super().__init__(_build_mirror(path, Path(job_dir), name))
+
+
+class QueueBuffer(ExperienceBuffer):
+    def __init__(self, *, name: str, path: str | None, job_dir: Path, role: str = "writer") -> None:
+        import ray
+
+        self.name = name
+        self.path = path
+        self.role = role
+        self._consumed = 0
+        if ray.is_initialized():
+            actor_cls = ray.remote(num_cpus=0, max_concurrency=QUEUE_ACTOR_THREADS)(_MirroredQueue)
+            self._actor = actor_cls.options(
+                name=actor_name(name, job_dir), get_if_exists=True
+            ).remote(path, str(job_dir), name)
+            self._local = None
+        else:
+            self._actor = None
+            self._local = LocalQueue(_build_mirror(path, Path(job_dir), name))
+
+    @property
+    def is_remote(self) -> bool:
+        return self._actor is not None
+
+    def _call(self, method: str, *args: Any) -> Any:
+        if self._local is not None:
+            return getattr(self._local, method)(*args)
+        import ray
+
+        return ray.get(getattr(self._actor, method).remote(*args))
+
+    def put(self, experiences: list[Experience]) -> None:
+        if experiences:
+            self._call("put", list(experiences))
+
+    def get(self, n: int, timeout: float | None = None) -> list[Experience]:
+        items, status = self._call("get", n, timeout)
+        if status == "timeout":
+            raise self.timeout_error(n, self.qsize(), timeout or 0.0)
+        self._consumed += len(items)
+        return items
+
+    def close(self) -> None:
+        self._call("close")
+
+    def qsize(self) -> int:
+        return self._call("qsize")
+
+    def state(self) -> dict[str, Any]:
+        # the queue itself is in memory: after a restart the mirror holds the history
+        return {"consumed": self._consumed}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self._consumed = int(state.get("consumed", 0))
