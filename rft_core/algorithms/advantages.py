@@ -1,0 +1,218 @@
+"""Advantage functions (``algorithm.advantage_fn``), each a short function to check against its
+paper, plus a registry so users can plug in their own.
+
+Two levels, stated by each registry entry's ``level``:
+
+- ``"group"``: one scalar per response from the rewards of its group (all responses sampled for
+  one task in one explorer step share a ``group_id``). Computed by the explorer; the trainer
+  broadcasts the value to every response token. Call ``entry.group(rewards, group_ids, **args)``
+  -> ``(advantages[B], keep[B])``; ``keep`` is False for responses to drop (std_threshold).
+- ``"token"``: a [B, T] tensor from token-level rewards (outcome reward on the last response
+  token, see :func:`outcome_to_token_rewards`). Computed by the trainer. ``ppo``/``gae`` also
+  needs the critic's values and returns ``(advantages, returns)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rft_core.errors import ConfigError
+from rft_core.registry import Registry
+
+
+def _group_indices(group_ids: Sequence[str]) -> dict[str, list[int]]:
+    groups: dict[str, list[int]] = {}
+    for i, gid in enumerate(group_ids):
+        groups.setdefault(gid, []).append(i)
+    return groups
+
+
+def _check_batch(rewards: torch.Tensor, group_ids: Sequence[str]) -> None:
+    if rewards.dim() != 1 or rewards.shape[0] != len(group_ids):
+        raise ValueError(
+            f"rewards must be 1-D with one entry per group id; got shape {tuple(rewards.shape)} "
+            f"and {len(group_ids)} group ids"
+        )
+
+
+def grpo_advantages(
+    rewards: torch.Tensor,
+    group_ids: Sequence[str],
+    *,
+    epsilon: float = 1e-6,
+    std_threshold: float | None = None,
+    std_cal_level: str = "group",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO (Shao et al. 2024): ``A_i = (r_i - mean(r_group)) / (std(r_group) + epsilon)``.
+
+    std is unbiased (n-1), or of the whole batch with ``std_cal_level="batch"`` (the mean stays
+    per group). A group of one keeps its raw reward. With ``std_threshold``, groups whose
+    reward std is <= the threshold are dropped: advantage 0 and ``keep`` False.
+    Returns ``(advantages[B], keep[B] bool)``.
+    """
+    _check_batch(rewards, group_ids)
+    if std_cal_level not in ("group", "batch"):
+        raise ConfigError(
+            "algorithm.advantage_fn_args.std_cal_level",
+            f"must be 'group' or 'batch', got {std_cal_level!r}",
+            value=std_cal_level,
+            allowed=["group", "batch"],
+        )
+    rewards = rewards.detach().float()
+    advantages = torch.zeros_like(rewards)
+    keep = torch.ones_like(rewards, dtype=torch.bool)
+    batch_std = rewards.std() if rewards.numel() > 1 else torch.tensor(1.0)
+    for idx in _group_indices(group_ids).values():
+        group = rewards[idx]
+        if len(idx) == 1:
+            advantages[idx] = group
+            continue
+        group_std = group.std()
+        if std_threshold is not None and group_std <= std_threshold:
+            keep[idx] = False
+            continue
+        std = batch_std if std_cal_level == "batch" else group_std
+        advantages[idx] = (group - group.mean()) / (std + epsilon)
+    return advantages, keep
+
+
+def rloo_advantages(rewards: torch.Tensor, group_ids: Sequence[str]) -> torch.Tensor:
+    """RLOO (Ahmadian et al. 2024): the baseline of response i is the mean reward of the other
+    responses of its group, ``A_i = r_i - mean_{j≠i} r_j = n/(n-1) · (r_i - mean(r))``.
+    A group of one keeps its raw reward."""
+    _check_batch(rewards, group_ids)
+    rewards = rewards.detach().float()
+    advantages = rewards.clone()
+    for idx in _group_indices(group_ids).values():
+        n = len(idx)
+        if n > 1:
+            group = rewards[idx]
+            others_mean = (group.sum() - group) / (n - 1)
+            advantages[idx] = group - others_mean
+    return advantages
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(x - mean) / sqrt(var + eps) over unmasked entries, with the unbiased variance."""
+    mask = mask.to(values.dtype)
+    count = mask.sum()
+    mean = (values * mask).sum() / count
+    var = ((values - mean).square() * mask).sum() / (count - 1).clamp(min=1.0)
+    return (values - mean) * torch.rsqrt(var + eps)
+
+
+def outcome_to_token_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Place each response's scalar reward on its last unmasked token: [B] -> [B, T]."""
+    token_rewards = torch.zeros(mask.shape, dtype=torch.float32, device=rewards.device)
+    positions = torch.arange(mask.shape[-1], device=mask.device).expand_as(mask)
+    last = torch.where(mask.bool(), positions, torch.full_like(positions, -1)).max(dim=-1).values
+    has_tokens = last >= 0
+    rows = torch.arange(mask.shape[0], device=mask.device)[has_tokens]
+    token_rewards[rows, last[has_tokens]] = rewards.float()[has_tokens]
+    return token_rewards
+
+
+def reinforce_plus_plus_advantages(
+    token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0
+) -> torch.Tensor:
+    """REINFORCE++ (Hu 2025): discounted return-to-go per token, whitened over all unmasked
+    tokens of the batch (the batch is the baseline). Masked tokens get 0."""
+    mask_f = mask.to(torch.float32)
+    returns = torch.zeros_like(token_rewards, dtype=torch.float32)
+    running = torch.zeros(token_rewards.shape[0], device=token_rewards.device)
+    for t in reversed(range(token_rewards.shape[1])):
+        running = token_rewards[:, t].float() + gamma * running
+        returns[:, t] = running
+        running = running * mask_f[:, t]
+    return masked_whiten(returns, mask_f) * mask_f
+
+
+def gae_advantages(
+    token_rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    *,
+    whiten: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE (Schulman et al. 2016) for PPO with a critic.
+
+    δ_t = r_t + γ·V_{t+1} - V_t;  A_t = δ_t + γλ·A_{t+1};  returns = A + V (before whitening).
+    Masked positions are skipped (their value and advantage carry through), as in verl.
+    Advantages are whitened over unmasked tokens unless ``whiten=False``.
+    """
+    mask_f = mask.to(torch.float32)
+    values = values.float()
+    rewards = token_rewards.float()
+    next_value = torch.zeros(rewards.shape[0], device=rewards.device)
+    last_gae = torch.zeros(rewards.shape[0], device=rewards.device)
+    reversed_advantages = []
+    for t in reversed(range(rewards.shape[1])):
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        gae = delta + gamma * lam * last_gae
+        m = mask_f[:, t]
+        next_value = values[:, t] * m + (1 - m) * next_value
+        last_gae = gae * m + (1 - m) * last_gae
+        reversed_advantages.append(last_gae)
+    advantages = torch.stack(reversed_advantages[::-1], dim=1)
+    returns = advantages + values
+    if whiten:
+        advantages = masked_whiten(advantages, mask_f) * mask_f
+    return advantages, returns
+
+
+@dataclass(frozen=True)
+class AdvantageFn:
+    """A registry entry. Calling it calls ``fn`` with the same arguments."""
+
+    name: str
+    fn: Callable[..., Any]
+    level: str  # "group" or "token"
+    needs_values: bool = False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def group(
+        self, rewards: torch.Tensor, group_ids: Sequence[str], **args: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Uniform call for group-level fns: always ``(advantages[B], keep[B])``."""
+        if self.level != "group":
+            raise ValueError(f"advantage fn {self.name!r} is token-level; call it directly")
+        out = self.fn(rewards, group_ids, **args)
+        if isinstance(out, tuple):
+            return out
+        return out, torch.ones_like(out, dtype=torch.bool)
+
+
+ADVANTAGE_FNS: Registry[AdvantageFn] = Registry("advantage function", "algorithm.advantage_fn")
+
+
+def register_advantage_fn(
+    name: str, level: str, *, needs_values: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator for a user advantage fn; ``level`` is "group" or "token" (see module doc)."""
+    if level not in ("group", "token"):
+        raise ValueError(f"advantage fn level must be 'group' or 'token', got {level!r}")
+
+    def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+        ADVANTAGE_FNS.add(name, AdvantageFn(name, fn, level, needs_values))
+        return fn
+
+    return decorator
+
+
+def get_advantage_fn(name: str) -> AdvantageFn:
+    return ADVANTAGE_FNS.get(name)
+
+
+register_advantage_fn("grpo", "group")(grpo_advantages)
+register_advantage_fn("rloo", "group")(rloo_advantages)
+register_advantage_fn("reinforceplusplus", "token")(reinforce_plus_plus_advantages)
+register_advantage_fn("ppo", "token", needs_values=True)(gae_advantages)
+register_advantage_fn("gae", "token", needs_values=True)(gae_advantages)

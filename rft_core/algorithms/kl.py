@@ -1,0 +1,98 @@
+"""KL estimators between the policy and the reference model, per token, from log-probs of the
+sampled tokens (Schulman's k1/k2/k3). Used two ways:
+
+- as a loss (``algorithm.kl_loss_fn``, GRPO default ``k2`` with ``kl_coef`` 0.001):
+  :func:`kl_loss` adds ``kl_coef * aggregate(KL)`` to the policy loss;
+- as a reward penalty (``algorithm.kl_penalty_fn``): :func:`apply_kl_penalty` subtracts
+  ``coef * KL`` from the token-level rewards before advantages are computed.
+
+With ``d = lp - ref``: k1 = d; k2 = d²/2; k3 = exp(-d) - 1 + d;
+low_var_kl = k3 with ``d`` clamped to ±20 and the result clamped to ±10 (verl's stable form).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from rft_core.algorithms.aggregation import aggregate_loss, masked_mean
+from rft_core.errors import ConfigError
+
+KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    return logprobs - ref_logprobs
+
+
+def kl_k2(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    return 0.5 * (logprobs - ref_logprobs).square()
+
+
+def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    log_ratio = ref_logprobs - logprobs
+    return torch.exp(log_ratio) - 1.0 - log_ratio
+
+
+def low_var_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    log_ratio = torch.clamp(ref_logprobs - logprobs, min=-20.0, max=20.0)
+    return torch.clamp(torch.exp(log_ratio) - 1.0 - log_ratio, min=-10.0, max=10.0)
+
+
+def kl_none(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    return torch.zeros_like(logprobs)
+
+
+KL_FNS: dict[str, KLFn] = {
+    "k1": kl_k1,
+    "k2": kl_k2,
+    "k3": kl_k3,
+    "low_var_kl": low_var_kl,
+    "none": kl_none,
+}
+
+
+def get_kl_fn(name: str | None, *, path: str = "algorithm.kl_loss_fn") -> KLFn:
+    """The estimator named ``name`` (None means "none"); unknown names raise ConfigError."""
+    key = "none" if name is None else str(name).lower()
+    if key not in KL_FNS:
+        raise ConfigError(
+            path,
+            f"unknown KL function {name!r}; choose one of {', '.join(KL_FNS)}",
+            value=name,
+            allowed=list(KL_FNS),
+        )
+    return KL_FNS[key]
+
+
+def kl_loss(
+    logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    kl_fn: str = "k2",
+    loss_agg_mode: str = "token-mean",
+    *,
+    horizon: int | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Aggregated KL(policy ‖ reference) as a loss term (multiply by ``kl_coef`` outside).
+    Metric: ``kl_loss`` (logged as ``actor/kl_loss``)."""
+    kl = get_kl_fn(kl_fn)(logprobs, ref_logprobs)
+    loss = aggregate_loss(kl, mask, loss_agg_mode, horizon=horizon)
+    return loss, {"kl_loss": float(loss.detach())}
+
+
+def apply_kl_penalty(
+    token_rewards: torch.Tensor,
+    logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    kl_fn: str = "k1",
+    kl_coef: float = 0.001,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """``token_rewards - kl_coef * KL`` on unmasked tokens. Metrics: ``kl_penalty`` (mean KL per
+    token) and ``kl_coef``."""
+    kl = get_kl_fn(kl_fn, path="algorithm.kl_penalty_fn")(logprobs, ref_logprobs)
+    kl = kl * mask.to(kl.dtype)
+    metrics = {"kl_penalty": float(masked_mean(kl, mask).detach()), "kl_coef": float(kl_coef)}
+    return token_rewards - kl_coef * kl, metrics

@@ -1,0 +1,136 @@
+"""Policy losses (``algorithm.policy_loss_fn``): PPO clip with dual clip, SFT, DPO; and the
+critic's clipped value loss. Each returns ``(loss, metrics)``; metric names are the ones the
+trainer logs under ``actor/`` (``pg_loss``, ``pg_clipfrac``, ``ppo_kl``, ``pg_clipfrac_lower``,
+``sft_loss``, ``dpo_loss``...) or ``critic/`` (``vf_loss``, ``vf_clipfrac``).
+
+All token tensors are [B, T] over response tokens; ``mask`` is 1 on tokens that are trained.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from rft_core.algorithms.aggregation import aggregate_loss, masked_mean
+from rft_core.errors import ConfigError
+
+POLICY_LOSS_FNS = ("ppo", "sft", "dpo")
+
+
+def ppo_clip_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_range: float = 0.2,
+    clip_range_low: float | None = None,
+    clip_range_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+    loss_agg_mode: str = "token-mean",
+    horizon: int | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO clipped surrogate with dual clip (Ye et al. 2019) for negative advantages.
+
+    ratio = exp(clamp(lp - old_lp, ±20));
+    L = max(-A·ratio, -A·clip(ratio, 1-low, 1+high)), and for A < 0 also min(L, -A·c).
+    ``clip_range_low/high`` default to ``clip_range`` (Trinity's names).
+    """
+    low = clip_range if clip_range_low is None else clip_range_low
+    high = clip_range if clip_range_high is None else clip_range_high
+    if clip_ratio_c <= 1.0:
+        raise ConfigError(
+            "algorithm.policy_loss_fn_args.clip_ratio_c",
+            f"must be > 1.0 (dual-clip lower bound), got {clip_ratio_c}",
+            value=clip_ratio_c,
+        )
+    log_ratio = torch.clamp(logprobs - old_logprobs, min=-20.0, max=20.0)
+    ratio = torch.exp(log_ratio)
+    loss_unclipped = -advantages * ratio
+    loss_clipped = -advantages * torch.clamp(ratio, 1.0 - low, 1.0 + high)
+    loss_ppo = torch.maximum(loss_unclipped, loss_clipped)
+    loss_dual = torch.minimum(loss_ppo, -advantages * clip_ratio_c)
+    negative = advantages < 0
+    pg_losses = torch.where(negative, loss_dual, loss_ppo)
+    pg_loss = aggregate_loss(pg_losses, mask, loss_agg_mode, horizon=horizon)
+
+    with torch.no_grad():
+        clipfrac = masked_mean(torch.gt(loss_clipped, loss_unclipped).float(), mask)
+        clipfrac_lower = masked_mean(
+            (torch.gt(loss_ppo, -advantages * clip_ratio_c) & negative).float(), mask
+        )
+        ppo_kl = masked_mean(-log_ratio, mask)
+    metrics = {
+        "pg_loss": float(pg_loss.detach()),
+        "pg_clipfrac": float(clipfrac),
+        "ppo_kl": float(ppo_kl),
+        "pg_clipfrac_lower": float(clipfrac_lower),
+    }
+    return pg_loss, metrics
+
+
+def sft_loss(
+    logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    *,
+    horizon: int | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Negative log-likelihood of the target tokens."""
+    loss = aggregate_loss(-logprobs, mask, loss_agg_mode, horizon=horizon)
+    return loss, {"sft_loss": float(loss.detach())}
+
+
+def dpo_loss(
+    chosen_logprobs_sum: torch.Tensor,
+    rejected_logprobs_sum: torch.Tensor,
+    ref_chosen_sum: torch.Tensor,
+    ref_rejected_sum: torch.Tensor,
+    beta: float = 0.1,
+    label_smoothing: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """DPO (Rafailov et al. 2023), with conservative label smoothing (cDPO) when
+    ``label_smoothing`` > 0. Inputs are per-pair sums of response log-probs, shape [P].
+
+    z = beta·((c - ref_c) - (r - ref_r));
+    loss = mean(-(1-ε)·logσ(z) - ε·logσ(-z)).
+    """
+    chosen_rewards = beta * (chosen_logprobs_sum - ref_chosen_sum)
+    rejected_rewards = beta * (rejected_logprobs_sum - ref_rejected_sum)
+    logits = chosen_rewards - rejected_rewards
+    losses = -(1.0 - label_smoothing) * F.logsigmoid(logits) - label_smoothing * F.logsigmoid(
+        -logits
+    )
+    loss = losses.mean()
+    with torch.no_grad():
+        metrics = {
+            "dpo_loss": float(loss.detach()),
+            "dpo_chosen_reward": float(chosen_rewards.mean()),
+            "dpo_rejected_reward": float(rejected_rewards.mean()),
+            "dpo_accuracy": float((chosen_rewards > rejected_rewards).float().mean()),
+            "dpo_margin": float(logits.mean()),
+        }
+    return loss, metrics
+
+
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    cliprange_value: float = 0.5,
+    loss_agg_mode: str = "token-mean",
+    *,
+    horizon: int | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clipped value loss of the critic (verl/PPO2):
+    0.5 · aggregate(max((v - R)², (clip(v, v_old ± c) - R)²))."""
+    clipped = old_values + torch.clamp(values - old_values, -cliprange_value, cliprange_value)
+    loss_unclipped = (values - returns).square()
+    loss_clipped = (clipped - returns).square()
+    loss = 0.5 * aggregate_loss(
+        torch.maximum(loss_unclipped, loss_clipped), mask, loss_agg_mode, horizon=horizon
+    )
+    with torch.no_grad():
+        clipfrac = masked_mean(torch.gt(loss_clipped, loss_unclipped).float(), mask)
+    return loss, {"vf_loss": float(loss.detach()), "vf_clipfrac": float(clipfrac)}

@@ -1,0 +1,122 @@
+"""What ``algorithm.algorithm_type`` means: the advantage fn, policy loss, KL and entropy terms,
+and which models and data an algorithm needs. The config layer fills every ``algorithm.*`` field
+the user left unset from the preset; the runtime reads ``use_*`` to decide which actors to start.
+
+Defaults follow Trinity-RFT 0.6, except one deliberate fix: group algorithms default to a real
+group (GRPO 8, RLOO 4) instead of Trinity's silent groups of 1/2, and ``group_algorithm`` lets the
+validator reject ``repeat_times < 2`` for them. DPO uses no separate KL loss (its ``beta``
+already ties the policy to the reference).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from rft_core.errors import ConfigError
+
+
+@dataclass
+class AlgorithmPreset:
+    algorithm_type: str
+    policy_loss_fn: str  # "ppo" | "sft" | "dpo"
+    advantage_fn: str | None = None  # registry name in algorithms.advantages; None: no advantages
+    advantage_fn_args: dict[str, Any] = field(default_factory=dict)
+    policy_loss_fn_args: dict[str, Any] = field(default_factory=dict)
+    kl_loss_fn: str = "none"  # KL(policy, reference) added to the loss
+    kl_coef: float = 0.0
+    kl_penalty_fn: str = "none"  # KL subtracted from token rewards
+    kl_penalty_coef: float = 0.0
+    entropy_coef: float = 0.0
+    loss_agg_mode: str = "token-mean"
+    use_reference: bool = False
+    use_critic: bool = False
+    use_rollout: bool = True  # False: trains from a dataset (sft, dpo)
+    group_algorithm: bool = False  # advantages need repeat_times > 1 responses per task
+    repeat_times: int = 1
+    compute_advantage_in_trainer: bool = False  # token-level fns (ppo, reinforce++) run there
+    schema: str = "experience"  # training data: "experience" | "sft" | "dpo"
+
+
+_PPO_CLIP_ARGS = {"clip_range": 0.2, "clip_ratio_c": 3.0}
+
+PRESETS: dict[str, AlgorithmPreset] = {
+    "grpo": AlgorithmPreset(
+        algorithm_type="grpo",
+        policy_loss_fn="ppo",
+        advantage_fn="grpo",
+        advantage_fn_args={"epsilon": 1e-6},
+        policy_loss_fn_args=dict(_PPO_CLIP_ARGS),
+        kl_loss_fn="k2",
+        kl_coef=0.001,
+        use_reference=True,
+        group_algorithm=True,
+        repeat_times=8,
+    ),
+    "rloo": AlgorithmPreset(
+        algorithm_type="rloo",
+        policy_loss_fn="ppo",
+        advantage_fn="rloo",
+        policy_loss_fn_args=dict(_PPO_CLIP_ARGS),
+        kl_loss_fn="k2",
+        kl_coef=0.001,
+        use_reference=True,
+        group_algorithm=True,
+        repeat_times=4,
+    ),
+    "reinforceplusplus": AlgorithmPreset(
+        algorithm_type="reinforceplusplus",
+        policy_loss_fn="ppo",
+        advantage_fn="reinforceplusplus",
+        advantage_fn_args={"gamma": 1.0},
+        policy_loss_fn_args=dict(_PPO_CLIP_ARGS),
+        kl_loss_fn="k2",
+        kl_coef=0.001,
+        use_reference=True,
+        repeat_times=2,
+        compute_advantage_in_trainer=True,
+    ),
+    "ppo": AlgorithmPreset(
+        algorithm_type="ppo",
+        policy_loss_fn="ppo",
+        advantage_fn="ppo",
+        advantage_fn_args={"gamma": 1.0, "lam": 1.0},
+        policy_loss_fn_args=dict(_PPO_CLIP_ARGS),
+        kl_loss_fn="k2",
+        kl_coef=0.001,
+        use_reference=True,
+        use_critic=True,
+        repeat_times=1,
+        compute_advantage_in_trainer=True,
+    ),
+    "sft": AlgorithmPreset(
+        algorithm_type="sft",
+        policy_loss_fn="sft",
+        use_rollout=False,
+        schema="sft",
+    ),
+    "dpo": AlgorithmPreset(
+        algorithm_type="dpo",
+        policy_loss_fn="dpo",
+        policy_loss_fn_args={"beta": 0.1, "label_smoothing": 0.0},
+        use_reference=True,
+        use_rollout=False,
+        schema="dpo",
+    ),
+}
+
+ALGORITHM_TYPES = tuple(PRESETS)
+
+
+def get_preset(algorithm_type: str) -> AlgorithmPreset:
+    """A fresh copy of the preset for ``algorithm_type`` (case-insensitive)."""
+    key = str(algorithm_type).lower()
+    if key not in PRESETS:
+        raise ConfigError(
+            "algorithm.algorithm_type",
+            f"unknown algorithm type {algorithm_type!r}; choose one of {', '.join(PRESETS)}",
+            value=algorithm_type,
+            allowed=list(PRESETS),
+        )
+    return copy.deepcopy(PRESETS[key])

@@ -1,0 +1,63 @@
+"""A named registry for the places where users plug their own code in (workflows, reward
+functions, advantage functions). Registering a name twice is an error; asking for an unknown
+name raises a ConfigError that lists the registered names and the closest match."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from rft_core.errors import ConfigError, RFTError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """``kind`` names what is registered ("workflow", "reward function") in error messages;
+    ``path`` is the YAML key that selects an entry (used when the caller gives none)."""
+
+    def __init__(self, kind: str, path: str = "") -> None:
+        self.kind = kind
+        self.path = path
+        self._entries: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator: ``@registry.register("my_name")``."""
+
+        def decorator(obj: T) -> T:
+            self.add(name, obj)
+            return obj
+
+        return decorator
+
+    def add(self, name: str, obj: T) -> None:
+        if not name or not isinstance(name, str):
+            raise RFTError(f"a {self.kind} needs a non-empty string name, got {name!r}")
+        if name in self._entries:
+            raise RFTError(
+                f"{self.kind} {name!r} is already registered ({self._entries[name]!r}); "
+                "pick another name"
+            )
+        self._entries[name] = obj
+
+    def get(self, name: str, *, path: str | None = None) -> T:
+        try:
+            return self._entries[name]
+        except (KeyError, TypeError):
+            pass
+        valid = self.names()
+        close = difflib.get_close_matches(str(name), valid, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(
+            self.path if path is None else path,
+            f"unknown {self.kind} {name!r}{hint}; registered: {', '.join(valid)}",
+            value=name,
+            allowed=valid,
+        )
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
