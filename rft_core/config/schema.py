@@ -1,0 +1,536 @@
+"""The config schema: one dataclass per Trinity-RFT section, with Trinity's field names.
+
+Every field carries its metadata once, beside its default (``field(metadata=...)``):
+
+- ``help``: one line shown in the reference YAML, the JSON schema and the web forms;
+- ``choices``: allowed values of an enum-like string (matched case-insensitively);
+- ``aliases``: other spellings users write (``sync_method: online`` means ``nccl``);
+- ``level``: ``beginner`` (shown in the simple web form) or ``expert``.
+
+A default of ``None`` on a field whose help says "derived" means "decided by the validator from
+the rest of the config" (``rft_core.config.validate``); after ``load_config`` those fields hold
+concrete values. Free-form dicts (``*_args``, ``trainer_config``, ``monitor_args``,
+``extra_engine_args``) accept any keys; everywhere else an unknown key is an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BEGINNER = "beginner"
+EXPERT = "expert"
+
+MODES = ["both", "explore", "train", "bench", "serve", "colocate"]
+ALGORITHM_TYPES = ["grpo", "ppo", "rloo", "reinforceplusplus", "sft", "dpo"]
+# Algorithms whose advantage compares the rollouts of one task: a group of one is meaningless.
+GROUP_ALGORITHMS = {"grpo", "rloo"}
+DEFAULT_GROUP_SIZE = 8  # Trinity's GRPO examples use repeat_times: 8
+KL_FNS = ["none", "k1", "k2", "k3", "low_var_kl"]
+LOSS_AGG_MODES = [
+    "token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+]
+
+
+def _field(
+    default: Any = None,
+    help: str = "",
+    *,
+    choices: list[str] | None = None,
+    aliases: dict[str, str] | None = None,
+    level: str = EXPERT,
+    factory: Any = None,
+) -> Any:
+    metadata = {"help": help, "level": level}
+    if choices is not None:
+        metadata["choices"] = choices
+    if aliases:
+        metadata["aliases"] = aliases
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+# ---------------------------------------------------------------- buffer: tasksets and experiences
+
+
+@dataclass
+class FormatConfig:
+    """How the columns of a dataset map onto prompts, answers and messages."""
+
+    prompt_key: str = _field("prompt", "column holding the prompt (question)", level=BEGINNER)
+    response_key: str = _field(
+        "response",
+        "column holding the reference answer (the truth rewards compare with)",
+        level=BEGINNER,
+    )
+    system_prompt: str | None = _field(
+        None, "system prompt for every task of this taskset (None: the workflow's default)"
+    )
+    system_prompt_key: str | None = _field(None, "column holding a per-row system prompt")
+    prompt_type: str = _field(
+        "auto",
+        "SFT/DPO data layout: messages (a chat list in messages_key), plaintext (prompt_key/response_key), auto (messages when messages_key exists)",
+        choices=["auto", "messages", "plaintext"],
+    )
+    messages_key: str = _field("messages", "column holding the chat messages list (SFT data)")
+    chosen_key: str = _field("chosen", "column holding the preferred response (DPO data)")
+    rejected_key: str = _field("rejected", "column holding the rejected response (DPO data)")
+    workflow_key: str = _field("", "column naming a per-row workflow (empty: none)")
+    reward_fn_key: str = _field("", "column naming a per-row reward function (empty: none)")
+    chat_template: str | None = _field(
+        None,
+        "Jinja chat template for SFT/DPO data (None: model.custom_chat_template or the tokenizer's)",
+    )
+    enable_thinking: bool | None = _field(
+        None,
+        "passed to the chat template for models with a thinking switch (None: template default)",
+    )
+
+
+@dataclass
+class GenerationConfig:
+    """Sampling settings of rollouts; unset values are derived from the `model` section."""
+
+    temperature: float | None = _field(None, "sampling temperature (derived: model.temperature)")
+    top_p: float | None = _field(None, "nucleus sampling (derived: model.top_p)")
+    top_k: int | None = _field(None, "top-k sampling, -1 disables (derived: model.top_k)")
+    max_tokens: int | None = _field(
+        None, "max new tokens per response (derived: model.max_response_tokens)"
+    )
+    n: int | None = _field(
+        None,
+        "rollouts per task (derived: algorithm.repeat_times, or the eval taskset's repeat_times)",
+    )
+    logprobs: int | None = _field(
+        None, "top log-probs returned per token (derived: model.logprobs)"
+    )
+
+
+@dataclass
+class DataSelectorConfig:
+    """Order in which tasks are read."""
+
+    selector_type: str = _field(
+        "sequential",
+        "sequential (file order) or shuffle (a new permutation each epoch, from seed)",
+        choices=["sequential", "shuffle"],
+    )
+    seed: int = _field(42, "seed of the shuffle")
+
+
+@dataclass
+class TasksetConfig:
+    """A set of tasks (prompts with truths) that the explorer rolls out."""
+
+    name: str = _field("", "taskset name; used in metric names (eval/<name>/...)", level=BEGINNER)
+    storage_type: str = _field("file", "where the tasks live", choices=["file", "queue", "sql"])
+    path: str | None = _field(
+        None,
+        "a dataset directory (as huggingface-cli/modelscope download leave it), a .jsonl/.json/.parquet file, or a dataset name in the offline HF cache",
+        level=BEGINNER,
+    )
+    subset_name: str | None = _field(
+        None, "dataset subset/config (a subdirectory, e.g. main)", level=BEGINNER
+    )
+    split: str = _field(
+        "train", "split: file name prefix such as train-00000-of-00001.parquet", level=BEGINNER
+    )
+    format: FormatConfig = _field(help="column mapping", factory=FormatConfig)
+    rollout_args: GenerationConfig = _field(help="sampling settings", factory=GenerationConfig)
+    repeat_times: int | None = _field(
+        None,
+        "eval tasksets: rollouts per task (derived: 1); training tasksets use algorithm.repeat_times",
+    )
+    default_workflow_type: str | None = _field(
+        None,
+        "workflow of the tasks (derived: explorer_input.default_workflow_type, else math_workflow)",
+        level=BEGINNER,
+    )
+    default_reward_fn_type: str | None = _field(
+        None,
+        "reward function (derived: explorer_input.default_reward_fn_type, else the workflow's)",
+    )
+    workflow_args: dict[str, Any] = _field(
+        help="free-form arguments for the workflow", factory=dict
+    )
+    reward_fn_args: dict[str, Any] = _field(
+        help="free-form arguments for the reward function", factory=dict
+    )
+    data_selector: DataSelectorConfig = _field(help="task order", factory=DataSelectorConfig)
+    enable_progress_bar: bool = _field(False, "show a progress bar while reading the dataset")
+    index: int = _field(0, "start offset (tasks to skip); resume sets it from the checkpoint")
+
+
+@dataclass
+class ExperienceBufferConfig:
+    """Where experiences go between explorer and trainer (or, in train mode, a dataset to train on)."""
+
+    name: str = _field("experience_buffer", "buffer name")
+    storage_type: str | None = _field(
+        None,
+        "queue (in-cluster, mirrored to path), file or sql (derived: file in train mode and for sft/dpo, else queue)",
+        choices=["queue", "file", "sql"],
+    )
+    path: str | None = _field(
+        None,
+        "queue mirror (sqlite:///x.db or .jsonl) / dataset path in train mode / database url for sql",
+        level=BEGINNER,
+    )
+    subset_name: str | None = _field(None, "dataset subset (file storage)")
+    split: str = _field("train", "dataset split (file storage)")
+    format: FormatConfig = _field(
+        help="column mapping of a dataset read in train mode", factory=FormatConfig
+    )
+    capacity: int = _field(10000, "queue capacity in experiences")
+    max_read_timeout: float = _field(1800.0, "seconds the trainer waits for a batch before failing")
+    enable_progress_bar: bool = _field(False, "show a progress bar while reading the dataset")
+    index: int = _field(0, "start offset of a dataset read in train mode")
+
+
+@dataclass
+class ExplorerInput:
+    taskset: TasksetConfig | None = _field(
+        None, "the training taskset (or use tasksets)", level=BEGINNER
+    )
+    tasksets: list[TasksetConfig] = _field(
+        help="several training tasksets, read one after another (instead of taskset)", factory=list
+    )
+    eval_tasksets: list[TasksetConfig] = _field(
+        help="tasksets evaluated every explorer.eval_interval steps", factory=list, level=BEGINNER
+    )
+    default_workflow_type: str | None = _field(
+        None, "workflow for tasksets that name none (derived: math_workflow)", level=BEGINNER
+    )
+    default_eval_workflow_type: str | None = _field(
+        None, "workflow for eval tasksets that name none (derived: default_workflow_type)"
+    )
+    default_reward_fn_type: str | None = _field(None, "reward function for tasksets that name none")
+    system_prompt: str | None = _field(None, "system prompt for tasksets whose format gives none")
+
+    @property
+    def all_tasksets(self) -> list[TasksetConfig]:
+        """Every training taskset: ``taskset`` or the ``tasksets`` list."""
+        return [self.taskset] if self.taskset is not None else list(self.tasksets)
+
+
+@dataclass
+class TrainerInput:
+    experience_buffer: ExperienceBufferConfig | None = _field(
+        None,
+        "trainer input (derived in both/colocate: a queue named experience_buffer)",
+        level=BEGINNER,
+    )
+
+
+@dataclass
+class BufferConfig:
+    batch_size: int = _field(
+        1, "tasks per explorer step (each rolled out repeat_times times)", level=BEGINNER
+    )
+    train_batch_size: int | None = _field(
+        None,
+        "experiences per trainer step (derived: batch_size x repeat_times; required for sft/dpo and train mode)",
+        level=BEGINNER,
+    )
+    total_epochs: int = _field(1, "passes over the training taskset", level=BEGINNER)
+    total_steps: int | None = _field(
+        None, "stop after this many steps (overrides total_epochs)", level=BEGINNER
+    )
+    explorer_input: ExplorerInput = _field(help="tasksets", factory=ExplorerInput)
+    trainer_input: TrainerInput = _field(help="experience buffer", factory=TrainerInput)
+
+
+# ---------------------------------------------------------------- algorithm
+
+
+@dataclass
+class OptimizerConfig:
+    lr: float = _field(1e-6, "learning rate", level=BEGINNER)
+    lr_warmup_steps: int = _field(-1, "linear warmup steps (-1: use lr_warmup_steps_ratio)")
+    lr_warmup_steps_ratio: float = _field(0.0, "warmup as a fraction of total steps")
+    lr_scheduler_type: str = _field(
+        "constant", "learning-rate schedule after warmup", choices=["constant", "cosine", "linear"]
+    )
+    min_lr_ratio: float = _field(0.0, "final lr / lr for cosine and linear schedules")
+    optimizer_type: str = _field(
+        "adamw", "optimizer", choices=["adamw", "adam", "sgd"], aliases={"AdamW": "adamw"}
+    )
+    betas: list[float] = _field(help="Adam betas", factory=lambda: [0.9, 0.999])
+    weight_decay: float = _field(0.01, "weight decay")
+    clip_grad: float = _field(1.0, "gradient norm clip (trainer.grad_clip overrides it when set)")
+
+
+@dataclass
+class AlgorithmConfig:
+    algorithm_type: str = _field(
+        "grpo",
+        "algorithm preset; it picks the functions below when they are unset",
+        choices=ALGORITHM_TYPES,
+        level=BEGINNER,
+    )
+    repeat_times: int | None = _field(
+        None,
+        f"rollouts per task (the group size); derived: {DEFAULT_GROUP_SIZE} for grpo/rloo, else 1",
+        level=BEGINNER,
+    )
+    optimizer: OptimizerConfig = _field(help="optimizer and LR schedule", factory=OptimizerConfig)
+    sample_strategy: str | None = _field(
+        None, "how the trainer samples experiences (None: in order)"
+    )
+    advantage_fn: str | None = _field(
+        None, "advantage function (derived from algorithm_type: grpo, rloo, reinforceplusplus, ppo)"
+    )
+    advantage_fn_args: dict[str, Any] = _field(
+        help="free-form: std_threshold, std_cal_level (grpo); gamma, lam (ppo)", factory=dict
+    )
+    policy_loss_fn: str | None = _field(
+        None, "policy loss (derived from algorithm_type: ppo, sft, dpo)"
+    )
+    policy_loss_fn_args: dict[str, Any] = _field(
+        help="free-form: clip_range, clip_range_low, clip_range_high, clip_ratio_c (ppo); beta (dpo)",
+        factory=dict,
+    )
+    kl_loss_fn: str | None = _field(
+        None,
+        "KL(policy, reference) added to the loss (derived: k2 for grpo, none for sft)",
+        choices=KL_FNS,
+    )
+    kl_loss_fn_args: dict[str, Any] = _field(help="free-form: kl_coef", factory=dict)
+    kl_penalty_fn: str | None = _field(
+        None, "KL subtracted from the reward (derived: none)", choices=KL_FNS
+    )
+    kl_penalty_fn_args: dict[str, Any] = _field(help="free-form: kl_coef", factory=dict)
+    entropy_loss_fn: str | None = _field(None, "entropy term (derived: default)")
+    entropy_loss_fn_args: dict[str, Any] = _field(help="free-form: entropy_coef", factory=dict)
+    loss_agg_mode: str = _field(
+        "token-mean", "how token losses are averaged", choices=LOSS_AGG_MODES
+    )
+
+
+# ---------------------------------------------------------------- model, cluster
+
+
+@dataclass
+class ModelConfig:
+    model_path: str = _field(
+        "",
+        "Hugging Face model directory or hub name in the offline cache (required)",
+        level=BEGINNER,
+    )
+    critic_model_path: str = _field("", "critic model for ppo (empty: model_path)")
+    max_model_len: int | None = _field(
+        None,
+        "prompt + response tokens (any two of the three lengths determine the third)",
+        level=BEGINNER,
+    )
+    max_prompt_tokens: int | None = _field(
+        None, "longest prompt; longer prompts are truncated", level=BEGINNER
+    )
+    max_response_tokens: int | None = _field(None, "longest response", level=BEGINNER)
+    temperature: float = _field(1.0, "rollout sampling temperature", level=BEGINNER)
+    top_p: float = _field(1.0, "rollout nucleus sampling")
+    top_k: int = _field(-1, "rollout top-k sampling (-1: off)")
+    logprobs: int = _field(0, "top log-probs returned per token besides the sampled one")
+    custom_chat_template: str | None = _field(None, "Jinja chat template replacing the tokenizer's")
+    chat_template_path: str | None = _field(
+        None, "file holding a chat template (overrides custom_chat_template)"
+    )
+    enable_thinking: bool | None = _field(None, "thinking switch passed to the chat template")
+    trust_remote_code: bool = _field(False, "allow model code from the model directory")
+    dtype: str = _field(
+        "auto",
+        "trainer weights dtype (auto: bfloat16 on GPU, float32 on CPU)",
+        choices=["auto", "bfloat16", "float16", "float32"],
+        aliases={"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"},
+    )
+
+
+@dataclass
+class ClusterConfig:
+    node_num: int = _field(1, "nodes of this job", level=BEGINNER)
+    gpu_per_node: int = _field(0, "GPUs per node of this job (0: CPU only)", level=BEGINNER)
+    ray_address: str | None = _field(
+        None,
+        "Ray cluster to join (None: $RAY_ADDRESS, else start a local Ray; 'auto': an existing local cluster)",
+    )
+
+
+# ---------------------------------------------------------------- explorer, synchronizer, trainer, monitor
+
+
+@dataclass
+class RolloutModelConfig:
+    engine_type: str = _field(
+        "auto",
+        "rollout engine: hf (transformers, CPU or GPU), vllm (GPU); auto = vllm when vLLM is installed and cluster.gpu_per_node > 0, else hf",
+        choices=["auto", "hf", "vllm"],
+        aliases={"transformers": "hf", "vllm_async": "vllm"},
+        level=BEGINNER,
+    )
+    engine_num: int = _field(1, "rollout engines", level=BEGINNER)
+    tensor_parallel_size: int = _field(1, "GPUs per rollout engine")
+    gpu_memory_utilization: float = _field(0.9, "vLLM GPU memory fraction")
+    enforce_eager: bool = _field(False, "vLLM: disable CUDA graphs")
+    enable_prefix_caching: bool = _field(True, "vLLM prefix caching")
+    enable_chunked_prefill: bool = _field(True, "vLLM chunked prefill")
+    use_v1: bool = _field(True, "accepted for Trinity compatibility (vLLM's v1 engine is used)")
+    dtype: str = _field(
+        "auto",
+        "rollout weights dtype (auto: bfloat16 on GPU, float32 on CPU)",
+        choices=["auto", "bfloat16", "float16", "float32"],
+        aliases={"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"},
+    )
+    seed: int = _field(42, "sampling seed")
+    extra_engine_args: dict[str, Any] = _field(
+        help="free-form engine keyword arguments", factory=dict
+    )
+
+
+@dataclass
+class ExplorerConfig:
+    name: str = _field("explorer", "actor name")
+    runner_per_model: int = _field(8, "concurrent workflow runners per rollout engine")
+    max_timeout: int = _field(1800, "seconds a task may run before it is retried")
+    max_retry_times: int = _field(2, "retries of a failed task")
+    eval_interval: int = _field(100, "evaluate every N explorer steps", level=BEGINNER)
+    eval_on_startup: bool = _field(True, "evaluate at step 0", level=BEGINNER)
+    bench_on_latest_checkpoint: bool = _field(False, "bench mode: only the latest checkpoint")
+    rollout_model: RolloutModelConfig = _field(help="rollout engines", factory=RolloutModelConfig)
+
+
+@dataclass
+class SynchronizerConfig:
+    sync_method: str | None = _field(
+        None,
+        "how weights reach the explorer (derived: nccl in both, memory in colocate, else checkpoint)",
+        choices=["nccl", "checkpoint", "memory"],
+        aliases={"online": "nccl", "offline": "checkpoint"},
+        level=BEGINNER,
+    )
+    sync_style: str = _field(
+        "fixed",
+        "fixed: every sync_interval steps; explorer_driven/trainer_driven: when that side asks",
+        choices=["fixed", "explorer_driven", "trainer_driven"],
+        aliases={"dynamic_by_explorer": "explorer_driven", "dynamic_by_trainer": "trainer_driven"},
+    )
+    sync_interval: int = _field(1, "sync every N steps (1: on-policy)", level=BEGINNER)
+    sync_offset: int = _field(0, "explorer steps run before the first sync")
+    sync_timeout: int = _field(3600, "seconds to wait for a sync")
+
+
+@dataclass
+class TrainerConfig:
+    name: str = _field("trainer", "actor name")
+    trainer_strategy: str = _field(
+        "fsdp2", "sharding of the trainer on GPUs", choices=["fsdp", "fsdp2", "megatron"]
+    )
+    save_interval: int = _field(
+        0, "checkpoint every N trainer steps (0: only at the end)", level=BEGINNER
+    )
+    save_hf_checkpoint: str = _field(
+        "last",
+        "write actor/huggingface weights",
+        choices=["last", "always", "never"],
+        level=BEGINNER,
+    )
+    grad_clip: float | None = _field(
+        None, "gradient norm clip (derived: algorithm.optimizer.clip_grad)"
+    )
+    max_checkpoints_to_keep: int = _field(0, "older global_step_* dirs are deleted (0: keep all)")
+    max_token_len_per_gpu: int | None = _field(
+        None, "tokens per micro-batch per GPU (derived: 2 x model.max_model_len)"
+    )
+    micro_batch_size_per_gpu: int | None = _field(
+        None, "sequences per micro-batch (None: split by max_token_len_per_gpu)"
+    )
+    gradient_checkpointing: bool = _field(False, "recompute activations to save memory")
+    total_steps: int | None = _field(
+        None, "stop training after this trainer step (None: end of data)"
+    )
+    trainer_config: dict[str, Any] = _field(help="free-form backend overrides", factory=dict)
+
+
+@dataclass
+class MonitorConfig:
+    monitor_type: str = _field(
+        "tensorboard",
+        "metrics sink besides the JSONL file (wandb/mlflow when installed)",
+        choices=["tensorboard", "wandb", "mlflow", "none"],
+    )
+    monitor_args: dict[str, Any] = _field(help="free-form arguments for the sink", factory=dict)
+    detailed_stats: bool = _field(False, "also log std of eval metrics")
+
+
+# ---------------------------------------------------------------- stages and the root
+
+
+@dataclass
+class StageConfig:
+    """One stage of a multi-stage run: a section given here replaces the global one."""
+
+    stage_name: str = _field(
+        "", "stage name; the stage's job dir is <name>/<stage_name>", level=BEGINNER
+    )
+    mode: str | None = _field(
+        None, "mode of this stage (None: the global mode)", choices=MODES, level=BEGINNER
+    )
+    algorithm: AlgorithmConfig | None = _field(None, "replaces the global algorithm section")
+    buffer: BufferConfig | None = _field(None, "replaces the global buffer section")
+    explorer: ExplorerConfig | None = _field(None, "replaces the global explorer section")
+    synchronizer: SynchronizerConfig | None = _field(
+        None, "replaces the global synchronizer section"
+    )
+    trainer: TrainerConfig | None = _field(None, "replaces the global trainer section")
+
+
+@dataclass
+class Config:
+    mode: str = _field(
+        "both",
+        "both: explorer and trainer in turn; explore/train: one side; bench: evaluate checkpoints; serve: rollout server; colocate: both on one GPU",
+        choices=MODES,
+        level=BEGINNER,
+    )
+    project: str = _field(
+        "Trinity-RFT", "project name (a directory level of the job dir)", level=BEGINNER
+    )
+    group: str = _field("", "optional group (a directory level between project and name when set)")
+    name: str = _field("rft", "experiment name (the job dir's last level)", level=BEGINNER)
+    checkpoint_root_dir: str = _field(
+        "./checkpoints", "root of job dirs: <root>/<project>/<name>", level=BEGINNER
+    )
+    continue_from_checkpoint: bool = _field(
+        True, "resume from the latest checkpoint in the job dir", level=BEGINNER
+    )
+    stage_name: str | None = _field(None, "set by resolve_stages on each stage's config")
+    algorithm: AlgorithmConfig = _field(help="algorithm", factory=AlgorithmConfig)
+    model: ModelConfig = _field(help="model", factory=ModelConfig)
+    cluster: ClusterConfig = _field(help="cluster", factory=ClusterConfig)
+    buffer: BufferConfig = _field(help="data", factory=BufferConfig)
+    explorer: ExplorerConfig = _field(help="explorer", factory=ExplorerConfig)
+    synchronizer: SynchronizerConfig = _field(help="synchronizer", factory=SynchronizerConfig)
+    trainer: TrainerConfig = _field(help="trainer", factory=TrainerConfig)
+    monitor: MonitorConfig = _field(help="monitor", factory=MonitorConfig)
+    stages: list[StageConfig] = _field(
+        help="stages run in order (e.g. sft_warmup then rft); empty: one stage", factory=list
+    )
+
+    @property
+    def job_dir(self) -> Path:
+        """``checkpoint_root_dir/project[/group]/name[/stage_name]`` (the seed's layout)."""
+        parts = [self.project, self.group, self.name, self.stage_name or ""]
+        return Path(self.checkpoint_root_dir).joinpath(*[p for p in parts if p])
+
+    @property
+    def tasksets(self) -> list[TasksetConfig]:
+        """Every training taskset (``taskset`` or ``tasksets``)."""
+        return self.buffer.explorer_input.all_tasksets
+
+
+def job_dir(cfg: Config) -> Path:
+    return cfg.job_dir

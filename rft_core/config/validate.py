@@ -1,0 +1,458 @@
+"""Cross-field rules and derived values.
+
+``validate(cfg)`` fills every field whose schema default is ``None`` and whose help says
+"derived", and rejects combinations that cannot run, each with a ConfigError naming the YAML
+path. Decisions (where Trinity is silent or where TRINITY_COMPAT.md asks for a fix):
+
+- ``algorithm.repeat_times`` unset for a group algorithm (grpo, rloo) -> 8, Trinity's example
+  value; written as 1 -> error (a group of one has no baseline; GRPO would train on raw rewards).
+- ``synchronizer.sync_method`` unset -> nccl in ``both``, memory in ``colocate``, checkpoint
+  otherwise; a written value that cannot work in the mode is an error, never silently changed.
+- Lengths: any two of ``max_model_len``, ``max_prompt_tokens``, ``max_response_tokens``
+  determine the third; only ``max_model_len`` -> split in halves; only one of prompt/response ->
+  the other is 1024; none -> 1024 + 1024 = 2048.
+- ``explorer.rollout_model.engine_type: auto`` -> vllm when vLLM is installed and the job has
+  GPUs (``cluster.gpu_per_node > 0``), else hf. Decided from the config, not from the machine
+  that loads it, so a CPU head node launching a GPU job decides the same way.
+- With ``stages``, each stage is validated as a full config (``resolve_stages``); the global
+  sections only serve as what stages inherit.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import logging
+from pathlib import PurePosixPath
+
+from rft_core.config.schema import (
+    DEFAULT_GROUP_SIZE,
+    GROUP_ALGORITHMS,
+    Config,
+    ExperienceBufferConfig,
+    TasksetConfig,
+)
+from rft_core.config.stages import stage_config
+from rft_core.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WORKFLOW = "math_workflow"
+DEFAULT_HALF_LEN = 1024
+SUPERVISED = {"sft", "dpo"}
+
+
+def validate(cfg: Config) -> Config:
+    """Check ``cfg`` and fill its derived values in place; returns it."""
+    if "_written" not in cfg.__dict__:
+        cfg._written = copy.deepcopy(cfg)
+    if cfg.stages:
+        _check_stage_list(cfg)
+        for i in range(len(cfg.stages)):
+            validate_stage(cfg, i)
+        return cfg
+    _derive(cfg)
+    return cfg
+
+
+def validate_stage(cfg: Config, index: int) -> Config:
+    """The validated full Config of stage ``index`` (see ``rft_core.config.stages``)."""
+    stage = cfg.stages[index]
+    out = stage_config(cfg, stage)
+    if index < len(cfg.stages) - 1 and out.trainer.save_hf_checkpoint == "never":
+        # the next stage starts from this stage's huggingface weights
+        log.warning(
+            "stage %r: trainer.save_hf_checkpoint never -> last (the next stage needs it)",
+            stage.stage_name,
+        )
+        out.trainer.save_hf_checkpoint = "last"
+    if stage.synchronizer is None and stage.mode is not None and stage.mode != cfg.mode:
+        # the global sync_method was written for the global mode; the stage's mode decides its own
+        out.synchronizer.sync_method = None
+    out._written = copy.deepcopy(out)
+    try:
+        _derive(out)
+    except ConfigError as err:
+        head = err.path.split(".")[0].split("[")[0]
+        given = head == "mode" and stage.mode is not None or getattr(stage, head, None) is not None
+        path = f"stages[{index}].{err.path}" if given else err.path
+        note = "" if given else f" (inherited by stage {stage.stage_name!r})"
+        raise ConfigError(path, err.message + note, value=err.value, allowed=err.allowed) from err
+    return out
+
+
+def _check_stage_list(cfg: Config) -> None:
+    seen: dict[str, int] = {}
+    for i, stage in enumerate(cfg.stages):
+        path = f"stages[{i}].stage_name"
+        name = stage.stage_name.strip()
+        if not name:
+            raise ConfigError(path, "every stage needs a stage_name (it names the stage's job dir)")
+        if "/" in name or name in (".", ".."):
+            raise ConfigError(
+                path,
+                f"{name!r} cannot be a directory name; use letters, digits, _ or -",
+                value=name,
+            )
+        if name in seen:
+            raise ConfigError(
+                path,
+                f"duplicate stage_name {name!r} (also stages[{seen[name]}]); stage names must be unique",
+                value=name,
+            )
+        seen[name] = i
+
+
+# ---------------------------------------------------------------- one full config
+
+
+def _derive(cfg: Config) -> None:
+    _check_top(cfg)
+    _derive_lengths(cfg)
+    _derive_algorithm(cfg)
+    _derive_buffer(cfg)
+    _check_explorer(cfg)
+    _check_cluster(cfg)
+    _derive_synchronizer(cfg)
+    _derive_trainer(cfg)
+
+
+def _check_top(cfg: Config) -> None:
+    for key in ("project", "name", "checkpoint_root_dir"):
+        if not str(getattr(cfg, key)).strip():
+            raise ConfigError(
+                key, "must not be empty (the job dir is <checkpoint_root_dir>/<project>/<name>)"
+            )
+    if not cfg.model.model_path.strip():
+        raise ConfigError(
+            "model.model_path",
+            "required: a Hugging Face model directory (e.g. made by `trinity init-demo`) or a model name in the offline cache",
+        )
+
+
+def _derive_lengths(cfg: Config) -> None:
+    m = cfg.model
+    for key in ("max_model_len", "max_prompt_tokens", "max_response_tokens"):
+        _at_least(getattr(m, key), f"model.{key}", 1)
+    total, prompt, response = m.max_model_len, m.max_prompt_tokens, m.max_response_tokens
+    if total is not None and prompt is not None and response is not None:
+        if prompt + response > total:
+            raise ConfigError(
+                "model.max_model_len",
+                f"max_prompt_tokens {prompt} + max_response_tokens {response} = {prompt + response} "
+                f"exceeds max_model_len {total}; raise max_model_len or lower one of the two",
+                value=total,
+            )
+        return
+    if total is not None and response is not None:
+        prompt = total - response
+        if prompt < 1:
+            raise ConfigError(
+                "model.max_response_tokens",
+                f"{response} leaves no room for a prompt in max_model_len {total}; lower it below {total}",
+                value=response,
+            )
+    elif total is not None and prompt is not None:
+        response = total - prompt
+        if response < 1:
+            raise ConfigError(
+                "model.max_prompt_tokens",
+                f"{prompt} leaves no room for a response in max_model_len {total}; lower it below {total}",
+                value=prompt,
+            )
+    elif total is not None:
+        response = total // 2
+        prompt = total - response
+        if response < 1:
+            raise ConfigError(
+                "model.max_model_len",
+                f"{total} is too small for a prompt and a response",
+                value=total,
+            )
+    else:
+        prompt = DEFAULT_HALF_LEN if prompt is None else prompt
+        response = DEFAULT_HALF_LEN if response is None else response
+        total = prompt + response
+    m.max_model_len, m.max_prompt_tokens, m.max_response_tokens = total, prompt, response
+
+
+def _derive_algorithm(cfg: Config) -> None:
+    a = cfg.algorithm
+    if a.repeat_times is None:
+        a.repeat_times = DEFAULT_GROUP_SIZE if a.algorithm_type in GROUP_ALGORITHMS else 1
+    _at_least(a.repeat_times, "algorithm.repeat_times", 1)
+    if a.algorithm_type in GROUP_ALGORITHMS and a.repeat_times < 2:
+        raise ConfigError(
+            "algorithm.repeat_times",
+            f"{a.algorithm_type} compares the rollouts of one task, so it needs a group of at least 2 "
+            f"(got {a.repeat_times}); set repeat_times to e.g. {DEFAULT_GROUP_SIZE}",
+            value=a.repeat_times,
+        )
+    o = a.optimizer
+    if o.lr <= 0:
+        raise ConfigError("algorithm.optimizer.lr", f"must be > 0, got {o.lr}", value=o.lr)
+    if len(o.betas) != 2 or not all(0.0 <= b < 1.0 for b in o.betas):
+        raise ConfigError(
+            "algorithm.optimizer.betas",
+            f"must be two numbers in [0, 1), e.g. [0.9, 0.999]; got {o.betas}",
+            value=o.betas,
+        )
+    for key in ("lr_warmup_steps_ratio", "min_lr_ratio"):
+        value = getattr(o, key)
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError(
+                f"algorithm.optimizer.{key}", f"must be in [0, 1], got {value}", value=value
+            )
+    if o.weight_decay < 0:
+        raise ConfigError(
+            "algorithm.optimizer.weight_decay",
+            f"must be >= 0, got {o.weight_decay}",
+            value=o.weight_decay,
+        )
+    if cfg.trainer.grad_clip is not None:
+        o.clip_grad = cfg.trainer.grad_clip
+    if o.clip_grad <= 0:
+        path = (
+            "trainer.grad_clip"
+            if cfg.trainer.grad_clip is not None
+            else "algorithm.optimizer.clip_grad"
+        )
+        raise ConfigError(path, f"must be > 0, got {o.clip_grad}", value=o.clip_grad)
+    cfg.trainer.grad_clip = o.clip_grad
+
+
+def _derive_buffer(cfg: Config) -> None:
+    b, a = cfg.buffer, cfg.algorithm
+    _at_least(b.batch_size, "buffer.batch_size", 1)
+    _at_least(b.total_epochs, "buffer.total_epochs", 1)
+    _at_least(b.total_steps, "buffer.total_steps", 1)
+    supervised = a.algorithm_type in SUPERVISED
+    if b.train_batch_size is None:
+        if supervised or cfg.mode == "train":
+            why = f"algorithm_type {a.algorithm_type}" if supervised else "mode train"
+            raise ConfigError(
+                "buffer.train_batch_size",
+                f"required with {why}: the number of examples per trainer step (there are no rollouts to count)",
+            )
+        b.train_batch_size = b.batch_size * a.repeat_times
+    _at_least(b.train_batch_size, "buffer.train_batch_size", 1)
+
+    ei = b.explorer_input
+    if ei.taskset is not None and ei.tasksets:
+        raise ConfigError(
+            "buffer.explorer_input.taskset",
+            "give either taskset or tasksets, not both (move it into tasksets)",
+        )
+    explores = cfg.mode in ("both", "explore", "colocate") and not supervised
+    if explores and not ei.all_tasksets:
+        raise ConfigError(
+            "buffer.explorer_input.taskset",
+            f"required in mode {cfg.mode}: the tasks the explorer rolls out (name, path, format.prompt_key, ...)",
+        )
+    if cfg.mode == "bench" and not ei.eval_tasksets:
+        raise ConfigError(
+            "buffer.explorer_input.eval_tasksets",
+            "required in mode bench: the tasksets to evaluate",
+        )
+    if ei.taskset is not None:
+        _derive_taskset(cfg, ei.taskset, "buffer.explorer_input.taskset", is_eval=False)
+    for i, ts in enumerate(ei.tasksets):
+        _derive_taskset(cfg, ts, f"buffer.explorer_input.tasksets[{i}]", is_eval=False)
+    names: dict[str, int] = {}
+    for i, ts in enumerate(ei.eval_tasksets):
+        path = f"buffer.explorer_input.eval_tasksets[{i}]"
+        _derive_taskset(cfg, ts, path, is_eval=True)
+        if ts.name in names:
+            raise ConfigError(
+                f"{path}.name",
+                f"duplicate eval taskset name {ts.name!r} (also eval_tasksets[{names[ts.name]}]); metric names eval/<name>/... would collide",
+                value=ts.name,
+            )
+        names[ts.name] = i
+    _derive_experience_buffer(cfg)
+
+
+def _derive_taskset(cfg: Config, ts: TasksetConfig, path: str, *, is_eval: bool) -> None:
+    ei, m = cfg.buffer.explorer_input, cfg.model
+    if ts.storage_type == "file" and not (ts.path or "").strip():
+        raise ConfigError(
+            f"{path}.path",
+            "required: a dataset directory, a .jsonl/.json/.parquet file or a cached dataset name",
+        )
+    if not ts.name.strip():
+        ts.name = PurePosixPath(str(ts.path or "taskset").rstrip("/")).name or "taskset"
+    _at_least(ts.index, f"{path}.index", 0)
+    default_wf = (ei.default_eval_workflow_type if is_eval else None) or ei.default_workflow_type
+    ts.default_workflow_type = ts.default_workflow_type or default_wf or DEFAULT_WORKFLOW
+    ts.default_reward_fn_type = ts.default_reward_fn_type or ei.default_reward_fn_type
+    if ts.format.system_prompt is None:
+        ts.format.system_prompt = ei.system_prompt
+    if is_eval:
+        ts.repeat_times = 1 if ts.repeat_times is None else ts.repeat_times
+        _at_least(ts.repeat_times, f"{path}.repeat_times", 1)
+        n = ts.repeat_times
+    else:
+        n = cfg.algorithm.repeat_times
+        if ts.repeat_times is not None and ts.repeat_times != n:
+            raise ConfigError(
+                f"{path}.repeat_times",
+                f"training tasksets are rolled out algorithm.repeat_times ({n}) times; set it there, not here",
+                value=ts.repeat_times,
+            )
+        ts.repeat_times = n
+    r = ts.rollout_args
+    if r.n is not None and r.n != n:
+        source = f"{path}.repeat_times" if is_eval else "algorithm.repeat_times"
+        raise ConfigError(
+            f"{path}.rollout_args.n", f"is set from {source} ({n}); set it there", value=r.n
+        )
+    r.n = n
+    r.temperature = m.temperature if r.temperature is None else r.temperature
+    r.top_p = m.top_p if r.top_p is None else r.top_p
+    r.top_k = m.top_k if r.top_k is None else r.top_k
+    r.logprobs = m.logprobs if r.logprobs is None else r.logprobs
+    r.max_tokens = m.max_response_tokens if r.max_tokens is None else r.max_tokens
+    if r.temperature < 0:
+        raise ConfigError(
+            f"{path}.rollout_args.temperature",
+            f"must be >= 0, got {r.temperature}",
+            value=r.temperature,
+        )
+    if not 0.0 < r.top_p <= 1.0:
+        raise ConfigError(
+            f"{path}.rollout_args.top_p", f"must be in (0, 1], got {r.top_p}", value=r.top_p
+        )
+    _at_least(r.max_tokens, f"{path}.rollout_args.max_tokens", 1)
+    if r.max_tokens > m.max_response_tokens:
+        raise ConfigError(
+            f"{path}.rollout_args.max_tokens",
+            f"{r.max_tokens} exceeds model.max_response_tokens {m.max_response_tokens}; lower it or raise that",
+            value=r.max_tokens,
+        )
+
+
+def _derive_experience_buffer(cfg: Config) -> None:
+    ti, path = cfg.buffer.trainer_input, "buffer.trainer_input.experience_buffer"
+    reads_dataset = cfg.mode == "train" or cfg.algorithm.algorithm_type in SUPERVISED
+    if ti.experience_buffer is None:
+        if reads_dataset:
+            raise ConfigError(
+                path,
+                "required: the dataset the trainer reads (name, path to a .jsonl/.parquet file or dataset directory)",
+            )
+        ti.experience_buffer = ExperienceBufferConfig()
+    eb = ti.experience_buffer
+    if eb.storage_type is None:
+        eb.storage_type = "file" if reads_dataset else "queue"
+    if reads_dataset and eb.storage_type == "queue":
+        raise ConfigError(
+            f"{path}.storage_type",
+            f"queue has no writer in mode {cfg.mode} with algorithm_type {cfg.algorithm.algorithm_type}; "
+            "use file (a dataset) or sql",
+            value="queue",
+            allowed=["file", "sql"],
+        )
+    if eb.storage_type in ("file", "sql") and not (eb.path or "").strip():
+        raise ConfigError(f"{path}.path", f"required for storage_type {eb.storage_type}")
+    _at_least(eb.capacity, f"{path}.capacity", 1)
+
+
+def _check_explorer(cfg: Config) -> None:
+    e, rm = cfg.explorer, cfg.explorer.rollout_model
+    _at_least(e.eval_interval, "explorer.eval_interval", 1)
+    _at_least(e.runner_per_model, "explorer.runner_per_model", 1)
+    _at_least(e.max_timeout, "explorer.max_timeout", 1)
+    _at_least(e.max_retry_times, "explorer.max_retry_times", 0)
+    _at_least(rm.engine_num, "explorer.rollout_model.engine_num", 1)
+    _at_least(rm.tensor_parallel_size, "explorer.rollout_model.tensor_parallel_size", 1)
+    if not 0.0 < rm.gpu_memory_utilization <= 1.0:
+        raise ConfigError(
+            "explorer.rollout_model.gpu_memory_utilization",
+            f"must be in (0, 1], got {rm.gpu_memory_utilization}",
+            value=rm.gpu_memory_utilization,
+        )
+
+
+def _check_cluster(cfg: Config) -> None:
+    c, rm = cfg.cluster, cfg.explorer.rollout_model
+    _at_least(c.node_num, "cluster.node_num", 1)
+    _at_least(c.gpu_per_node, "cluster.gpu_per_node", 0)
+    total = c.node_num * c.gpu_per_node
+    if rm.engine_type == "auto":
+        rm.engine_type = "vllm" if c.gpu_per_node > 0 and importlib.util.find_spec("vllm") else "hf"
+    if rm.engine_type == "vllm" and total == 0:
+        raise ConfigError(
+            "explorer.rollout_model.engine_type",
+            "vllm runs on GPUs but cluster.gpu_per_node is 0; set cluster.gpu_per_node or use engine_type hf",
+            value="vllm",
+            allowed=["hf", "auto"],
+        )
+    if total == 0 or cfg.mode in ("train",):
+        return
+    if rm.tensor_parallel_size > c.gpu_per_node:
+        raise ConfigError(
+            "explorer.rollout_model.tensor_parallel_size",
+            f"{rm.tensor_parallel_size} GPUs per engine exceed cluster.gpu_per_node {c.gpu_per_node} (an engine lives on one node)",
+            value=rm.tensor_parallel_size,
+        )
+    rollout_gpus = rm.engine_num * rm.tensor_parallel_size
+    shown = (
+        f"explorer.rollout_model.engine_num {rm.engine_num} x tensor_parallel_size {rm.tensor_parallel_size} = "
+        f"{rollout_gpus} GPUs, of cluster.node_num {c.node_num} x gpu_per_node {c.gpu_per_node} = {total}"
+    )
+    if cfg.mode == "both" and rollout_gpus >= total:
+        raise ConfigError(
+            "explorer.rollout_model.engine_num",
+            f"{shown}: no GPU left for the trainer in mode both; use fewer engines, more GPUs, or mode colocate",
+            value=rm.engine_num,
+        )
+    if rollout_gpus > total:
+        raise ConfigError(
+            "explorer.rollout_model.engine_num",
+            f"{shown}: more GPUs than the job has",
+            value=rm.engine_num,
+        )
+
+
+_SYNC_FOR_MODE = {"both": "nccl", "colocate": "memory"}
+
+
+def _derive_synchronizer(cfg: Config) -> None:
+    s = cfg.synchronizer
+    if s.sync_method is None:
+        s.sync_method = _SYNC_FOR_MODE.get(cfg.mode, "checkpoint")
+    if s.sync_method == "nccl" and cfg.mode != "both":
+        raise ConfigError(
+            "synchronizer.sync_method",
+            f"nccl broadcasts between a running explorer and trainer (mode both); mode {cfg.mode} uses "
+            f"{_SYNC_FOR_MODE.get(cfg.mode, 'checkpoint')}",
+            value="nccl",
+            allowed=[_SYNC_FOR_MODE.get(cfg.mode, "checkpoint"), "checkpoint"],
+        )
+    if s.sync_method == "memory" and cfg.mode != "colocate":
+        raise ConfigError(
+            "synchronizer.sync_method",
+            f"memory sync needs explorer and trainer in one process (mode colocate); mode {cfg.mode} uses "
+            f"{_SYNC_FOR_MODE.get(cfg.mode, 'checkpoint')}",
+            value="memory",
+            allowed=[_SYNC_FOR_MODE.get(cfg.mode, "checkpoint"), "checkpoint"],
+        )
+    _at_least(s.sync_interval, "synchronizer.sync_interval", 1)
+    _at_least(s.sync_offset, "synchronizer.sync_offset", 0)
+    _at_least(s.sync_timeout, "synchronizer.sync_timeout", 1)
+
+
+def _derive_trainer(cfg: Config) -> None:
+    t = cfg.trainer
+    _at_least(t.save_interval, "trainer.save_interval", 0)
+    _at_least(t.max_checkpoints_to_keep, "trainer.max_checkpoints_to_keep", 0)
+    _at_least(t.total_steps, "trainer.total_steps", 1)
+    _at_least(t.micro_batch_size_per_gpu, "trainer.micro_batch_size_per_gpu", 1)
+    if t.max_token_len_per_gpu is None:
+        t.max_token_len_per_gpu = 2 * cfg.model.max_model_len
+    _at_least(t.max_token_len_per_gpu, "trainer.max_token_len_per_gpu", cfg.model.max_model_len)
+
+
+def _at_least(value: int | None, path: str, low: int) -> None:
+    if value is not None and value < low:
+        raise ConfigError(path, f"must be >= {low}, got {value}", value=value)
