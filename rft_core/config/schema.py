@@ -19,14 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rft_core.algorithms.presets import PRESETS
+
 BEGINNER = "beginner"
 EXPERT = "expert"
 
 MODES = ["both", "explore", "train", "bench", "serve", "colocate"]
-ALGORITHM_TYPES = ["grpo", "ppo", "rloo", "reinforceplusplus", "sft", "dpo"]
-# Algorithms whose advantage compares the rollouts of one task: a group of one is meaningless.
-GROUP_ALGORITHMS = {"grpo", "rloo"}
-DEFAULT_GROUP_SIZE = 8  # Trinity's GRPO examples use repeat_times: 8
+ALGORITHM_TYPES = list(PRESETS)
 KL_FNS = ["none", "k1", "k2", "k3", "low_var_kl"]
 LOSS_AGG_MODES = [
     "token-mean",
@@ -275,7 +274,8 @@ class AlgorithmConfig:
     )
     repeat_times: int | None = _field(
         None,
-        f"rollouts per task (the group size); derived: {DEFAULT_GROUP_SIZE} for grpo/rloo, else 1",
+        "rollouts per task (the group size); derived from algorithm_type: "
+        + ", ".join(f"{k} {p.repeat_times}" for k, p in PRESETS.items()),
         level=BEGINNER,
     )
     optimizer: OptimizerConfig = _field(help="optimizer and LR schedule", factory=OptimizerConfig)
@@ -283,7 +283,8 @@ class AlgorithmConfig:
         None, "how the trainer samples experiences (None: in order)"
     )
     advantage_fn: str | None = _field(
-        None, "advantage function (derived from algorithm_type: grpo, rloo, reinforceplusplus, ppo)"
+        None,
+        "advantage function: grpo, rloo, reinforceplusplus, ppo/gae (derived from algorithm_type)",
     )
     advantage_fn_args: dict[str, Any] = _field(
         help="free-form: std_threshold, std_cal_level (grpo); gamma, lam (ppo)", factory=dict
@@ -305,10 +306,14 @@ class AlgorithmConfig:
         None, "KL subtracted from the reward (derived: none)", choices=KL_FNS
     )
     kl_penalty_fn_args: dict[str, Any] = _field(help="free-form: kl_coef", factory=dict)
-    entropy_loss_fn: str | None = _field(None, "entropy term (derived: default)")
+    entropy_loss_fn: str | None = _field(
+        None, "entropy term (derived: default)", choices=["default", "none"]
+    )
     entropy_loss_fn_args: dict[str, Any] = _field(help="free-form: entropy_coef", factory=dict)
-    loss_agg_mode: str = _field(
-        "token-mean", "how token losses are averaged", choices=LOSS_AGG_MODES
+    loss_agg_mode: str | None = _field(
+        None,
+        "how token losses are averaged (derived from algorithm_type: token-mean)",
+        choices=LOSS_AGG_MODES,
     )
 
 

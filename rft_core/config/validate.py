@@ -4,8 +4,10 @@
 "derived", and rejects combinations that cannot run, each with a ConfigError naming the YAML
 path. Decisions (where Trinity is silent or where TRINITY_COMPAT.md asks for a fix):
 
-- ``algorithm.repeat_times`` unset for a group algorithm (grpo, rloo) -> 8, Trinity's example
-  value; written as 1 -> error (a group of one has no baseline; GRPO would train on raw rewards).
+- ``algorithm.*`` unset -> the preset of ``algorithm_type`` (``rft_core.algorithms.presets``):
+  repeat_times (grpo 8, Trinity's example value; rloo 4), advantage/policy/KL fns and their args.
+  A group algorithm with ``repeat_times`` written as 1 -> error (a group of one has no baseline;
+  GRPO would train on raw rewards, Trinity's silent failure).
 - ``synchronizer.sync_method`` unset -> nccl in ``both``, memory in ``colocate``, checkpoint
   otherwise; a written value that cannot work in the mode is an error, never silently changed.
 - Lengths: any two of ``max_model_len``, ``max_prompt_tokens``, ``max_response_tokens``
@@ -25,9 +27,8 @@ import importlib.util
 import logging
 from pathlib import PurePosixPath
 
+from rft_core.algorithms.presets import get_preset
 from rft_core.config.schema import (
-    DEFAULT_GROUP_SIZE,
-    GROUP_ALGORITHMS,
     Config,
     ExperienceBufferConfig,
     TasksetConfig,
@@ -39,7 +40,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_WORKFLOW = "math_workflow"
 DEFAULT_HALF_LEN = 1024
-SUPERVISED = {"sft", "dpo"}
 
 
 def validate(cfg: Config) -> Config:
@@ -177,17 +177,34 @@ def _derive_lengths(cfg: Config) -> None:
 
 
 def _derive_algorithm(cfg: Config) -> None:
+    """Fill unset ``algorithm.*`` from the preset of ``algorithm_type`` (rft_core.algorithms.presets)."""
     a = cfg.algorithm
+    p = get_preset(a.algorithm_type)
     if a.repeat_times is None:
-        a.repeat_times = DEFAULT_GROUP_SIZE if a.algorithm_type in GROUP_ALGORITHMS else 1
+        a.repeat_times = p.repeat_times
     _at_least(a.repeat_times, "algorithm.repeat_times", 1)
-    if a.algorithm_type in GROUP_ALGORITHMS and a.repeat_times < 2:
+    if p.group_algorithm and a.repeat_times < 2:
         raise ConfigError(
             "algorithm.repeat_times",
             f"{a.algorithm_type} compares the rollouts of one task, so it needs a group of at least 2 "
-            f"(got {a.repeat_times}); set repeat_times to e.g. {DEFAULT_GROUP_SIZE}",
+            f"(got {a.repeat_times}); set repeat_times to e.g. {p.repeat_times}",
             value=a.repeat_times,
         )
+    if a.advantage_fn is None or a.advantage_fn == p.advantage_fn:
+        a.advantage_fn = p.advantage_fn
+        a.advantage_fn_args = {**p.advantage_fn_args, **a.advantage_fn_args}
+    if a.policy_loss_fn is None or a.policy_loss_fn == p.policy_loss_fn:
+        a.policy_loss_fn = p.policy_loss_fn
+        a.policy_loss_fn_args = {**p.policy_loss_fn_args, **a.policy_loss_fn_args}
+    a.kl_loss_fn = a.kl_loss_fn or p.kl_loss_fn
+    if a.kl_loss_fn != "none":
+        a.kl_loss_fn_args.setdefault("kl_coef", p.kl_coef or 0.001)
+    a.kl_penalty_fn = a.kl_penalty_fn or p.kl_penalty_fn
+    if a.kl_penalty_fn != "none":
+        a.kl_penalty_fn_args.setdefault("kl_coef", p.kl_penalty_coef or 0.001)
+    a.entropy_loss_fn = a.entropy_loss_fn or "default"
+    a.entropy_loss_fn_args.setdefault("entropy_coef", p.entropy_coef)
+    a.loss_agg_mode = a.loss_agg_mode or p.loss_agg_mode
     o = a.optimizer
     if o.lr <= 0:
         raise ConfigError("algorithm.optimizer.lr", f"must be > 0, got {o.lr}", value=o.lr)
@@ -226,7 +243,7 @@ def _derive_buffer(cfg: Config) -> None:
     _at_least(b.batch_size, "buffer.batch_size", 1)
     _at_least(b.total_epochs, "buffer.total_epochs", 1)
     _at_least(b.total_steps, "buffer.total_steps", 1)
-    supervised = a.algorithm_type in SUPERVISED
+    supervised = not get_preset(a.algorithm_type).use_rollout
     if b.train_batch_size is None:
         if supervised or cfg.mode == "train":
             why = f"algorithm_type {a.algorithm_type}" if supervised else "mode train"
@@ -333,7 +350,7 @@ def _derive_taskset(cfg: Config, ts: TasksetConfig, path: str, *, is_eval: bool)
 
 def _derive_experience_buffer(cfg: Config) -> None:
     ti, path = cfg.buffer.trainer_input, "buffer.trainer_input.experience_buffer"
-    reads_dataset = cfg.mode == "train" or cfg.algorithm.algorithm_type in SUPERVISED
+    reads_dataset = cfg.mode == "train" or not get_preset(cfg.algorithm.algorithm_type).use_rollout
     if ti.experience_buffer is None:
         if reads_dataset:
             raise ConfigError(
