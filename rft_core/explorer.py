@@ -1,0 +1,319 @@
+"""The explorer: turns tasks into experiences with the current policy.
+
+One explorer step reads ``buffer.batch_size`` tasks, runs their workflows in one batched engine
+call (``repeat_times`` samples per task), computes group advantages with the algorithm's
+advantage fn (Trinity's experience pipeline), and puts the experiences into the trainer's
+buffer. At the steps ``rft_core.sync.schedule`` names it loads new weights; every
+``eval_interval`` steps (and at step 0 with ``eval_on_startup``) it evaluates on every eval
+taskset. ``explorer_meta.json`` in the job dir records the step, the taskset offset and the model
+version so a rerun resumes where it stopped.
+
+``Explorer`` is a plain class: the launcher runs it as a Ray actor (``ray.remote(Explorer)``),
+and ``colocate`` mode drives it in the same process as the trainer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rft_core.buffer.experience import Experience
+from rft_core.data.task import Task
+from rft_core.sync.schedule import explorer_syncs_after, trainer_version_for_explorer_sync
+
+EXPLORER_META = "explorer_meta.json"
+
+log = logging.getLogger("rft_core.explorer")
+
+
+def read_explorer_meta(job_dir: Path) -> dict[str, Any] | None:
+    path = Path(job_dir) / EXPLORER_META
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp.replace(path)
+
+
+def group_reward_stats(experiences: list[Experience]) -> dict[str, float]:
+    """``experience_pipeline/group_advantages/...``: per-group reward mean and std, averaged."""
+    groups: dict[str, list[float]] = defaultdict(list)
+    for exp in experiences:
+        groups[exp.group_id].append(exp.reward)
+    if not groups:
+        return {}
+    means = [statistics.fmean(r) for r in groups.values()]
+    stds = [statistics.stdev(r) if len(r) > 1 else 0.0 for r in groups.values()]
+    prefix = "experience_pipeline/group_advantages"
+    return {
+        f"{prefix}/reward_mean/mean": statistics.fmean(means),
+        f"{prefix}/reward_std/mean": statistics.fmean(stds),
+        f"{prefix}/zero_std_group_ratio": sum(s == 0.0 for s in stds) / len(stds),
+    }
+
+
+def apply_group_advantages(
+    experiences: list[Experience], advantage_fn: Any, advantage_fn_args: dict[str, Any]
+) -> list[Experience]:
+    """Fill ``Experience.advantage`` from a group-level advantage fn and drop the experiences
+    whose group it filters out (e.g. GRPO's ``std_threshold``)."""
+    if not experiences:
+        return experiences
+    rewards = torch.tensor([e.reward for e in experiences], dtype=torch.float32)
+    advantages, keep = advantage_fn.group(
+        rewards, [e.group_id for e in experiences], **advantage_fn_args
+    )
+    kept = []
+    for exp, adv, k in zip(experiences, advantages.tolist(), keep.tolist(), strict=True):
+        if k:
+            exp.advantage = float(adv)
+            kept.append(exp)
+    return kept
+
+
+class Explorer:
+    """Rollouts, advantages and evaluation for one job (stage)."""
+
+    def __init__(self, cfg: Any, synchronizer: Any = None, role: str = "explorer"):
+        from rft_core.launcher import setup_actor_logging  # one log file per actor
+
+        self.cfg = cfg
+        self.role = role
+        self.job_dir = Path(cfg.job_dir)
+        self.monitor = setup_actor_logging(cfg, role)
+        self.synchronizer = synchronizer
+        self.step = 0
+        self.model_versions: list[tuple[int, int]] = []  # (explorer step, model version)
+        self.eval_results: dict[int, dict[str, float]] = {}
+        self._progress = {"step": 0, "total": None}
+        self._engine = None
+        self._reader = None
+        self._buffer = None
+        self._receiver = None
+
+    # -- setup -------------------------------------------------------------------------------
+
+    def _build(self, start_step: int, start_version: int, weights_from: str | None) -> None:
+        from rft_core.buffer import build_buffer
+        from rft_core.data import TasksetReader, load_taskset
+        from rft_core.rollout import build_engine
+        from rft_core.sync.synchronizer import WeightReceiver
+
+        cfg = self.cfg
+        rm = cfg.explorer.rollout_model
+        device = "cuda" if cfg.cluster.gpu_per_node > 0 and torch.cuda.is_available() else "cpu"
+        self._engine = build_engine(
+            rm.engine_type,
+            cfg.model.model_path,
+            dtype=rm.dtype,
+            device=device,
+            seed=rm.seed,
+            max_model_len=cfg.model.max_model_len,
+        )
+        if weights_from is not None:
+            from rft_core.trainer.checkpoint import load_state_dict
+
+            self._engine.load_weights(load_state_dict(Path(weights_from)), start_version)
+        self._engine.model_version = start_version
+        buf = cfg.buffer
+        taskset_cfg = buf.explorer_input.taskset or buf.explorer_input.tasksets[0]
+        self._taskset_cfg = taskset_cfg
+        self._reader = TasksetReader(
+            load_taskset(taskset_cfg, is_eval=False),
+            batch_size=buf.batch_size,
+            total_epochs=buf.total_epochs,
+            total_steps=buf.total_steps,
+            start_index=start_step * buf.batch_size,
+        )
+        if cfg.mode != "bench":
+            eb = buf.trainer_input.experience_buffer
+            self._buffer = build_buffer(
+                eb.storage_type, name=eb.name, path=eb.path, job_dir=self.job_dir, role="writer"
+            )
+        if self.synchronizer is not None:
+            self._receiver = WeightReceiver(
+                self.synchronizer,
+                cfg.synchronizer.sync_method,
+                str(self.job_dir),
+                cfg.synchronizer.sync_timeout,
+                device,
+            )
+        self.step = start_step
+
+    # -- one step ----------------------------------------------------------------------------
+
+    def _run_workflows(self, tasks: list[Task], repeat_times: int) -> list[Experience]:
+        from rft_core import workflows
+
+        by_workflow: dict[str, list[Task]] = defaultdict(list)
+        for task in tasks:
+            by_workflow[task.workflow].append(task)
+        experiences: list[Experience] = []
+        for name, group in by_workflow.items():
+            workflow = workflows.get(name)(group[0].workflow_args)
+            experiences.extend(workflow.run_batch(group, self._engine, repeat_times))
+        return experiences
+
+    def explore_step(self, tasks: list[Task]) -> dict[str, float]:
+        from rft_core import workflows
+        from rft_core.algorithms.advantages import get_advantage_fn
+
+        algo = self.cfg.algorithm
+        step = self.step + 1
+        version = self._engine.model_version
+        start = time.perf_counter()
+        experiences = self._run_workflows(tasks, algo.repeat_times)
+        for exp in experiences:
+            exp.group_id = f"{step}/{exp.group_id}"  # unique across steps
+            exp.explorer_step = step
+            exp.model_version = version
+        metrics = dict(workflows.rollout_metrics(experiences))
+        metrics.update(group_reward_stats(experiences))
+        if algo.advantage_fn:
+            fn = get_advantage_fn(algo.advantage_fn)
+            if fn.level == "group":
+                experiences = apply_group_advantages(experiences, fn, dict(algo.advantage_fn_args))
+        metrics["experience_pipeline/experience_count"] = float(len(experiences))
+        if self._buffer is not None:
+            self._buffer.put(experiences)
+        metrics["time/explore_step"] = time.perf_counter() - start
+        metrics["explorer/model_version"] = float(version)
+        self.step = step
+        self.model_versions.append((step, version))
+        self.monitor.log(metrics, step)
+        return metrics
+
+    def sync_weights(self, version: int, final: bool = False) -> int:
+        """Load the trainer's weights of ``version`` (blocking until published)."""
+        start = time.perf_counter()
+        got, state_dict = self._receiver.receive(version, final=final)
+        if state_dict is not None and got != self._engine.model_version:
+            self._engine.load_weights(state_dict, got)
+            self._engine.model_version = got
+        elapsed = time.perf_counter() - start
+        log.info("explorer step %d: loaded weights version %d in %.2fs", self.step, got, elapsed)
+        self.monitor.log({"time/sync_weight": elapsed}, self.step)
+        return got
+
+    # -- evaluation --------------------------------------------------------------------------
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        from rft_core import workflows
+        from rft_core.data import TasksetReader, load_taskset
+
+        start = time.perf_counter()
+        metrics: dict[str, float] = {}
+        for ts_cfg in self.cfg.buffer.explorer_input.eval_tasksets:
+            taskset = load_taskset(ts_cfg, is_eval=True)
+            tasks = (
+                TasksetReader(
+                    taskset, batch_size=len(taskset), total_epochs=1, total_steps=None
+                ).next_batch()
+                or []
+            )
+            k = (ts_cfg.rollout_args.n or 1) if ts_cfg.rollout_args else 1
+            experiences = self._run_workflows(tasks, k)
+            metrics.update(workflows.eval_metrics(experiences, ts_cfg.name, k))
+        if metrics:
+            metrics["time/eval"] = time.perf_counter() - start
+            self.monitor.log(metrics, step)
+            self.eval_results[step] = metrics
+            log.info(
+                "eval at step %d (model version %d): %s", step, self._engine.model_version, metrics
+            )
+        return metrics
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def _save_meta(self) -> None:
+        write_json_atomic(
+            self.job_dir / EXPLORER_META,
+            {
+                "latest_iteration": self.step,
+                "taskset_offset": self._reader.state(),
+                "model_version": self._engine.model_version,
+            },
+        )
+
+    def progress(self) -> dict[str, Any]:
+        return dict(self._progress)
+
+    def run(
+        self, start_step: int = 0, start_version: int = 0, weights_from: str | None = None
+    ) -> dict[str, Any]:
+        """Explore until the taskset or ``buffer.total_steps`` ends. Returns a summary with the
+        model version each step used and the eval results."""
+        try:
+            self.monitor.status("running", f"{self.role} started at step {start_step}")
+            self._build(start_step, start_version, weights_from)
+            self._progress["total"] = self.cfg.buffer.total_steps
+            cfg = self.cfg
+            sync = cfg.synchronizer
+            eval_interval = cfg.explorer.eval_interval
+            if (
+                cfg.buffer.explorer_input.eval_tasksets
+                and cfg.explorer.eval_on_startup
+                and self.step == 0
+            ):
+                self.evaluate(0)
+            pending_sync = False
+            while True:
+                total = cfg.buffer.total_steps
+                tasks = (
+                    None if total is not None and self.step >= total else self._reader.next_batch()
+                )
+                if not tasks:
+                    break
+                if pending_sync:
+                    target = trainer_version_for_explorer_sync(self.step, sync.sync_offset)
+                    self.sync_weights(target)
+                self.explore_step(tasks)
+                self._progress["step"] = self.step
+                pending_sync = self._receiver is not None and explorer_syncs_after(
+                    self.step, sync.sync_interval, sync.sync_offset
+                )
+                if eval_interval and self.step % eval_interval == 0:
+                    self.evaluate(self.step)
+                self._save_meta()
+            self._finish()
+            return self.summary()
+        except BaseException as err:
+            self.monitor.status("failed", f"{self.role}: {err}")
+            log.exception("%s failed", self.role)
+            if self._buffer is not None:
+                self._buffer.close()
+            raise
+
+    def _finish(self) -> None:
+        if self._buffer is not None:
+            self._buffer.close()  # end of data: the trainer drains what is left
+        if self._receiver is not None:
+            import ray
+
+            ray.get(self.synchronizer.explorer_finished.remote())
+            if self.cfg.buffer.explorer_input.eval_tasksets:
+                # closing eval on the trained policy: wait for the trainer's final weights
+                self.sync_weights(10**12, final=True)
+                self.evaluate(self.step)
+        self._save_meta()
+        self.monitor.status("finished", f"{self.role} finished at step {self.step}")
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "steps": self.step,
+            "model_versions": list(self.model_versions),
+            "eval": {str(k): v for k, v in self.eval_results.items()},
+            "final_model_version": self._engine.model_version if self._engine else None,
+        }
+
+    def close(self) -> None:
+        self.monitor.close()

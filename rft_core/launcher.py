@@ -1,0 +1,496 @@
+"""``trinity run``: load the config, check what a run needs, start Ray actors, run every stage.
+
+    cli_run(args) -> int                 # argparse namespace: config, dry_run, overrides
+    run_experiment(cfg) -> RunResult     # the same from a Config (the dashboard's Ray job too)
+
+Ray: joins ``RAY_ADDRESS`` / ``cluster.ray_address`` when given, else starts a local Ray for the
+run and shuts it down at the end. Modes: ``both`` (explorer + trainer + synchronizer actors),
+``explore``, ``train``, ``bench`` (evaluate every saved ``global_step_*`` in order) and
+``colocate`` (explorer and trainer share one GPU, weights handed over through memory). Stages run in
+order, each in its own job dir; stage i+1 starts from stage i's last
+``global_step_N/actor/huggingface``; a finished stage (``stage_meta.json``) is skipped on rerun.
+
+Everything a run needs that the machine lacks (the model directory, the datasets, the GPUs) is
+checked before any actor starts, so a config written for a GPU cluster fails in a second on a
+laptop with one message instead of hanging.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rft_core.errors import ActorFailed, ConfigError, RFTError, ServiceUnavailable
+
+STAGE_META = "stage_meta.json"
+# env vars the dashboard sets for the monitor's Redis sink; actors need them too
+FORWARDED_ENV = ("RFT_EVENTS_REDIS_URL", "RFT_RUN_ID", "RFT_DEMO_DIR", "HF_HUB_OFFLINE")
+
+log = logging.getLogger("rft_core.launcher")
+
+
+@dataclass
+class StageResult:
+    stage_name: str | None
+    job_dir: str
+    mode: str
+    skipped: bool = False
+    explorer: dict[str, Any] | None = None
+    trainer: dict[str, Any] | None = None
+    bench: dict[str, Any] | None = None
+    wall_time_s: float = 0.0
+
+
+@dataclass
+class RunResult:
+    stages: list[StageResult] = field(default_factory=list)
+    renamed_from: str | None = None  # job dir name when continue_from_checkpoint: false renamed it
+    wall_time_s: float = 0.0
+
+    @property
+    def last(self) -> StageResult:
+        return self.stages[-1]
+
+
+# -- actor-side helpers -----------------------------------------------------------------------
+
+
+def setup_actor_logging(cfg: Any, role: str, logger_name: str = "rft_core") -> Any:
+    """``job_dir/log/<role>.log`` for this actor's logger, and its monitor (metrics, status,
+    log lines for the dashboard). Returns the monitor."""
+    from rft_core.monitor import build_monitor
+    from rft_core.monitor.monitor import MonitorLogHandler
+
+    job_dir = Path(cfg.job_dir)
+    (job_dir / "log").mkdir(parents=True, exist_ok=True)
+    logger = logging.getLogger(logger_name)
+    logger.setLevel(logging.INFO)
+    handler = logging.FileHandler(job_dir / "log" / f"{role}.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    run_name = f"{cfg.project}/{cfg.name}" + (f"/{cfg.stage_name}" if cfg.stage_name else "")
+    monitor = build_monitor(
+        cfg.monitor.monitor_type, cfg.monitor.monitor_args, job_dir, role, run_name
+    )
+    logger.addHandler(MonitorLogHandler(monitor))
+    _use_all_cores(cfg)
+    return monitor
+
+
+def _use_all_cores(cfg: Any) -> None:
+    # Ray sets OMP_NUM_THREADS=1 in workers; a CPU run wants torch on every core it has
+    if cfg.cluster.gpu_per_node == 0:
+        import torch
+
+        torch.set_num_threads(max(1, os.cpu_count() or 1))
+
+
+# -- checks before any actor starts -----------------------------------------------------------
+
+
+def preflight(cfg: Any, check_model: bool = True) -> None:
+    """Raise one clear error when the model, the datasets or the GPUs of ``cfg`` are missing
+    (``check_model=False`` for a later stage, whose model the stage before it writes)."""
+    problems: list[tuple[str, str]] = []
+    model_path = cfg.model.model_path
+    if check_model and not (Path(model_path).expanduser() / "config.json").is_file():
+        where = (
+            "does not exist" if not Path(model_path).expanduser().exists() else "has no config.json"
+        )
+        problems.append(
+            (
+                "model.model_path",
+                f"{model_path!r} {where}; download the model first (huggingface-cli download "
+                "<repo> --local-dir DIR, then set model.model_path or TRINITY_MODEL_PATH to DIR), "
+                "or run `trinity init-demo` for the tiny demo model",
+            )
+        )
+    problems.extend(_dataset_problems(cfg))
+    gpus_needed = cfg.cluster.gpu_per_node
+    if gpus_needed > 0:
+        import torch
+
+        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        address = _ray_address(cfg)
+        if have < gpus_needed and not address:
+            problems.append(
+                (
+                    "cluster.gpu_per_node",
+                    f"{gpus_needed} GPU(s) per node requested but this machine has {have} CUDA "
+                    "device(s) and no Ray cluster is given (RAY_ADDRESS / cluster.ray_address); set "
+                    "cluster.gpu_per_node: 0 to run on CPU, or point RAY_ADDRESS at a GPU cluster",
+                )
+            )
+    if not problems:
+        return
+    if len(problems) == 1:
+        raise ConfigError(*problems[0])
+    raise ConfigError("", "; ".join(f"{p}: {m}" for p, m in problems))
+
+
+def _dataset_problems(cfg: Any) -> list[tuple[str, str]]:
+    from rft_core.algorithms.presets import get_preset
+    from rft_core.data import load_taskset
+
+    out: list[tuple[str, str]] = []
+    preset = get_preset(cfg.algorithm.algorithm_type)
+    if cfg.mode in ("both", "explore", "colocate", "bench") and preset.use_rollout:
+        ei = cfg.buffer.explorer_input
+        named = [
+            (f"buffer.explorer_input.tasksets[{i}]", ts, False) for i, ts in enumerate(cfg.tasksets)
+        ]
+        named += [
+            (f"buffer.explorer_input.eval_tasksets[{i}]", ts, True)
+            for i, ts in enumerate(ei.eval_tasksets)
+        ]
+        for path, ts, is_eval in named:
+            try:
+                load_taskset(ts, is_eval=is_eval)
+            except RFTError as err:
+                out.append((f"{path}.path", str(err)))
+    if not preset.use_rollout or cfg.mode == "train":
+        eb = cfg.buffer.trainer_input.experience_buffer
+        if eb is not None and eb.storage_type == "file" and eb.path and not preset.use_rollout:
+            if not Path(eb.path).expanduser().exists():
+                out.append(
+                    (
+                        "buffer.trainer_input.experience_buffer.path",
+                        f"{eb.path!r} does not exist; point it at the SFT/DPO dataset (a .jsonl/.parquet file or dataset directory)",
+                    )
+                )
+    return out
+
+
+# -- Ray --------------------------------------------------------------------------------------
+
+
+def _ray_address(cfg: Any) -> str | None:
+    return os.environ.get("RAY_ADDRESS") or cfg.cluster.ray_address or None
+
+
+def start_ray(cfg: Any) -> bool:
+    """Join the given Ray cluster or start a local one. Returns True when this call started
+    (and so must stop) Ray."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = _ray_address(cfg)
+    env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
+    runtime_env = {"env_vars": env} if env else None
+    namespace = f"rft-{os.getpid()}-{int(time.time())}"
+    if address:
+        try:
+            ray.init(
+                address=address,
+                namespace=namespace,
+                runtime_env=runtime_env,
+                logging_level=logging.WARNING,
+            )
+        except (ConnectionError, RuntimeError, ValueError) as err:
+            raise ServiceUnavailable(
+                f"cannot reach the Ray cluster at {address!r} (RAY_ADDRESS / cluster.ray_address): "
+                f"{err}; start one with `ray start --head` or unset RAY_ADDRESS to run on a local Ray"
+            ) from err
+        return True
+    ray.init(
+        num_cpus=max(2, os.cpu_count() or 2),
+        include_dashboard=False,
+        namespace=namespace,
+        runtime_env=runtime_env,
+        logging_level=logging.WARNING,
+    )
+    return True
+
+
+def _actor(cls: type, name: str, cfg: Any, num_gpus: float = 0) -> Any:
+    import ray
+
+    return ray.remote(cls).options(name=name, num_cpus=0, num_gpus=num_gpus, max_concurrency=4)
+
+
+def _gpu_split(cfg: Any) -> tuple[float, float]:
+    """(explorer GPUs, trainer GPUs) for mode both."""
+    total = cfg.cluster.gpu_per_node * cfg.cluster.node_num
+    if total == 0:
+        return 0, 0
+    rm = cfg.explorer.rollout_model
+    explorer = min(total - 1, rm.engine_num * rm.tensor_parallel_size) if total > 1 else 0.5
+    return explorer, total - explorer if total > 1 else 0.5
+
+
+def _wait_all(refs: dict[str, Any], actors: dict[str, Any], progress: Any) -> dict[str, Any]:
+    """Wait for every role's ``run`` ref; the first failure cancels the rest and raises
+    ActorFailed naming the role and its error."""
+    import ray
+
+    pending = dict(refs)
+    results: dict[str, Any] = {}
+    while pending:
+        done, _ = ray.wait(list(pending.values()), num_returns=1, timeout=1.0)
+        for ref in done:
+            role = next(r for r, x in pending.items() if x == ref)
+            del pending[role]
+            try:
+                results[role] = ray.get(ref)
+            except ray.exceptions.RayError as err:
+                for other in pending.values():
+                    ray.cancel(other, force=True)
+                for actor in actors.values():
+                    ray.kill(actor)
+                cause = getattr(err, "cause", None) or err
+                if isinstance(cause, RFTError) and not isinstance(cause, ActorFailed):
+                    raise ActorFailed(f"{role} failed: {type(cause).__name__}: {cause}") from err
+                raise ActorFailed(
+                    f"{role} failed: {_one_line(cause)} (see log/{role}.log)"
+                ) from err
+        if progress is not None and "explorer" in actors and "explorer" in pending:
+            try:
+                step = ray.get(actors["explorer"].progress.remote(), timeout=5)["step"]
+                progress.update(step - progress.n)
+            except ray.exceptions.GetTimeoutError:
+                pass
+    return results
+
+
+def _one_line(err: BaseException) -> str:
+    lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
+    return f"{type(err).__name__}: {lines[-1] if lines else ''}"
+
+
+# -- stages -----------------------------------------------------------------------------------
+
+
+def _resume_step(cfg: Any) -> int | None:
+    from rft_core.trainer.checkpoint import latest_checkpoint_step
+
+    if not cfg.continue_from_checkpoint:
+        return None
+    return latest_checkpoint_step(Path(cfg.job_dir))
+
+
+def _progress_bar(cfg: Any, start: int) -> Any:
+    if not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    label = cfg.stage_name or cfg.name
+    return tqdm(
+        total=cfg.buffer.total_steps, initial=start, desc=f"{label} explorer steps", unit="step"
+    )
+
+
+def run_stage(cfg: Any) -> StageResult:
+    """Run one stage (or a config without stages) to the end of its data."""
+    import ray
+
+    from rft_core.explorer import Explorer
+    from rft_core.sync.synchronizer import start_synchronizer
+    from rft_core.trainer.checkpoint import step_dir
+    from rft_core.trainer.trainer import Trainer
+
+    start = time.perf_counter()
+    job_dir = Path(cfg.job_dir)
+    job_dir.mkdir(parents=True, exist_ok=True)
+    for sub in ("buffer", "log", "monitor"):
+        (job_dir / sub).mkdir(exist_ok=True)
+    result = StageResult(cfg.stage_name, str(job_dir), cfg.mode)
+    resume = _resume_step(cfg)
+    if resume is not None:
+        log.warning("resuming %s from global_step_%d", job_dir, resume)
+    prefix = f"{cfg.project}/{cfg.name}/{cfg.stage_name or ''}"
+    mode = cfg.mode
+    if mode == "serve":
+        raise ConfigError(
+            "mode",
+            "serve is not supported by this engine; use both, explore, train, bench or colocate",
+        )
+    if mode == "bench":
+        explorer = _actor(Explorer, f"{prefix}/explorer", cfg).remote(cfg, None)
+        result.bench = _wait_all(
+            {"explorer": explorer.bench.remote()}, {"explorer": explorer}, None
+        )["explorer"]
+    elif mode == "train":
+        trainer = _actor(Trainer, f"{prefix}/trainer", cfg, _gpu_split(cfg)[1]).remote(cfg, None)
+        result.trainer = _wait_all(
+            {"trainer": trainer.run.remote(None, resume)}, {"trainer": trainer}, None
+        )["trainer"]
+    elif mode == "explore":
+        meta_step = 0
+        from rft_core.explorer import read_explorer_meta
+
+        meta = read_explorer_meta(job_dir) if cfg.continue_from_checkpoint else None
+        meta_step = int(meta["latest_iteration"]) if meta else 0
+        explorer = _actor(Explorer, f"{prefix}/explorer", cfg, _gpu_split(cfg)[0]).remote(cfg, None)
+        bar = _progress_bar(cfg, meta_step)
+        ref = explorer.run.remote(meta_step, 0, None)
+        result.explorer = _wait_all({"explorer": ref}, {"explorer": explorer}, bar)["explorer"]
+    elif mode in ("both", "colocate"):
+        weights = str(step_dir(job_dir, resume) / "actor") if resume is not None else None
+        start_step = resume or 0
+        synchronizer = start_synchronizer(
+            f"{prefix}/synchronizer",
+            cfg.synchronizer.sync_method if mode == "both" else "memory",
+            cfg.synchronizer.sync_timeout,
+            str(job_dir / "log" / "synchronizer.log"),
+        )
+        explorer_gpus, trainer_gpus = _gpu_split(cfg)
+        if mode == "colocate":  # one GPU shared by both actors, weights through memory
+            explorer_gpus, trainer_gpus = (0.5, 0.5) if cfg.cluster.gpu_per_node else (0, 0)
+        trainer = _actor(Trainer, f"{prefix}/trainer", cfg, trainer_gpus).remote(cfg, synchronizer)
+        explorer = _actor(Explorer, f"{prefix}/explorer", cfg, explorer_gpus).remote(
+            cfg, synchronizer
+        )
+        bar = _progress_bar(cfg, start_step)
+        refs = {
+            "trainer": trainer.run.remote(None, resume),
+            "explorer": explorer.run.remote(start_step, start_step, weights),
+        }
+        actors = {"trainer": trainer, "explorer": explorer, "synchronizer": synchronizer}
+        try:
+            out = _wait_all(refs, actors, bar)
+        finally:
+            if bar is not None:
+                bar.close()
+        result.trainer, result.explorer = out["trainer"], out["explorer"]
+        for actor in actors.values():
+            ray.kill(actor)
+    else:
+        raise ConfigError("mode", f"unknown mode {mode!r}", value=mode)
+    result.wall_time_s = time.perf_counter() - start
+    return result
+
+
+def _stage_meta(job_dir: Path) -> dict[str, Any] | None:
+    path = job_dir / STAGE_META
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _latest_hf_dir(job_dir: Path) -> Path | None:
+    from rft_core.trainer.checkpoint import latest_checkpoint_step, step_dir
+
+    step = latest_checkpoint_step(job_dir)
+    if step is None:
+        return None
+    hf = step_dir(job_dir, step) / "actor" / "huggingface"
+    return hf if (hf / "config.json").exists() else None
+
+
+def _rename_if_occupied(cfg: Any) -> str | None:
+    """Trinity's rule for ``continue_from_checkpoint: false`` with a non-empty job dir: run as
+    ``<name>_<timestamp>``. We say so loudly (stderr, log, run metadata)."""
+    job_dir = Path(cfg.job_dir)
+    if cfg.continue_from_checkpoint or not job_dir.is_dir() or not any(job_dir.iterdir()):
+        return None
+    old = cfg.name
+    cfg.name = f"{old}_{datetime.now().strftime('%Y%m%d%H%M%S')}"
+    message = (
+        f"continue_from_checkpoint is false and {job_dir} is not empty: this run is named "
+        f"{cfg.name!r} (job dir {cfg.job_dir}); the old job dir is left untouched"
+    )
+    print(f"trinity run: WARNING: {message}", file=sys.stderr)
+    log.warning(message)
+    return old
+
+
+def run_experiment(cfg: Any) -> RunResult:
+    """Run every stage of ``cfg`` in order on Ray. Raises RFTError subclasses on user errors and
+    ActorFailed when an actor fails."""
+    from rft_core.config import resolve_stages
+
+    started = time.perf_counter()
+    result = RunResult()
+    result.renamed_from = _rename_if_occupied(cfg)
+    stages = resolve_stages(cfg)
+    for i, stage in enumerate(stages):
+        preflight(stage, check_model=i == 0)
+    own_ray = start_ray(cfg)
+    try:
+        previous_hf: Path | None = None
+        for stage in stages:
+            job_dir = Path(stage.job_dir)
+            if previous_hf is not None:
+                stage.model.model_path = str(previous_hf)
+            meta = _stage_meta(job_dir) if stage.stage_name else None
+            if meta and meta.get("finished") and stage.continue_from_checkpoint:
+                log.warning(
+                    "stage %s already finished (%s): skipped",
+                    stage.stage_name,
+                    job_dir / STAGE_META,
+                )
+                print(
+                    f"trinity run: stage {stage.stage_name} already finished, skipped",
+                    file=sys.stderr,
+                )
+                result.stages.append(
+                    StageResult(stage.stage_name, str(job_dir), stage.mode, skipped=True)
+                )
+            else:
+                result.stages.append(run_stage(stage))
+            if stage.stage_name:
+                previous_hf = _latest_hf_dir(job_dir) or previous_hf
+                meta = {
+                    "stage_name": stage.stage_name,
+                    "finished": True,
+                    "mode": stage.mode,
+                    "hf_dir": str(previous_hf) if previous_hf else None,
+                    "renamed_from": result.renamed_from,
+                }
+                (job_dir / STAGE_META).write_text(json.dumps(meta, indent=2))
+            if result.renamed_from:
+                (job_dir / "run_meta.json").write_text(
+                    json.dumps({"renamed_from": result.renamed_from, "name": cfg.name}, indent=2)
+                )
+    finally:
+        if own_ray:
+            import ray
+
+            ray.shutdown()
+    result.wall_time_s = time.perf_counter() - started
+    return result
+
+
+def cli_run(args: argparse.Namespace) -> int:
+    """``trinity run --config X [--dry-run] [key=value ...]``."""
+    from rft_core.config import config_to_yaml, load_config
+
+    cfg = load_config(args.config, list(getattr(args, "overrides", None) or ()))
+    if getattr(args, "dry_run", False):
+        print(config_to_yaml(cfg), end="")
+        return 0
+    result = run_experiment(cfg)
+    for stage in result.stages:
+        label = stage.stage_name or cfg.name
+        if stage.skipped:
+            print(f"{label}: skipped (finished earlier)")
+            continue
+        parts = [
+            f"{label}: mode {stage.mode}",
+            f"{stage.wall_time_s:.1f}s",
+            f"job dir {stage.job_dir}",
+        ]
+        if stage.trainer:
+            parts.insert(1, f"{stage.trainer['steps']} trainer steps")
+        if stage.explorer:
+            parts.insert(1, f"{stage.explorer['steps']} explorer steps")
+        print(", ".join(parts))
+    return 0
+
+
+__all__ = [
+    "RunResult",
+    "StageResult",
+    "cli_run",
+    "preflight",
+    "run_experiment",
+    "run_stage",
+    "setup_actor_logging",
+]

@@ -1,0 +1,243 @@
+"""The synchronizer: coordinates weight versions between the trainer and the explorer.
+
+The trainer *publishes* a version (its step) after each sync step; the explorer at its sync
+point *waits* for the version its schedule names (``rft_core.sync.schedule``) and loads it. How
+the weights travel depends on ``synchronizer.sync_method``:
+
+- ``memory``: the state dict goes through the Ray object store (one ``ray.put`` by the trainer,
+  one ``ray.get`` by each explorer);
+- ``checkpoint``: the trainer writes ``global_step_N/actor`` weights with
+  ``save_state_dict_for_sync`` (``latest_state_dict_iteration.txt``) and the explorer reads them;
+- ``nccl``: a ``torch.distributed`` broadcast in packed buckets (``rft_core.sync.nccl``); the
+  synchronizer only carries the rendezvous address and the tensor list.
+
+The final weights at end of data always travel through the object store, so the explorer's
+closing evaluation sees the trained policy whatever the method.
+
+``Synchronizer`` is a Ray async actor (named ``<job>/synchronizer``) so that waits never block
+the other side; ``WeightSender``/``WeightReceiver`` are the trainer's and the explorer's halves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import ray
+import torch
+
+from rft_core.errors import ActorFailed, ServiceUnavailable
+from rft_core.sync.nccl import BroadcastGroup, TensorMeta, free_port, tensor_metas
+
+SYNC_METHODS = ("memory", "checkpoint", "nccl")
+
+log = logging.getLogger("rft_core.synchronizer")
+
+
+class Synchronizer:
+    """Version bookkeeping shared by the trainer and the explorer (run as a Ray async actor)."""
+
+    def __init__(self, sync_method: str, sync_timeout: float, log_path: str | None = None):
+        if log_path:
+            handler = logging.FileHandler(log_path)
+            handler.setFormatter(
+                logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+            )
+            log.addHandler(handler)
+            log.setLevel(logging.INFO)
+        self.sync_method = sync_method
+        self.sync_timeout = float(sync_timeout)
+        self.version = 0  # latest version the trainer published
+        self.payload: Any = None  # transport data of ``self.version``
+        self.final = False  # the trainer finished; ``self.version`` is its last step
+        self.trainer_error: str | None = None
+        self.explorer_done = False
+        self.requested: set[int] = set()  # versions an explorer will receive by broadcast
+        self.cond = asyncio.Condition()
+
+    async def publish(self, version: int, payload: Any = None, final: bool = False) -> None:
+        async with self.cond:
+            self.version, self.payload = version, payload
+            self.final = self.final or final
+            self.cond.notify_all()
+        log.info("trainer published weights version %d%s", version, " (final)" if final else "")
+
+    async def trainer_failed(self, error: str) -> None:
+        async with self.cond:
+            self.trainer_error = error
+            self.cond.notify_all()
+
+    async def explorer_finished(self) -> None:
+        async with self.cond:
+            self.explorer_done = True
+            self.cond.notify_all()
+
+    async def wait_version(
+        self, version: int, timeout: float | None = None
+    ) -> tuple[int, Any, bool]:
+        """Wait until the trainer published ``version`` (or later, or finished). Returns
+        ``(version, payload, final)`` of the latest publication."""
+        timeout = self.sync_timeout if timeout is None else timeout
+
+        def ready() -> bool:
+            return self.version >= version or self.final or self.trainer_error is not None
+
+        async with self.cond:
+            try:
+                await asyncio.wait_for(self.cond.wait_for(ready), timeout)
+            except TimeoutError:
+                return -1, None, False
+            if self.trainer_error is not None:
+                raise ActorFailed(f"trainer failed: {self.trainer_error}")
+            return self.version, self.payload, self.final
+
+    async def request_broadcast(self, version: int) -> None:
+        """The explorer announces it will join the broadcast of ``version`` (nccl)."""
+        async with self.cond:
+            self.requested.add(version)
+            self.cond.notify_all()
+
+    async def wait_receiver(self, version: int, timeout: float | None = None) -> bool:
+        """The trainer (nccl) waits for an explorer to join the broadcast of ``version``;
+        False when the explorer finished without asking for it."""
+        timeout = self.sync_timeout if timeout is None else timeout
+        async with self.cond:
+            try:
+                await asyncio.wait_for(
+                    self.cond.wait_for(lambda: version in self.requested or self.explorer_done),
+                    timeout,
+                )
+            except TimeoutError:
+                return False
+            return version in self.requested
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "sync_method": self.sync_method,
+            "version": self.version,
+            "final": self.final,
+            "explorer_done": self.explorer_done,
+        }
+
+
+def start_synchronizer(
+    name: str, sync_method: str, sync_timeout: float, log_path: str | None = None
+) -> Any:
+    """Start the synchronizer actor under ``name`` (Ray must be initialised)."""
+    actor_cls = ray.remote(num_cpus=0)(Synchronizer)
+    return actor_cls.options(name=name).remote(sync_method, sync_timeout, log_path)
+
+
+class WeightSender:
+    """The trainer's half: publish weights after a sync step."""
+
+    def __init__(
+        self,
+        synchronizer: Any,
+        sync_method: str,
+        job_dir: str,
+        sync_timeout: float,
+        device: str = "cpu",
+    ):
+        self.synchronizer = synchronizer
+        self.sync_method = sync_method
+        self.job_dir = job_dir
+        self.sync_timeout = float(sync_timeout)
+        self.device = device
+        self.group: BroadcastGroup | None = None
+        self.rendezvous: dict[str, Any] | None = None
+        self._final_ref: Any = None
+
+    def send(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
+        if self.sync_method == "memory":
+            ref = ray.put({k: v.detach().cpu() for k, v in state_dict.items()})
+            ray.get(self.synchronizer.publish.remote(version, [ref]))
+        elif self.sync_method == "checkpoint":
+            from rft_core.trainer.checkpoint import save_state_dict_for_sync
+
+            save_state_dict_for_sync(self.job_dir, version, state_dict)
+            ray.get(self.synchronizer.publish.remote(version, None))
+        elif self.sync_method == "nccl":
+            metas = tensor_metas(state_dict)
+            if self.rendezvous is None:
+                self.rendezvous = {"addr": ray.util.get_node_ip_address(), "port": free_port()}
+            payload = dict(self.rendezvous, metas=metas)
+            ray.get(self.synchronizer.publish.remote(version, payload))
+            joined = ray.get(
+                self.synchronizer.wait_receiver.remote(version, self.sync_timeout),
+                timeout=self.sync_timeout + 30,
+            )
+            if not joined:
+                return  # the explorer finished or will pick a later version
+            if self.group is None:
+                self.group = BroadcastGroup(
+                    self.rendezvous["addr"],
+                    self.rendezvous["port"],
+                    0,
+                    2,
+                    self.device,
+                    self.sync_timeout,
+                )
+            self.group.send(state_dict, metas)
+        else:
+            raise ValueError(f"unknown sync method {self.sync_method!r}")
+
+    def send_final(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
+        # the final weights always go through the object store (no broadcast partner waits)
+        self._final_ref = ray.put({k: v.detach().cpu() for k, v in state_dict.items()})
+        ray.get(self.synchronizer.publish.remote(version, [self._final_ref], True))
+
+
+class WeightReceiver:
+    """The explorer's half: at a sync point, wait for the scheduled version and load it."""
+
+    def __init__(
+        self,
+        synchronizer: Any,
+        sync_method: str,
+        job_dir: str,
+        sync_timeout: float,
+        device: str = "cpu",
+    ):
+        self.synchronizer = synchronizer
+        self.sync_method = sync_method
+        self.job_dir = job_dir
+        self.sync_timeout = float(sync_timeout)
+        self.device = device
+        self.group: BroadcastGroup | None = None
+
+    def receive(
+        self, version: int, final: bool = False
+    ) -> tuple[int, dict[str, torch.Tensor] | None]:
+        """Wait (at most ``sync_timeout``) for ``version``; returns ``(version, state_dict)``,
+        or ``(version, None)`` when nothing newer than what the engine has arrived."""
+        if self.sync_method == "nccl" and not final:
+            ray.get(self.synchronizer.request_broadcast.remote(version))
+        got, payload, is_final = ray.get(
+            self.synchronizer.wait_version.remote(version, self.sync_timeout),
+            timeout=self.sync_timeout + 30,
+        )
+        if got < 0:
+            raise ServiceUnavailable(
+                f"explorer waited synchronizer.sync_timeout={self.sync_timeout:g}s for the trainer's "
+                f"weights of step {version} ({self.sync_method} sync) and they did not come; see "
+                "log/trainer.log, or raise synchronizer.sync_timeout when trainer steps are slow"
+            )
+        if isinstance(payload, list):  # object-store ref (memory, or the final weights)
+            return got, ray.get(payload[0])
+        if self.sync_method == "checkpoint":
+            from rft_core.trainer.checkpoint import load_state_dict, step_dir
+
+            return got, load_state_dict(step_dir(Path(self.job_dir), got) / "actor")
+        if self.sync_method == "nccl":
+            if got != version:  # the trainer will not broadcast this one
+                return got, None
+            metas = [m if isinstance(m, TensorMeta) else TensorMeta(*m) for m in payload["metas"]]
+            if self.group is None:
+                self.group = BroadcastGroup(
+                    payload["addr"], payload["port"], 1, 2, self.device, self.sync_timeout
+                )
+            return got, self.group.receive(metas)
+        return got, None

@@ -1,0 +1,245 @@
+"""The trainer actor: reads experiences, updates the policy, publishes weights, checkpoints.
+
+One trainer step reads ``buffer.train_batch_size`` experiences (from the explorer's buffer, or
+from the SFT/DPO dataset in ``train`` mode) and makes one optimizer step through
+``PolicyTrainer``. After the steps ``rft_core.sync.schedule.trainer_syncs_after`` names it
+publishes its weights to the synchronizer; every ``trainer.save_interval`` steps (0 = only at
+the end) it writes a full checkpoint in the seed's tree and prunes to
+``max_checkpoints_to_keep``. At end of data it saves a final checkpoint (HF weights unless
+``save_hf_checkpoint: never``) and hands its final weights to the explorer's closing eval.
+
+``Trainer`` is a plain class: the launcher runs it as a Ray actor, ``colocate`` in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rft_core.errors import ConfigError
+from rft_core.sync.schedule import trainer_syncs_after
+
+TRAINER_META = "trainer_meta.json"
+
+log = logging.getLogger("rft_core.trainer")
+
+
+def read_trainer_meta(job_dir: Path) -> dict[str, Any] | None:
+    path = Path(job_dir) / TRAINER_META
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+class DatasetExperiences:
+    """``train`` mode with sft/dpo: experiences from a dataset, ``train_batch_size`` a step,
+    over ``total_epochs`` (or ``total_steps``), resumable at a step."""
+
+    def __init__(
+        self,
+        experiences: list,
+        batch_size: int,
+        total_epochs: int,
+        total_steps: int | None,
+        start_step: int,
+    ):
+        if not experiences:
+            raise ConfigError(
+                "buffer.trainer_input.experience_buffer.path", "the training dataset is empty"
+            )
+        self.experiences = experiences
+        self.batch_size = batch_size
+        steps_per_epoch = max(1, len(experiences) // batch_size)
+        self.total_steps = (
+            total_steps if total_steps is not None else steps_per_epoch * total_epochs
+        )
+        self.step = start_step
+
+    def get(self, n: int, timeout: float | None = None) -> list:
+        if self.step >= self.total_steps:
+            return []
+        start = self.step * self.batch_size
+        batch = [self.experiences[(start + i) % len(self.experiences)] for i in range(n)]
+        self.step += 1
+        return batch
+
+    def state(self) -> dict[str, Any]:
+        return {"step": self.step, "offset": self.step * self.batch_size}
+
+
+class Trainer:
+    def __init__(self, cfg: Any, synchronizer: Any = None, role: str = "trainer"):
+        from rft_core.launcher import setup_actor_logging
+
+        self.cfg = cfg
+        self.role = role
+        self.job_dir = Path(cfg.job_dir)
+        self.monitor = setup_actor_logging(cfg, role)
+        self.synchronizer = synchronizer
+        self.step = 0
+        self.saved_steps: list[int] = []
+        self.last_metrics: dict[str, float] = {}
+        self.policy = None
+        self._source = None
+        self._sender = None
+
+    # -- setup -------------------------------------------------------------------------------
+
+    def _build(self, model_path: str, resume_step: int | None) -> None:
+        from rft_core.algorithms.presets import get_preset
+        from rft_core.trainer.policy import PolicyTrainer
+
+        cfg = self.cfg
+        self.device = (
+            "cuda" if cfg.cluster.gpu_per_node > 0 and torch.cuda.is_available() else "cpu"
+        )
+        tr = cfg.trainer
+        self.policy = PolicyTrainer(
+            model_path,
+            cfg.algorithm,
+            device=self.device,
+            dtype=cfg.model.dtype,
+            micro_batch_size=tr.micro_batch_size_per_gpu,
+            grad_clip=tr.grad_clip
+            if tr.grad_clip is not None
+            else cfg.algorithm.optimizer.clip_grad,
+            total_steps=self.total_steps_hint(),
+        )
+        if resume_step is not None:
+            self.step = self.policy.load(self.job_dir, resume_step)
+            log.info(
+                "trainer resumed from global_step_%d (model, optimizer, lr schedule)", self.step
+            )
+        preset = get_preset(cfg.algorithm.algorithm_type)
+        eb = cfg.buffer.trainer_input.experience_buffer
+        if not preset.use_rollout:
+            self._source = self._dataset_source(preset.schema)
+        else:
+            from rft_core.buffer import build_buffer
+
+            self._source = build_buffer(
+                eb.storage_type, name=eb.name, path=eb.path, job_dir=self.job_dir, role="reader"
+            )
+        if self.synchronizer is not None:
+            from rft_core.sync.synchronizer import WeightSender
+
+            sync = cfg.synchronizer
+            self._sender = WeightSender(
+                self.synchronizer,
+                sync.sync_method,
+                str(self.job_dir),
+                sync.sync_timeout,
+                self.device,
+            )
+
+    def total_steps_hint(self) -> int | None:
+        """Trainer steps of the run when known up front (for the LR schedule)."""
+        cfg = self.cfg
+        return cfg.trainer.total_steps or cfg.buffer.total_steps
+
+    def _dataset_source(self, schema: str) -> DatasetExperiences:
+        from rft_core.data import load_sft_dataset
+        from rft_core.trainer.policy import experiences_from_messages
+
+        cfg = self.cfg
+        eb = cfg.buffer.trainer_input.experience_buffer
+        rows = load_sft_dataset(eb, schema=schema)
+        max_len = cfg.model.max_model_len or 2048
+        experiences = experiences_from_messages(rows, self.policy.tokenizer, max_len)
+        return DatasetExperiences(
+            experiences,
+            cfg.buffer.train_batch_size,
+            cfg.buffer.total_epochs,
+            cfg.buffer.total_steps,
+            self.step,
+        )
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def save(self, save_hf: bool) -> None:
+        from rft_core.trainer.checkpoint import prune_checkpoints, step_dir
+
+        start = time.perf_counter()
+        self.policy.save(self.job_dir, self.step, save_hf)
+        removed = prune_checkpoints(self.job_dir, self.cfg.trainer.max_checkpoints_to_keep)
+        self.saved_steps.append(self.step)
+        meta = {"latest_iteration": self.step, "saved_hf": save_hf, "metrics": self.last_metrics}
+        tmp = self.job_dir / (TRAINER_META + ".tmp")
+        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
+        tmp.replace(self.job_dir / TRAINER_META)
+        path = step_dir(self.job_dir, self.step)
+        self.monitor.checkpoint_saved(self.step, str(path))
+        log.info(
+            "saved checkpoint %s (hf=%s) in %.1fs%s",
+            path,
+            save_hf,
+            time.perf_counter() - start,
+            f"; pruned global_step_{removed}" if removed else "",
+        )
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def train_step(self, experiences: list) -> dict[str, float]:
+        start = time.perf_counter()
+        metrics = dict(self.policy.train_step(experiences))
+        self.step += 1
+        metrics["time/train_step"] = time.perf_counter() - start
+        sync = self.cfg.synchronizer
+        if self._sender is not None and trainer_syncs_after(self.step, sync.sync_interval):
+            t0 = time.perf_counter()
+            self._sender.send(self.step, self.policy.state_dict_for_sync())
+            metrics["time/sync_weight"] = time.perf_counter() - t0
+        self.last_metrics = {k: float(v) for k, v in metrics.items()}
+        self.monitor.log(metrics, self.step)
+        return metrics
+
+    def progress(self) -> dict[str, Any]:
+        return {"step": self.step}
+
+    def run(self, model_path: str | None = None, resume_step: int | None = None) -> dict[str, Any]:
+        """Train until the data ends (explorer closed the buffer and it is drained, or the
+        dataset's epochs/steps are done) or ``trainer.total_steps``. Returns a summary."""
+        cfg = self.cfg
+        try:
+            self.monitor.status("running", f"{self.role} started")
+            self._build(model_path or cfg.model.model_path, resume_step)
+            tr = cfg.trainer
+            limit = tr.total_steps or cfg.buffer.total_steps
+            batch = cfg.buffer.train_batch_size
+            timeout = cfg.buffer.trainer_input.experience_buffer.max_read_timeout
+            last_saved = self.step if resume_step is not None else None
+            while limit is None or self.step < limit:
+                experiences = self._source.get(batch, timeout=timeout)
+                if not experiences:
+                    break
+                self.train_step(experiences)
+                if tr.save_interval and self.step % tr.save_interval == 0:
+                    self.save(save_hf=tr.save_hf_checkpoint == "always")
+                    last_saved = self.step
+            if self.step > 0 and (last_saved != self.step or tr.save_hf_checkpoint == "last"):
+                self.save(save_hf=tr.save_hf_checkpoint != "never")
+            if self._sender is not None:
+                self._sender.send_final(self.step, self.policy.state_dict_for_sync())
+            self.monitor.status("finished", f"{self.role} finished at step {self.step}")
+            return self.summary()
+        except BaseException as err:
+            self.monitor.status("failed", f"{self.role}: {err}")
+            log.exception("%s failed", self.role)
+            if self.synchronizer is not None:
+                import ray
+
+                ray.get(self.synchronizer.trainer_failed.remote(f"{type(err).__name__}: {err}"))
+            raise
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "steps": self.step,
+            "saved_steps": list(self.saved_steps),
+            "metrics": self.last_metrics,
+        }
+
+    def close(self) -> None:
+        self.monitor.close()
