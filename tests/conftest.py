@@ -61,3 +61,43 @@ def redis_client(redis_url):
 def unique_id() -> str:
     """A short id no other test (or engineer sharing this Redis) uses."""
     return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def celery_worker_queue(redis_url, unique_id):
+    """A real Celery worker process (``--pool solo``) consuming its own queue on the test Redis.
+
+    Yields the queue name; send tasks with ``task.apply_async(..., queue=queue)``. The worker is
+    stopped after the test.
+    """
+    import subprocess
+    import sys
+    import time
+
+    from workers.celery_app import app
+
+    queue = f"q-{unique_id}"
+    env = {**os.environ, "REDIS_URL": redis_url, "DJANGO_SETTINGS_MODULE": "webapp.settings"}
+    cmd = [
+        sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",
+        "--pool", "solo", "-Q", queue, "-n", f"{unique_id}@%h", "--loglevel", "WARNING",
+        "--without-gossip", "--without-mingle",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not app.control.ping(destination=[f"{unique_id}@{_hostname()}"], timeout=0.5):
+            if proc.poll() is not None:
+                raise RuntimeError(f"celery worker exited with code {proc.returncode}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("celery worker did not answer a ping within 60 s")
+        yield queue
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()

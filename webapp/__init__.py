@@ -1,0 +1,1 @@
+"""RFT Studio dashboard: the Django project (settings, urls, ASGI) and its apps."""

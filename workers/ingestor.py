@@ -1,0 +1,217 @@
+"""The event ingestor: Redis run streams -> database rows -> Channels groups.
+
+    python -m workers.ingestor [--consumer NAME] [--block-ms 1000]
+
+Runs discover themselves by adding their id to the set ``rft:runs`` (see
+``rft_core/monitor/events.py``); each stream ``rft:run:<id>`` is read through the consumer
+group ``ingestor``, so several ingestors share the work and an entry is handled once. Every
+entry is stored as a ``RunEvent`` (unique on run + stream id, so a replay writes nothing twice),
+fanned out to group ``run-<id>``, then acknowledged. Entries left pending by a consumer that
+died are claimed after ``CLAIM_IDLE_MS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from datetime import UTC, datetime
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+django.setup()
+
+import redis  # noqa: E402
+from asgiref.sync import async_to_sync  # noqa: E402
+from channels.layers import get_channel_layer  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.db import transaction  # noqa: E402
+
+from rft_core.monitor.events import RUNS_SET, STREAM_PREFIX, MonitorEvent, run_id_of  # noqa: E402
+from webapp.events.consumers import run_group  # noqa: E402
+from webapp.events.models import RunEvent  # noqa: E402
+
+GROUP = "ingestor"
+CLAIM_IDLE_MS = 60_000
+BATCH = 200
+
+log = logging.getLogger("workers.ingestor")
+
+
+class Ingestor:
+    def __init__(
+        self,
+        client: redis.Redis,
+        consumer: str,
+        *,
+        group: str = GROUP,
+        channel_layer=None,
+        only_runs: set[str] | None = None,
+    ):
+        """``only_runs`` limits the ingestor to those run ids (a dedicated ingestor, or a test
+        that must not touch other runs on a shared Redis)."""
+        self.client = client
+        self.only_runs = only_runs
+        self.consumer = consumer
+        self.group = group
+        self.channel_layer = channel_layer if channel_layer is not None else get_channel_layer()
+        self.streams: set[str] = set()
+
+    def discover(self) -> set[str]:
+        """Stream keys of all known runs; creates the consumer group on each new one."""
+        keys = {f"{STREAM_PREFIX}{m.decode()}" for m in self.client.smembers(RUNS_SET)}
+        keys |= {
+            k.decode() for k in self.client.scan_iter(match=f"{STREAM_PREFIX}*", _type="STREAM")
+        }
+        if self.only_runs is not None:
+            keys = {k for k in keys if run_id_of(k) in self.only_runs}
+        for key in keys - self.streams:
+            try:
+                self.client.xgroup_create(key, self.group, id="0", mkstream=True)
+            except redis.ResponseError as err:
+                if "BUSYGROUP" not in str(err):
+                    raise
+            self.streams.add(key)
+        return self.streams
+
+    def poll(self, block_ms: int = 1000) -> int:
+        """One round: claim stale pending entries, read new ones, store, fan out, ack.
+        Returns the number of entries handled."""
+        self.discover()
+        if not self.streams:
+            time.sleep(block_ms / 1000)
+            return 0
+        handled = 0
+        for key in sorted(self.streams):
+            _, claimed, _ = self.client.xautoclaim(
+                key, self.group, self.consumer, CLAIM_IDLE_MS, "0-0", count=BATCH
+            )
+            handled += self._handle(key, [c for c in claimed if c[1]])
+        response = self.client.xreadgroup(
+            self.group,
+            self.consumer,
+            {key: ">" for key in sorted(self.streams)},
+            count=BATCH,
+            block=block_ms,
+        )
+        for key, entries in response or []:
+            handled += self._handle(key.decode() if isinstance(key, bytes) else key, entries)
+        return handled
+
+    def recover_own_pending(self) -> int:
+        """Entries delivered to this consumer name before a crash and never acked."""
+        self.discover()
+        handled = 0
+        for key in sorted(self.streams):
+            response = self.client.xreadgroup(self.group, self.consumer, {key: "0"}, count=10_000)
+            for _, entries in response or []:
+                handled += self._handle(key, entries)
+        return handled
+
+    def _handle(self, key: str, entries: list) -> int:
+        if not entries:
+            return 0
+        run_id = run_id_of(key)
+        rows = []
+        for stream_id, fields in entries:
+            sid = stream_id.decode() if isinstance(stream_id, bytes) else stream_id
+            try:
+                event = MonitorEvent.from_fields(fields)
+            except (KeyError, ValueError) as err:
+                log.warning("skipping malformed entry %s %s: %s", key, sid, err)
+                continue
+            rows.append(
+                RunEvent(
+                    run_key=run_id,
+                    stream_id=sid,
+                    kind=event.kind,
+                    role=event.role,
+                    step=event.step,
+                    payload=event.data,
+                    emitted_at=datetime.fromtimestamp(event.ts, tz=UTC),
+                )
+            )
+        new_rows = store_events(run_id, rows)
+        for row in new_rows:
+            async_to_sync(self.channel_layer.group_send)(
+                run_group(run_id), {"type": "run.event", "event": row.as_message()}
+            )
+        ids = [e[0] for e in entries]
+        self.client.xack(key, self.group, *ids)
+        return len(entries)
+
+
+def store_events(run_id: str, rows: list[RunEvent]) -> list[RunEvent]:
+    """Insert the rows not stored yet; returns them (with primary keys) in stream order."""
+    if not rows:
+        return []
+    with transaction.atomic():
+        seen = set(
+            RunEvent.objects.filter(
+                run_key=run_id, stream_id__in=[r.stream_id for r in rows]
+            ).values_list("stream_id", flat=True)
+        )
+        fresh = [r for r in rows if r.stream_id not in seen]
+        RunEvent.objects.bulk_create(fresh, ignore_conflicts=True)
+    # ignore_conflicts leaves pk unset on some backends: read the rows back in order.
+    stored = RunEvent.objects.filter(
+        run_key=run_id, stream_id__in=[r.stream_id for r in fresh]
+    ).order_by("pk")
+    return list(stored)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m workers.ingestor", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--consumer", default=f"{socket.gethostname()}-{os.getpid()}")
+    parser.add_argument("--block-ms", type=int, default=1000)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s ingestor: %(message)s"
+    )
+
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=10)
+    try:
+        client.ping()
+    except redis.RedisError as err:
+        print(
+            f"ingestor: Redis at REDIS_URL={settings.REDIS_URL} is unreachable ({err}); "
+            "start Redis (`make demo` starts one) or set REDIS_URL",
+            file=sys.stderr,
+        )
+        return 2
+    stopping = False
+
+    def stop(signum, frame) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    ingestor = Ingestor(client, args.consumer)
+    recovered = ingestor.recover_own_pending()
+    log.info(
+        "consuming run streams %s* as %s/%s (recovered %d)",
+        STREAM_PREFIX,
+        GROUP,
+        args.consumer,
+        recovered,
+    )
+    while not stopping:
+        try:
+            ingestor.poll(args.block_ms)
+        except redis.ConnectionError as err:
+            log.warning("Redis connection lost (%s); retrying in 2 s", err)
+            time.sleep(2)
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
