@@ -37,12 +37,13 @@ place and renamed into place; the ``latest_*`` files are replaced atomically aft
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pickle
 import random
 import re
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,8 @@ FSDP_CONFIG = "fsdp_config.json"
 HF_DIR = "huggingface"
 SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
+# hidden dir beside huggingface/ where weights are written before being moved in
+WEIGHTS_TMP_INFIX = ".weights-tmp-"
 # Hugging Face's long-standing default shard limit for save_pretrained.
 DEFAULT_MAX_SHARD_BYTES = 5 * 1024**3
 # Weight-sync dirs that are not full checkpoints: keep the newest few (a reader may still use one).
@@ -121,14 +124,14 @@ def shard_state_dict(state_dict: dict[str, Any], world_size: int) -> list[dict[s
 
 class _ShardedTensorStandIn:
     """What a pickled FSDP1 ``ShardedTensor`` unpickles into here: its local shards and
-    global metadata, without the process-group checks of the real class."""
+    global metadata, without the real class's check that a process group of the saving rank
+    exists."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.local_shards: list = []
-        self.metadata: Any = None
+    class ProcessGroupState:  # pickled inside ShardedTensor's state; only carried along
+        pass
 
     def __setstate__(self, state: tuple) -> None:
-        self.local_shards, self.metadata = state[0], state[1]
+        self.st_local_shards, self.st_metadata = state[0], state[1]
 
 
 def _dtensor_type() -> type | None:
@@ -147,8 +150,8 @@ def _merge_dtensors(parts: list[Any]) -> Tensor:
     by_rank = dict(enumerate(parts))  # parts come in global rank order; the mesh holds ranks
 
     def assemble(mesh_slice: Tensor, dim: int) -> Tensor:
-        if dim == mesh_slice.dim():
-            return by_rank[int(mesh_slice.item())].to_local()
+        if dim == len(placements):
+            return by_rank[int(mesh_slice.item())]._local_tensor
         placement = placements[dim]
         if placement.is_shard():
             pieces = [assemble(mesh_slice[i], dim + 1) for i in range(mesh_slice.shape[0])]
@@ -159,12 +162,12 @@ def _merge_dtensors(parts: list[Any]) -> Tensor:
 
 
 def _merge_sharded_tensors(parts: list[_ShardedTensorStandIn]) -> Tensor:
-    meta = parts[0].metadata
+    meta = parts[0].st_metadata
     size = tuple(meta.size)
     dtype = meta.tensor_properties.dtype
     full = torch.empty(size, dtype=dtype)
     for part in parts:
-        for shard in part.local_shards:
+        for shard in part.st_local_shards:
             region = full
             for d, (off, n) in enumerate(
                 zip(shard.metadata.shard_offsets, shard.metadata.shard_sizes, strict=True)
@@ -201,6 +204,25 @@ def merge_shards(shards: list[dict[str, Any]], keys: Iterable[str] | None = None
     return {k: _merge_value([s[k] for s in shards]) for k in names}
 
 
+def merged_spec(shards: list[dict[str, Any]], key: str) -> tuple[tuple[int, ...], torch.dtype]:
+    """Shape and dtype that :func:`merge_one` will return, without assembling the tensor."""
+    first = shards[0][key]
+    dtensor = _dtensor_type()
+    if dtensor is not None and isinstance(first, dtensor):
+        return tuple(first.shape), first.dtype
+    if isinstance(first, _ShardedTensorStandIn):
+        meta = first.st_metadata
+        return tuple(meta.size), meta.tensor_properties.dtype
+    if not isinstance(first, Tensor):
+        raise CheckpointError(
+            f"model state entry {key!r} is a {type(first).__name__}, not a tensor"
+        )
+    if first.dim() == 0 or len(shards) == 1:
+        return tuple(first.shape), first.dtype
+    rows = sum(s[key].shape[0] for s in shards)
+    return (rows, *first.shape[1:]), first.dtype
+
+
 def merge_one(shards: list[dict[str, Any]], key: str) -> Any:
     """Merge a single entry; lets a converter stream tensor by tensor."""
     return _merge_value([s[key] for s in shards])
@@ -211,9 +233,24 @@ def merge_one(shards: list[dict[str, Any]], key: str) -> Any:
 
 class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
-        if name == "ShardedTensor" and module.startswith("torch.distributed._shard.sharded_tensor"):
-            return _ShardedTensorStandIn
+        if module.startswith("torch.distributed._shard.sharded_tensor"):
+            if name == "ShardedTensor":
+                return _ShardedTensorStandIn
+            if name == "ShardedTensor.ProcessGroupState":
+                return _ShardedTensorStandIn.ProcessGroupState
+        if module == "torch._tensor" and name == "_rebuild_from_type_v2":
+            return _rebuild_from_type_v2
         return super().find_class(module, name)
+
+
+def _rebuild_from_type_v2(func: Any, new_type: type, args: tuple, state: Any) -> Any:
+    """torch's tensor-subclass rebuild, except that a ShardedTensor becomes its stand-in
+    without constructing the wrapper tensor (which needs the real class)."""
+    if new_type is _ShardedTensorStandIn:
+        holder = _ShardedTensorStandIn()
+        holder.__setstate__(state)
+        return holder
+    return torch._tensor._rebuild_from_type_v2(func, new_type, args, state)
 
 
 class _PickleModule:
@@ -224,25 +261,34 @@ class _PickleModule:
     __name__ = "rft_pickle"
 
 
+def _quiet_mesh_unpickle(record: logging.LogRecord) -> bool:
+    return "unpickling of the DeviceMesh" not in record.getMessage()
+
+
 def load_torch_file(path: Path, *, mmap: bool = True) -> Any:
-    """torch.load on CPU, memory-mapped; plain-tensor files take the safe ``weights_only`` path,
-    files holding DTensor/ShardedTensor objects (written by FSDP itself) the full unpickler.
-    Raises CheckpointError naming the file when it is missing or unreadable."""
+    """torch.load on CPU, memory-mapped. Plain tensors (and DTensors, which torch allow-lists)
+    take the safe ``weights_only`` path; other objects written by FSDP itself (ShardedTensor)
+    fall back to the full unpickler, as verl's merger does: only point it at checkpoints you
+    trust. Raises CheckpointError naming the file when it is missing or unreadable."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint file missing: {path}")
+    # unpickling a DeviceMesh without process groups logs a torch.compile warning that does
+    # not concern reading weights
+    mesh_log = logging.getLogger("torch.distributed.device_mesh")
+    mesh_log.addFilter(_quiet_mesh_unpickle)
     try:
-        return torch.load(path, map_location="cpu", mmap=mmap, weights_only=True)
-    except pickle.UnpicklingError:
-        pass  # not plain tensors: retry below with the full unpickler
-    except Exception as err:
-        raise CheckpointError(f"checkpoint file {path} is corrupt or unreadable ({err})") from err
-    try:
+        try:
+            return torch.load(path, map_location="cpu", mmap=mmap, weights_only=True)
+        except pickle.UnpicklingError:
+            pass  # not plain tensors: retry below with the full unpickler
         return torch.load(
             path, map_location="cpu", mmap=mmap, weights_only=False, pickle_module=_PickleModule
         )
     except Exception as err:
         raise CheckpointError(f"checkpoint file {path} is corrupt or unreadable ({err})") from err
+    finally:
+        mesh_log.removeFilter(_quiet_mesh_unpickle)
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
@@ -299,11 +345,19 @@ def load_model_shards(actor_dir: Path, world_size: int | None = None) -> list[di
 # --------------------------------------------------------------------------- Hugging Face weights
 
 
-def _plan_shards(state_dict: dict[str, Tensor], max_shard_bytes: int) -> list[list[str]]:
+def _nbytes(state_dict: Mapping[str, Tensor], name: str) -> int:
+    # lazy state dicts (rft_core.checkpoint_formats) know sizes without loading the tensor
+    if hasattr(state_dict, "nbytes"):
+        return state_dict.nbytes(name)
+    t = state_dict[name]
+    return t.numel() * t.element_size()
+
+
+def _plan_shards(state_dict: Mapping[str, Tensor], max_shard_bytes: int) -> list[list[str]]:
     groups: list[list[str]] = [[]]
     size = 0
-    for name, t in state_dict.items():
-        n = t.numel() * t.element_size()
+    for name in state_dict:
+        n = _nbytes(state_dict, name)
         if groups[-1] and size + n > max_shard_bytes:
             groups.append([])
             size = 0
@@ -312,49 +366,66 @@ def _plan_shards(state_dict: dict[str, Tensor], max_shard_bytes: int) -> list[li
     return groups
 
 
-def drop_tied_weights(state_dict: dict[str, Tensor], hf_config: Any) -> dict[str, Tensor]:
+def drop_tied_weights(state_dict: Mapping[str, Tensor], hf_config: Any) -> Mapping[str, Tensor]:
     """Hugging Face stores tied output embeddings once; safetensors refuses shared storage."""
     if getattr(hf_config, "tie_word_embeddings", False) and "lm_head.weight" in state_dict:
-        state_dict = {k: v for k, v in state_dict.items() if k != "lm_head.weight"}
+        if hasattr(state_dict, "without"):
+            return state_dict.without({"lm_head.weight"})
+        return {k: v for k, v in state_dict.items() if k != "lm_head.weight"}
     return state_dict
 
 
 def write_hf_weights(
     out_dir: Path,
-    state_dict: dict[str, Tensor],
+    state_dict: Mapping[str, Tensor],
     *,
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
     tmp_dir: Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[str]:
     """Write ``model.safetensors`` (or ``model-0000k-of-0000n.safetensors`` + index above
-    ``max_shard_bytes``) into ``out_dir``. Files are written in ``tmp_dir`` (default: a hidden
-    dir in out_dir's parent) and moved in with ``os.replace``; the single file or the index,
-    which is what readers look for, moves last. Stale weight files of an earlier layout are
-    removed. Returns the file names written."""
+    ``max_shard_bytes``) into ``out_dir``. ``state_dict`` may be lazy: tensors are fetched one
+    output file at a time, so memory holds one file's tensors at most. Files are written in
+    ``tmp_dir`` (default: a hidden dir beside out_dir) and moved in with ``os.replace``; the
+    single file or the index, which is what readers look for, moves last, after any marker of
+    an earlier layout is removed. ``progress(done, total)`` counts fetched tensors. Returns
+    the file names written."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     own_tmp = tmp_dir is None
     tmp = (
-        Path(tmp_dir) if tmp_dir else out_dir.parent / f".{out_dir.name}.weights-tmp-{os.getpid()}"
+        Path(tmp_dir)
+        if tmp_dir
+        else out_dir.parent / f".{out_dir.name}{WEIGHTS_TMP_INFIX}{os.getpid()}"
     )
     tmp.mkdir(parents=True, exist_ok=True)
     groups = _plan_shards(state_dict, max_shard_bytes)
+    total_tensors = sum(len(g) for g in groups)
+    done = 0
     meta = {"format": "pt"}
+
+    def fetch(group: list[str]) -> dict[str, Tensor]:
+        nonlocal done
+        out = {}
+        for name in group:
+            out[name] = state_dict[name].contiguous()
+            done += 1
+            if progress is not None:
+                progress(done, total_tensors)
+        return out
+
     try:
         if len(groups) == 1:
             names = [SAFETENSORS_FILE]
-            save_file(
-                _contiguous(state_dict, groups[0]), str(tmp / SAFETENSORS_FILE), metadata=meta
-            )
+            save_file(fetch(groups[0]), str(tmp / SAFETENSORS_FILE), metadata=meta)
         else:
-            names = [
-                f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))
-            ]
+            n = len(groups)
+            names = [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
             weight_map = {}
             for fname, group in zip(names, groups, strict=True):
-                save_file(_contiguous(state_dict, group), str(tmp / fname), metadata=meta)
+                save_file(fetch(group), str(tmp / fname), metadata=meta)
                 weight_map.update(dict.fromkeys(group, fname))
-            total = sum(t.numel() * t.element_size() for t in state_dict.values())
+            total = sum(_nbytes(state_dict, k) for k in state_dict)
             index = {"metadata": {"total_size": total}, "weight_map": weight_map}
             (tmp / SAFETENSORS_INDEX).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
             names = [*names, SAFETENSORS_INDEX]
@@ -371,10 +442,6 @@ def write_hf_weights(
         if own_tmp:
             shutil.rmtree(tmp, ignore_errors=True)
     return names
-
-
-def _contiguous(state_dict: dict[str, Tensor], names: list[str]) -> dict[str, Tensor]:
-    return {n: state_dict[n].contiguous() for n in names}
 
 
 def hf_weights_complete(hf_dir: Path) -> bool:
