@@ -1,0 +1,158 @@
+"""The workflow contract: turn a batch of tasks into scored experiences with ONE batched engine
+call per sampling setting (in practice one per taskset), never a loop over single prompts.
+
+A subclass says how a task becomes a conversation (``messages``) and which reward function
+scores it by default (``default_reward_fn``); :meth:`Workflow.run_batch` does the rest:
+
+- sampling: the task's ``rollout_args`` (temperature, top_p, top_k, max_tokens, seed; the config
+  layer already filled them from the ``model`` section) with ``n = repeat_times``;
+- reward: ``task.reward_fn`` (a per-row override or the taskset's ``default_reward_fn_type``)
+  or the workflow's default, called with ``task.reward_fn_args``; the parts it returns become
+  ``Experience.metrics`` and their sum ``Experience.reward``;
+- grouping: every response to one task shares ``group_id = "<taskset>:<index>"`` (``#2``,
+  ``#3``... appended when the same task occurs again in the batch). Ids are unique within one
+  call; the explorer prefixes its step number to make them unique across steps.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, astuple, is_dataclass
+from typing import Any, ClassVar
+
+from rft_core import rewards
+from rft_core.buffer.experience import Experience
+from rft_core.data.task import Task
+from rft_core.errors import ConfigError
+from rft_core.rollout.base import Generation, RolloutEngine, SamplingParams
+
+_SAMPLING_KEYS = ("temperature", "top_p", "top_k", "max_tokens", "seed")
+
+
+def taskset_path(task: Task) -> str:
+    """The YAML path of the taskset a task came from, for error messages."""
+    if task.is_eval:
+        return f"buffer.explorer_input.eval_tasksets[{task.taskset!r}]"
+    return "buffer.explorer_input.taskset"
+
+
+def sampling_params(task: Task, n: int) -> SamplingParams:
+    """``SamplingParams`` from the task's ``rollout_args`` (unset keys keep the defaults)."""
+    args = task.rollout_args
+    if is_dataclass(args) and not isinstance(args, type):
+        args = asdict(args)
+    chosen = {k: args[k] for k in _SAMPLING_KEYS if args.get(k) is not None}
+    return SamplingParams(n=n, **chosen)
+
+
+class Workflow(ABC):
+    """Base class of workflows; register subclasses with ``@workflows.register("name")``."""
+
+    #: reward function used when the task names none (None: the task must name one)
+    default_reward_fn: ClassVar[str | None] = None
+
+    def __init__(self, args: dict[str, Any] | None = None) -> None:
+        self.args = dict(args or {})
+
+    @abstractmethod
+    def messages(self, task: Task) -> list[dict[str, str]]:
+        """The chat conversation sent to the model for ``task``."""
+
+    def reward_fn_name(self, task: Task) -> str:
+        name = task.reward_fn or self.default_reward_fn
+        if not name:
+            raise ConfigError(
+                f"{taskset_path(task)}.default_reward_fn_type",
+                f"{type(self).__name__} needs a reward function and task "
+                f"{task.taskset}[{task.index}] names none; set default_reward_fn_type (or a "
+                f"format.reward_fn_key column) to one of: {', '.join(rewards.names())}",
+            )
+        return name
+
+    def check(self, task: Task) -> str:
+        """Resolve and check the reward function of ``task`` before anything is generated."""
+        name = self.reward_fn_name(task)
+        path = f"{taskset_path(task)}.default_reward_fn_type"
+        try:
+            rewards.get(name, path=path)
+        except ConfigError as err:
+            raise ConfigError(
+                err.path,
+                f"{err.message} (task {task.taskset}[{task.index}])",
+                value=err.value,
+                allowed=err.allowed,
+            ) from None
+        rewards.check_args(name, task.reward_fn_args, path=f"{taskset_path(task)}.reward_fn_args")
+        return name
+
+    def score(self, task: Task, response: str, reward_fn: str) -> dict[str, float]:
+        """Reward parts of one response."""
+        return rewards.score(reward_fn, response, task.truth, task.reward_fn_args)
+
+    def run_batch(
+        self, tasks: list[Task], engine: RolloutEngine, repeat_times: int
+    ) -> list[Experience]:
+        """``repeat_times`` scored experiences per task, in task order."""
+        if repeat_times < 1:
+            raise ValueError(f"repeat_times must be >= 1, got {repeat_times}")
+        reward_fns = [self.check(task) for task in tasks]
+        generations = self._generate(tasks, engine, repeat_times)
+        group_ids = _group_ids(tasks)
+        version = int(getattr(engine, "model_version", 0))
+        experiences: list[Experience] = []
+        for task, reward_fn, group_id, gens in zip(
+            tasks, reward_fns, group_ids, generations, strict=True
+        ):
+            for gen in gens:
+                parts = self.score(task, gen.text, reward_fn)
+                experiences.append(
+                    Experience(
+                        prompt_ids=list(gen.prompt_ids),
+                        response_ids=list(gen.response_ids),
+                        logprobs=list(gen.logprobs),
+                        reward=float(sum(parts.values())),
+                        group_id=group_id,
+                        metrics=parts,
+                        model_version=version,
+                        prompt_text=task.prompt,
+                        response_text=gen.text,
+                        truncated=gen.finish_reason == "length",
+                        info={
+                            "taskset": task.taskset,
+                            "task_index": task.index,
+                            "reward_fn": reward_fn,
+                            "finish_reason": gen.finish_reason,
+                            "is_eval": task.is_eval,
+                        },
+                    )
+                )
+        return experiences
+
+    def _generate(self, tasks: list[Task], engine: RolloutEngine, n: int) -> list[list[Generation]]:
+        """One ``engine.chat`` call per distinct sampling setting; results in task order."""
+        by_params: dict[tuple, tuple[SamplingParams, list[int]]] = {}
+        for i, task in enumerate(tasks):
+            params = sampling_params(task, n)
+            by_params.setdefault(astuple(params), (params, []))[1].append(i)
+        results: list[list[Generation] | None] = [None] * len(tasks)
+        for params, positions in by_params.values():
+            conversations = [self.messages(tasks[i]) for i in positions]
+            outputs = engine.chat(conversations, params)
+            if len(outputs) != len(positions) or any(len(g) != n for g in outputs):
+                raise RuntimeError(
+                    f"engine returned {[len(g) for g in outputs]} generations for "
+                    f"{len(positions)} prompts × n={n}"
+                )
+            for i, gens in zip(positions, outputs, strict=True):
+                results[i] = gens
+        return results  # type: ignore[return-value]
+
+
+def _group_ids(tasks: list[Task]) -> list[str]:
+    seen: dict[str, int] = {}
+    ids = []
+    for task in tasks:
+        base = f"{task.taskset}:{task.index}"
+        seen[base] = seen.get(base, 0) + 1
+        ids.append(base if seen[base] == 1 else f"{base}#{seen[base]}")
+    return ids

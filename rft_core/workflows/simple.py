@@ -1,0 +1,20 @@
+"""``simple_workflow``: the prompt as the user turn (after the taskset's system prompt, if any),
+scored by the reward function the task names (required)."""
+
+from __future__ import annotations
+
+from rft_core.data.task import Task
+from rft_core.workflows import register
+from rft_core.workflows.base import Workflow
+
+
+@register("simple_workflow")
+class SimpleWorkflow(Workflow):
+    default_reward_fn = None
+
+    def messages(self, task: Task) -> list[dict[str, str]]:
+        conversation = []
+        if task.system_prompt:
+            conversation.append({"role": "system", "content": task.system_prompt})
+        conversation.append({"role": "user", "content": task.prompt})
+        return conversation
