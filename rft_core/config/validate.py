@@ -291,6 +291,7 @@ def _derive_buffer(cfg: Config) -> None:
 
 def _derive_taskset(cfg: Config, ts: TasksetConfig, path: str, *, is_eval: bool) -> None:
     ei, m = cfg.buffer.explorer_input, cfg.model
+    ts._yaml_path = path  # data errors name the taskset's place in the YAML
     if ts.storage_type == "file" and not (ts.path or "").strip():
         raise ConfigError(
             f"{path}.path",
@@ -359,6 +360,7 @@ def _derive_experience_buffer(cfg: Config) -> None:
             )
         ti.experience_buffer = ExperienceBufferConfig()
     eb = ti.experience_buffer
+    eb._yaml_path = path
     if eb.storage_type is None:
         eb.storage_type = "file" if reads_dataset else "queue"
     if reads_dataset and eb.storage_type == "queue":

@@ -18,7 +18,9 @@ class Task:
     system_prompt: str | None = None  # format.system_prompt (None = the workflow's default)
     workflow: str = "math_workflow"  # row[format.workflow_key] or default_workflow_type
     reward_fn: str | None = None  # row[format.reward_fn_key] or default_reward_fn_type
-    rollout_args: dict[str, Any] = field(default_factory=dict)  # temperature/top_p/top_k/max_tokens/n
+    rollout_args: dict[str, Any] = field(
+        default_factory=dict
+    )  # temperature/top_p/top_k/max_tokens/n
     workflow_args: dict[str, Any] = field(default_factory=dict)
     reward_fn_args: dict[str, Any] = field(default_factory=dict)
     is_eval: bool = False

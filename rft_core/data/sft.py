@@ -1,0 +1,130 @@
+"""Datasets the trainer reads directly (SFT warmup, DPO) in train mode.
+
+``load_sft_dataset(cfg.buffer)`` (or the ``experience_buffer`` config itself) returns plain rows:
+
+- ``schema="sft"``: ``{"messages": [{"role", "content"}, ...]}``, from a messages column
+  (``format.messages_key``; a JSON string is parsed) or built from ``prompt_key`` /
+  ``response_key`` columns (with ``format.system_prompt`` / ``system_prompt_key`` first);
+- ``schema="dpo"``: ``{"prompt": str | "messages": list, "chosen": ..., "rejected": ...}``.
+
+``format.prompt_type: auto`` picks messages when the messages column exists, else plaintext.
+The trainer renders the rows with the chat template (``rft_core.trainer.messages``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rft_core.config.schema import BufferConfig, ExperienceBufferConfig, FormatConfig
+from rft_core.data.source import Rows, read_rows
+from rft_core.data.taskset import config_path
+from rft_core.errors import DataError
+
+DEFAULT_PATH = "buffer.trainer_input.experience_buffer"
+
+
+def load_sft_dataset(
+    cfg: BufferConfig | ExperienceBufferConfig, *, schema: str = "sft"
+) -> list[dict[str, Any]]:
+    """Every row of the SFT (or DPO) dataset named by the experience buffer config."""
+    eb = cfg.trainer_input.experience_buffer if isinstance(cfg, BufferConfig) else cfg
+    where = config_path(eb, DEFAULT_PATH)
+    if eb is None or not eb.path:
+        raise DataError(
+            f"{where}.path: not set; point it at the {schema.upper()} dataset (.jsonl/.parquet or a dataset directory)"
+        )
+    if eb.storage_type not in (None, "file"):
+        raise DataError(
+            f"{where}.storage_type: {schema.upper()} data is read from files; got {eb.storage_type!r}, use storage_type: file"
+        )
+    try:
+        rows = read_rows(eb.path, eb.subset_name, eb.split)
+    except DataError as err:
+        raise DataError(f"{where}.path: {err}") from err
+    if schema == "dpo":
+        return _dpo_rows(rows, eb.format, where)
+    if schema != "sft":
+        raise ValueError(f"unknown dataset schema {schema!r}; expected sft or dpo")
+    return _sft_rows(rows, eb.format, where)
+
+
+def _layout(
+    rows: Rows, fmt: FormatConfig, where: str, plaintext_keys: list[tuple[str, str]]
+) -> str:
+    columns = rows.columns
+    if fmt.prompt_type == "messages" or (fmt.prompt_type == "auto" and fmt.messages_key in columns):
+        if fmt.messages_key not in columns:
+            raise DataError(
+                f"{where}.format.messages_key: column {fmt.messages_key!r} is not in {rows.describe()}; "
+                f"columns present: {', '.join(columns)}. Set messages_key, or prompt_type: plaintext with prompt_key/response_key"
+            )
+        return "messages"
+    for key, column in plaintext_keys:
+        if column not in columns:
+            raise DataError(
+                f"{where}.format.{key}: column {column!r} is not in {rows.describe()} (and no {fmt.messages_key!r} "
+                f"messages column either); columns present: {', '.join(columns)}. Set format.{key} or format.messages_key"
+            )
+    return "plaintext"
+
+
+def _messages(value: Any, where: str, index: int) -> list[dict[str, Any]]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            value = None
+    if not isinstance(value, list) or not all(isinstance(m, dict) and "role" in m for m in value):
+        raise DataError(
+            f"{where}.format.messages_key: row {index} is not a list of {{role, content}} messages: {str(value)[:80]!r}"
+        )
+    return [dict(m) for m in value]
+
+
+def _system(row: dict[str, Any], fmt: FormatConfig) -> list[dict[str, str]]:
+    text = row.get(fmt.system_prompt_key) if fmt.system_prompt_key else None
+    text = text or fmt.system_prompt
+    return [{"role": "system", "content": str(text)}] if text else []
+
+
+def _sft_rows(rows: Rows, fmt: FormatConfig, where: str) -> list[dict[str, Any]]:
+    layout = _layout(
+        rows, fmt, where, [("prompt_key", fmt.prompt_key), ("response_key", fmt.response_key)]
+    )
+    out = []
+    for i in range(len(rows)):
+        row = rows.row(i)
+        if layout == "messages":
+            messages = _messages(row[fmt.messages_key], where, i)
+        else:
+            messages = _system(row, fmt) + [
+                {"role": "user", "content": str(row[fmt.prompt_key])},
+                {"role": "assistant", "content": str(row[fmt.response_key])},
+            ]
+        out.append({"messages": messages})
+    return out
+
+
+def _dpo_rows(rows: Rows, fmt: FormatConfig, where: str) -> list[dict[str, Any]]:
+    columns = rows.columns
+    for key, column in (("chosen_key", fmt.chosen_key), ("rejected_key", fmt.rejected_key)):
+        if column not in columns:
+            raise DataError(
+                f"{where}.format.{key}: column {column!r} is not in {rows.describe()}; columns present: {', '.join(columns)}"
+            )
+    layout = _layout(rows, fmt, where, [("prompt_key", fmt.prompt_key)])
+    out = []
+    for i in range(len(rows)):
+        row = rows.row(i)
+        item: dict[str, Any] = {"chosen": row[fmt.chosen_key], "rejected": row[fmt.rejected_key]}
+        if layout == "messages":
+            item["messages"] = _messages(row[fmt.messages_key], where, i)
+        elif _system(row, fmt):
+            item["messages"] = _system(row, fmt) + [
+                {"role": "user", "content": str(row[fmt.prompt_key])}
+            ]
+        else:
+            item["prompt"] = str(row[fmt.prompt_key])
+        out.append(item)
+    return out

@@ -1,0 +1,137 @@
+"""A taskset: the rows of a dataset resolved against the taskset's ``format`` into Tasks.
+
+    taskset = load_taskset(cfg.buffer.explorer_input.taskset)
+    len(taskset); taskset[0]  # -> Task(prompt=..., truth=..., workflow="math_workflow", ...)
+
+Rows are read once (``rft_core.data.source``) and turned into a Task on access. Missing
+``prompt_key`` / ``response_key`` columns are reported at load time with the columns present.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rft_core.config.schema import TasksetConfig
+from rft_core.data.source import Rows, read_rows
+from rft_core.data.task import Task
+from rft_core.errors import DataError
+
+DEFAULT_WORKFLOW = "math_workflow"
+
+
+def config_path(cfg: Any, fallback: str) -> str:
+    """The YAML path of a taskset/buffer config (set by the validator), for error messages."""
+    return getattr(cfg, "_yaml_path", None) or fallback
+
+
+class Taskset:
+    """The tasks of one taskset config; ``taskset[i]`` is the Task of row ``i``."""
+
+    def __init__(
+        self,
+        cfg: TasksetConfig,
+        rows: Rows,
+        *,
+        is_eval: bool = False,
+        default_workflow: str | None = None,
+        default_reward_fn: str | None = None,
+    ):
+        self.cfg = cfg
+        self.rows = rows
+        self.is_eval = is_eval
+        self.name = cfg.name
+        self.workflow = cfg.default_workflow_type or default_workflow or DEFAULT_WORKFLOW
+        self.reward_fn = cfg.default_reward_fn_type or default_reward_fn
+        self.rollout_args = {
+            k: v
+            for k, v in vars(cfg.rollout_args).items()
+            if v is not None and not k.startswith("_")
+        }
+        self._check_columns()
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> Task:
+        if not 0 <= index < len(self):
+            raise IndexError(f"taskset {self.name!r} has {len(self)} tasks; no index {index}")
+        fmt = self.cfg.format
+        row = self.rows.row(index)
+        prompt = row.get(fmt.prompt_key)
+        if prompt is None:
+            raise DataError(
+                f"{self._where('format.prompt_key')}: row {index} of {self.rows.describe()} has no "
+                f"{fmt.prompt_key!r} value; fix the row or remove it"
+            )
+        truth = row.get(fmt.response_key) if fmt.response_key else None
+        system_prompt = fmt.system_prompt
+        if fmt.system_prompt_key and row.get(fmt.system_prompt_key):
+            system_prompt = str(row[fmt.system_prompt_key])
+        workflow = self.workflow
+        if fmt.workflow_key and row.get(fmt.workflow_key):
+            workflow = str(row[fmt.workflow_key])
+        reward_fn = self.reward_fn
+        if fmt.reward_fn_key and row.get(fmt.reward_fn_key):
+            reward_fn = str(row[fmt.reward_fn_key])
+        return Task(
+            index=index,
+            taskset=self.name,
+            raw=row,
+            prompt=str(prompt),
+            truth=None if truth is None else str(truth),
+            system_prompt=system_prompt,
+            workflow=workflow,
+            reward_fn=reward_fn,
+            rollout_args=dict(self.rollout_args),
+            workflow_args=dict(self.cfg.workflow_args),
+            reward_fn_args=dict(self.cfg.reward_fn_args),
+            is_eval=self.is_eval,
+        )
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def _where(self, key: str) -> str:
+        return f"{config_path(self.cfg, 'taskset ' + repr(self.name))}.{key}"
+
+    def _check_columns(self) -> None:
+        fmt, columns = self.cfg.format, self.rows.columns
+        required = [("format.prompt_key", fmt.prompt_key)]
+        if fmt.response_key:
+            required.append(("format.response_key", fmt.response_key))
+        for key, column in required:
+            if column not in columns:
+                raise DataError(
+                    f"{self._where(key)}: column {column!r} is not in {self.rows.describe()}; "
+                    f"columns present: {', '.join(columns)}. Set {key} to one of them"
+                )
+
+
+def load_taskset(
+    ts_cfg: TasksetConfig,
+    *,
+    is_eval: bool = False,
+    default_workflow: str | None = None,
+    default_reward_fn: str | None = None,
+) -> Taskset:
+    """Read the taskset's rows (local dir, file or offline cache) and check its format keys."""
+    where = config_path(ts_cfg, f"taskset {ts_cfg.name!r}")
+    if ts_cfg.storage_type != "file":
+        raise DataError(
+            f"{where}.storage_type: tasksets are read from files here; {ts_cfg.storage_type!r} is not supported for tasksets"
+        )
+    if not ts_cfg.path:
+        raise DataError(
+            f"{where}.path: not set; give a dataset directory, a .jsonl/.parquet file or a cached dataset name"
+        )
+    try:
+        rows = read_rows(ts_cfg.path, ts_cfg.subset_name, ts_cfg.split)
+    except DataError as err:
+        raise DataError(f"{where}.path: {err}") from err
+    return Taskset(
+        ts_cfg,
+        rows,
+        is_eval=is_eval,
+        default_workflow=default_workflow,
+        default_reward_fn=default_reward_fn,
+    )
