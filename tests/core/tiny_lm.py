@@ -1,35 +1,18 @@
-"""A tiny random Qwen2 causal LM and a character-level tokenizer with a chat template, built in
+"""A tiny random Qwen2 causal LM (hidden 64, 2 layers) with the demo's byte-level ChatML tokenizer, built in
 a temporary directory with no download; shared by the rollout and policy-update tests."""
 
 from __future__ import annotations
 
-import string
 from pathlib import Path
 
 import torch
 
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
 
 def build_tokenizer():
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    """The demo's byte-level ChatML tokenizer (one token per byte, ~260 tokens)."""
+    from rft_core.demo import build_tokenizer as demo_tokenizer
 
-    specials = ["<pad>", "<|im_end|>", "<|im_start|>"]
-    chars = list(string.digits + string.ascii_letters + " \n+-*/=<>#.,?:()")
-    vocab = {tok: i for i, tok in enumerate(specials + chars)}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="?"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    tok.add_special_tokens(specials)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", eos_token="<|im_end|>", unk_token="?"
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    return fast
+    return demo_tokenizer()
 
 
 def build_tiny_model(out_dir: Path, *, seed: int = 0, hidden: int = 64, layers: int = 2) -> Path:

@@ -1,0 +1,707 @@
+"""The policy update: one optimizer step over a batch of experiences (``train_step``).
+
+Per micro-batch (see ``rft_core.trainer.batching`` for the padding layout) the actor computes
+the log-probs of the response tokens as ``log_softmax(logits / temperature)`` in fp32, the
+same convention as the rollout engines (``rft_core.rollout.hf``), so that an on-policy
+importance ratio is 1 up to numerics. The loss is
+
+    pg_loss (ppo-clip with dual clip | sft | dpo) + kl_coef · KL(policy, ref) - entropy_coef · H
+
+aggregated by ``algorithm.loss_agg_mode``; micro-batch losses are weighted so that gradient
+accumulation equals one pass over the whole batch. Then grad clip, AdamW, LR schedule.
+
+Where things come from:
+- old log-probs: the rollout engine's (``Experience.logprobs``), recomputed here only when an
+  experience carries none;
+- advantages: group algorithms (grpo, rloo) use ``Experience.advantage`` computed by the
+  explorer; only when it is None does the trainer compute it here from rewards and group ids
+  with the same registry function. Token-level ones (reinforceplusplus, ppo/gae) are computed
+  here over the whole batch; ``kl_penalty_fn`` applies to these token rewards (group
+  advantages are final when they arrive, so a KL penalty does not apply to them);
+- reference model: loaded once from ``model_path`` when a KL term or DPO needs it.
+
+Devices: fp32 on CPU; on CUDA fp32 master weights with bf16 autocast (``dtype: auto``), and
+FSDP2 ``fully_shard`` per decoder layer when torch.distributed runs with world size > 1 (bf16
+params, fp32 reduce). The tests run on CPU only; the CUDA and FSDP2 paths are not tested here.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rft_core.algorithms import advantages as adv
+from rft_core.algorithms.aggregation import aggregate_loss, masked_mean
+from rft_core.algorithms.entropy import entropy_from_logits
+from rft_core.algorithms.kl import apply_kl_penalty, kl_loss
+from rft_core.algorithms.policy_losses import dpo_loss, ppo_clip_loss, sft_loss
+from rft_core.algorithms.presets import get_preset
+from rft_core.buffer.experience import Experience
+from rft_core.errors import ConfigError
+from rft_core.rollout.hf import resolve_device, resolve_dtype, token_logprobs
+from rft_core.trainer.batching import (
+    MicroBatch,
+    collate,
+    loss_weight,
+    micro_batches,
+    response_mask,
+    right_aligned,
+)
+from rft_core.trainer.messages import experiences_from_messages
+
+log = logging.getLogger(__name__)
+
+__all__ = ["AlgorithmSettings", "PolicyTrainer", "experiences_from_messages", "lr_factor"]
+
+
+@dataclass
+class AlgorithmSettings:
+    """``algorithm.*`` resolved against the ``algorithm_type`` preset."""
+
+    algorithm_type: str
+    policy_loss_fn: str
+    policy_loss_args: dict[str, Any]
+    advantage_fn: str | None
+    advantage_args: dict[str, Any]
+    kl_loss_fn: str
+    kl_coef: float
+    kl_penalty_fn: str
+    kl_penalty_coef: float
+    entropy_coef: float
+    loss_agg_mode: str
+    use_critic: bool
+    optimizer: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> AlgorithmSettings:
+        preset = get_preset(getattr(cfg, "algorithm_type", "grpo"))
+
+        def pick(name: str, default: Any) -> Any:
+            value = getattr(cfg, name, None)
+            return default if value is None else value
+
+        kl_loss_args = dict(pick("kl_loss_fn_args", {}))
+        kl_penalty_args = dict(pick("kl_penalty_fn_args", {}))
+        entropy_args = dict(pick("entropy_loss_fn_args", {}))
+        opt = getattr(cfg, "optimizer", None)
+        optimizer = {
+            key: getattr(opt, key, default)
+            for key, default in (
+                ("lr", 1e-6),
+                ("lr_warmup_steps", -1),
+                ("lr_warmup_steps_ratio", 0.0),
+                ("lr_scheduler_type", "constant"),
+                ("min_lr_ratio", 0.0),
+                ("optimizer_type", "adamw"),
+                ("betas", [0.9, 0.999]),
+                ("weight_decay", 0.01),
+            )
+        }
+        return cls(
+            algorithm_type=preset.algorithm_type,
+            policy_loss_fn=str(pick("policy_loss_fn", preset.policy_loss_fn)).lower(),
+            policy_loss_args={**preset.policy_loss_fn_args, **pick("policy_loss_fn_args", {})},
+            advantage_fn=pick("advantage_fn", preset.advantage_fn),
+            advantage_args={**preset.advantage_fn_args, **pick("advantage_fn_args", {})},
+            kl_loss_fn=str(pick("kl_loss_fn", preset.kl_loss_fn)).lower(),
+            kl_coef=float(kl_loss_args.get("kl_coef", preset.kl_coef)),
+            kl_penalty_fn=str(pick("kl_penalty_fn", preset.kl_penalty_fn)).lower(),
+            kl_penalty_coef=float(kl_penalty_args.get("kl_coef", preset.kl_penalty_coef)),
+            entropy_coef=float(entropy_args.get("entropy_coef", preset.entropy_coef)),
+            loss_agg_mode=pick("loss_agg_mode", preset.loss_agg_mode),
+            use_critic=preset.use_critic,
+            optimizer=optimizer,
+        )
+
+    @property
+    def uses_kl_loss(self) -> bool:
+        return self.kl_loss_fn != "none" and self.kl_coef > 0
+
+    @property
+    def uses_kl_penalty(self) -> bool:
+        return self.kl_penalty_fn != "none" and self.kl_penalty_coef > 0
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.uses_kl_loss or self.uses_kl_penalty or self.policy_loss_fn == "dpo"
+
+
+def lr_factor(step: int, *, warmup: int, total: int | None, kind: str, min_ratio: float) -> float:
+    """Multiplier of the base lr for the ``step``-th optimizer step (0-based). Warmup is linear
+    and starts at lr/warmup (verl starts at 0, which wastes the first step); then constant, or
+    cosine/linear decay to ``min_ratio`` at ``total`` steps."""
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    if kind == "constant" or not total or total <= warmup:
+        return 1.0
+    progress = min(1.0, max(0.0, (step - warmup) / (total - warmup)))
+    if kind == "cosine":
+        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    if kind == "linear":
+        return min_ratio + (1.0 - min_ratio) * (1.0 - progress)
+    raise ConfigError(
+        "algorithm.optimizer.lr_scheduler_type",
+        f"unknown schedule {kind!r}; choose constant, cosine or linear",
+        value=kind,
+        allowed=["constant", "cosine", "linear"],
+    )
+
+
+def _accepted(fn: Any, args: dict[str, Any], path: str) -> dict[str, Any]:
+    names = set(inspect.signature(fn).parameters)
+    unknown = sorted(set(args) - names)
+    if unknown:
+        log.warning("%s: ignoring %s (not used by %s)", path, unknown, fn.__name__)
+    return {k: v for k, v in args.items() if k in names}
+
+
+class PolicyTrainer:
+    def __init__(
+        self,
+        model_path: str,
+        algorithm_cfg: Any,
+        *,
+        device: str | None = None,
+        dtype: str = "auto",
+        micro_batch_size: int | None = 8,
+        grad_clip: float = 1.0,
+        total_steps: int | None = None,
+        gradient_checkpointing: bool = False,
+        temperature: float = 1.0,
+        seed: int = 0,
+        max_token_len: int | None = None,
+        critic_model_path: str | None = None,
+    ) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch.manual_seed(seed)
+        random.seed(seed)
+        self.device = resolve_device(device)
+        self.algo = AlgorithmSettings.from_config(algorithm_cfg)
+        self.micro_batch_size = micro_batch_size
+        self.max_token_len = max_token_len
+        self.grad_clip = grad_clip
+        self.total_steps = total_steps
+        self.temperature = temperature if temperature > 0 else 1.0
+        self.global_step = 0
+        self.world_size, self.rank = 1, 0
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            self.world_size = torch.distributed.get_world_size()
+            self.rank = torch.distributed.get_rank()
+        self.sharded = self.world_size > 1
+
+        # "auto": fp32 master weights, bf16 autocast on CUDA; an explicit dtype trains in it
+        explicit = resolve_dtype(dtype, self.device) if dtype not in (None, "auto") else None
+        param_dtype = explicit or torch.float32
+        self.autocast_dtype = (
+            torch.bfloat16 if explicit is None and self.device.type == "cuda" else None
+        )
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        pad = self.tokenizer.pad_token_id
+        self.pad_token_id = pad if pad is not None else (self.tokenizer.eos_token_id or 0)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=param_dtype)
+        self.model.config.use_cache = False
+        if gradient_checkpointing:
+            self.model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+        self.ref_model = None
+        if self.algo.needs_reference:
+            self.ref_model = AutoModelForCausalLM.from_pretrained(model_path, dtype=param_dtype)
+            self.ref_model.requires_grad_(False).eval()
+        if self.sharded:
+            self._fully_shard()
+        else:
+            self.model.to(self.device)
+            if self.ref_model is not None:
+                self.ref_model.to(self.device)
+
+        self.optimizer = self._build_optimizer()
+        o = self.algo.optimizer
+        warmup = int(o["lr_warmup_steps"])
+        if warmup < 0:
+            warmup = int(float(o["lr_warmup_steps_ratio"]) * (total_steps or 0))
+        if o["lr_scheduler_type"] != "constant" and not total_steps:
+            log.warning(
+                "lr_scheduler_type %s needs total steps; using constant lr", o["lr_scheduler_type"]
+            )
+        lr_factor(
+            0,
+            warmup=warmup,
+            total=total_steps,
+            kind=o["lr_scheduler_type"],
+            min_ratio=float(o["min_lr_ratio"]),
+        )  # validates the schedule name now
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            lambda s: lr_factor(
+                s,
+                warmup=warmup,
+                total=total_steps,
+                kind=o["lr_scheduler_type"],
+                min_ratio=float(o["min_lr_ratio"]),
+            ),
+        )
+        self.critic = None
+        if self.algo.use_critic:
+            from rft_core.trainer.critic import Critic
+
+            self.critic = Critic(
+                critic_model_path or model_path,
+                device=self.device,
+                lr=float(o["lr"]),
+                betas=tuple(o["betas"]),
+                weight_decay=float(o["weight_decay"]),
+                grad_clip=grad_clip,
+                autocast_dtype=self.autocast_dtype,
+            )
+
+    # ---- setup --------------------------------------------------------------------------
+
+    def _fully_shard(self) -> None:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        torch.cuda.set_device(self.device)
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        for model in (self.model, self.ref_model):
+            if model is None:
+                continue
+            model.to(self.device)
+            for layer in model.model.layers:
+                fully_shard(layer, mp_policy=mp)
+            fully_shard(model, mp_policy=mp)
+        self.autocast_dtype = None  # FSDP2 casts parameters itself
+
+    def _build_optimizer(self) -> torch.optim.Optimizer:
+        o = self.algo.optimizer
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        kind = str(o["optimizer_type"]).lower()
+        fused = {"fused": True} if self.device.type == "cuda" else {}
+        if kind in ("adamw", "adam"):
+            cls = torch.optim.AdamW if kind == "adamw" else torch.optim.Adam
+            return cls(
+                params,
+                lr=float(o["lr"]),
+                betas=tuple(o["betas"]),
+                weight_decay=float(o["weight_decay"]),
+                **fused,
+            )
+        if kind == "sgd":
+            return torch.optim.SGD(params, lr=float(o["lr"]), weight_decay=float(o["weight_decay"]))
+        raise ConfigError(
+            "algorithm.optimizer.optimizer_type",
+            f"unknown optimizer {kind!r}; choose adamw, adam or sgd",
+            value=kind,
+        )
+
+    # ---- forward ------------------------------------------------------------------------
+
+    def _logits_tail(self, model: Any, mb: MicroBatch) -> torch.Tensor:
+        """Logits predicting the last ``R`` tokens of each row: [B, R, V]."""
+        with torch.autocast(
+            self.device.type,
+            dtype=self.autocast_dtype or torch.bfloat16,
+            enabled=self.autocast_dtype is not None,
+        ):
+            out = model(
+                input_ids=mb.input_ids,
+                attention_mask=mb.attention_mask,
+                position_ids=mb.position_ids,
+                use_cache=False,
+                logits_to_keep=mb.response_width + 1,
+            )
+        return out.logits[:, :-1]
+
+    def _logprobs(self, model: Any, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self._logits_tail(model, mb)
+        return token_logprobs(logits, mb.targets, self.temperature), logits
+
+    @torch.no_grad()
+    def logprobs_of(
+        self, experiences: list[Experience], *, reference: bool = False
+    ) -> list[list[float]]:
+        """Response-token log-probs under the current (or the reference) model."""
+        model = self.ref_model if reference else self.model
+        model.eval()
+        out: list[list[float]] = [[] for _ in experiences]
+        for mb in self._micro_batches(experiences):
+            logp, _ = self._logprobs(model, mb)
+            for b, row in enumerate(mb.rows):
+                n = len(experiences[row].response_ids)
+                out[row] = logp[b, mb.response_width - n :].tolist() if n else []
+        return out
+
+    def _micro_batches(self, experiences: list[Experience]) -> list[MicroBatch]:
+        seqs = [(e.prompt_ids, e.response_ids, response_mask(e)) for e in experiences]
+        lengths = [len(p) + len(r) for p, r, _ in seqs]
+        return [
+            collate([seqs[i] for i in group], group, self.pad_token_id, self.device)
+            for group in micro_batches(lengths, self.micro_batch_size, self.max_token_len)
+        ]
+
+    # ---- the step -----------------------------------------------------------------------
+
+    def train_step(self, experiences: list[Experience]) -> dict[str, float]:
+        """One optimizer step over ``experiences``; returns metrics under Trinity's names."""
+        if not experiences:
+            raise ValueError("train_step needs at least one experience")
+        start = time.perf_counter()
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        lr = self.scheduler.get_last_lr()[0]
+        if self.algo.policy_loss_fn == "dpo":
+            metrics = self._dpo_backward(experiences)
+        else:
+            metrics = self._policy_backward(experiences)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        if torch.isfinite(grad_norm):
+            self.optimizer.step()
+        else:
+            log.warning(
+                "step %d: non-finite grad norm %s, update skipped",
+                self.global_step + 1,
+                float(grad_norm),
+            )
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.global_step += 1
+        elapsed = time.perf_counter() - start
+        lengths = [len(e.response_ids) for e in experiences]
+        tokens = sum(
+            len(e.prompt_ids) + len(e.response_ids) + len(e.rejected_ids) for e in experiences
+        )
+        metrics.update(
+            {
+                "actor/grad_norm": float(grad_norm),
+                "actor/lr": float(lr),
+                "critic/rewards/mean": sum(e.reward for e in experiences) / len(experiences),
+                "response_length/mean": sum(lengths) / len(lengths),
+                "response_length/max": float(max(lengths)),
+                "response_length/min": float(min(lengths)),
+                "response_length/clip_ratio": sum(e.truncated for e in experiences) / len(lengths),
+                "perf/throughput": tokens / elapsed,
+                "time/train_step": elapsed,
+            }
+        )
+        return metrics
+
+    def _advantages(
+        self,
+        experiences: list[Experience],
+        mbs: list[MicroBatch],
+        old: list[torch.Tensor],
+        ref: list[torch.Tensor | None],
+        metrics: dict[str, float],
+    ) -> tuple[list[torch.Tensor], list[Any]]:
+        """Per-micro-batch [B, R] advantages (and per-mb critic inputs for PPO)."""
+        algo = self.algo
+        fn = adv.get_advantage_fn(algo.advantage_fn) if algo.advantage_fn else None
+        rewards = torch.tensor([e.reward for e in experiences], dtype=torch.float32)
+        if fn is None or fn.level == "group":
+            if all(e.advantage is not None for e in experiences):
+                seq_adv, keep = torch.tensor([float(e.advantage) for e in experiences]), None
+            elif fn is None:
+                raise ConfigError(
+                    "algorithm.advantage_fn",
+                    "experiences carry no advantage and no advantage_fn is set",
+                )
+            else:
+                args = _accepted(fn.fn, algo.advantage_args, "algorithm.advantage_fn_args")
+                seq_adv, keep = fn.group(rewards, [e.group_id for e in experiences], **args)
+            out = []
+            for mb in mbs:
+                a = seq_adv[mb.rows].to(self.device).unsqueeze(-1) * mb.mask
+                if keep is not None:
+                    mb.mask = mb.mask * keep[mb.rows].to(self.device).float().unsqueeze(-1)
+                out.append(a)
+            return out, [None] * len(mbs)
+        # token-level: the whole batch in one right-aligned [N, R] layout
+        width = max(mb.response_width for mb in mbs)
+        n = len(experiences)
+        mask = torch.zeros(n, width, device=self.device)
+        for mb in mbs:
+            mask[mb.rows, width - mb.response_width :] = mb.mask
+        token_rewards = adv.outcome_to_token_rewards(rewards.to(self.device), mask)
+        if algo.uses_kl_penalty:
+            old_full, ref_full = torch.zeros_like(mask), torch.zeros_like(mask)
+            for mb, o, r in zip(mbs, old, ref, strict=True):
+                old_full[mb.rows, width - mb.response_width :] = o
+                ref_full[mb.rows, width - mb.response_width :] = r
+            token_rewards, km = apply_kl_penalty(
+                token_rewards, old_full, ref_full, mask, algo.kl_penalty_fn, algo.kl_penalty_coef
+            )
+            metrics["actor/kl_penalty"] = km["kl_penalty"]
+        args = _accepted(fn.fn, algo.advantage_args, "algorithm.advantage_fn_args")
+        critic_inputs: list[Any] = [None] * len(mbs)
+        if fn.needs_values:
+            if self.critic is None:
+                raise ConfigError(
+                    "algorithm.advantage_fn", f"{fn.name} needs a critic; use algorithm_type: ppo"
+                )
+            values = torch.zeros_like(mask)
+            with torch.no_grad():
+                for mb in mbs:
+                    values[mb.rows, width - mb.response_width :] = self.critic.values(mb) * mb.mask
+            token_adv, returns = fn(token_rewards, values, mask, **args)
+            critic_inputs = [
+                (
+                    values[mb.rows, width - mb.response_width :],
+                    returns[mb.rows, width - mb.response_width :],
+                )
+                for mb in mbs
+            ]
+        else:
+            token_adv = fn(token_rewards, mask, **args)
+        return [token_adv[mb.rows, width - mb.response_width :] for mb in mbs], critic_inputs
+
+    def _policy_backward(self, experiences: list[Experience]) -> dict[str, float]:
+        algo = self.algo
+        mbs = self._micro_batches(experiences)
+        total_tokens = float(sum(mb.mask.sum() for mb in mbs))
+        horizon = max(mb.response_width for mb in mbs)
+        metrics: dict[str, float] = {}
+        sft = algo.policy_loss_fn == "sft"
+        if not sft and algo.policy_loss_fn != "ppo":
+            raise ConfigError(
+                "algorithm.policy_loss_fn",
+                f"unknown policy loss {algo.policy_loss_fn!r}; choose ppo, sft or dpo",
+            )
+        old: list[torch.Tensor] = []
+        ref: list[torch.Tensor | None] = []
+        if not sft:
+            recompute = {
+                id(mb)
+                for mb in mbs
+                if any(
+                    len(experiences[i].logprobs) != len(experiences[i].response_ids)
+                    for i in mb.rows
+                )
+            }
+            with torch.no_grad():
+                if recompute:
+                    self.model.eval()
+                for mb in mbs:
+                    if id(mb) in recompute:
+                        old.append(self._logprobs(self.model, mb)[0])
+                    else:
+                        old.append(
+                            right_aligned(
+                                [experiences[i].logprobs for i in mb.rows], mb.response_width
+                            ).to(self.device)
+                        )
+                    ref.append(
+                        self._logprobs(self.ref_model, mb)[0]
+                        if self.ref_model is not None
+                        else None
+                    )
+            self.model.train()
+            advantages, critic_inputs = self._advantages(experiences, mbs, old, ref, metrics)
+            total_tokens = float(sum(mb.mask.sum() for mb in mbs))  # std_threshold may drop rows
+            adv_sum = sum(float((a * mb.mask).sum()) for a, mb in zip(advantages, mbs, strict=True))
+            metrics["critic/advantages/mean"] = adv_sum / max(total_tokens, 1.0)
+        pg_args = _accepted(ppo_clip_loss, algo.policy_loss_args, "algorithm.policy_loss_fn_args")
+        sums: dict[str, float] = {}
+        weights = []
+        for k, mb in enumerate(mbs):
+            weight = loss_weight(algo.loss_agg_mode, mb.mask, total_tokens, len(experiences))
+            share = float(mb.mask.sum()) / max(total_tokens, 1.0)  # for token-level metrics
+            weights.append(weight)
+            logp, logits = self._logprobs(self.model, mb)
+            if sft:
+                loss, m = sft_loss(logp, mb.mask, algo.loss_agg_mode, horizon=horizon)
+                parts = {"actor/sft_loss": (m["sft_loss"], weight)}
+            else:
+                loss, m = ppo_clip_loss(
+                    logp,
+                    old[k],
+                    advantages[k],
+                    mb.mask,
+                    loss_agg_mode=algo.loss_agg_mode,
+                    horizon=horizon,
+                    **pg_args,
+                )
+                parts = {
+                    "actor/pg_loss": (m["pg_loss"], weight),
+                    "actor/pg_clipfrac": (m["pg_clipfrac"], share),
+                    "actor/pg_clipfrac_lower": (m["pg_clipfrac_lower"], share),
+                    "actor/ppo_kl": (m["ppo_kl"], share),
+                }
+                if algo.uses_kl_loss:
+                    kl, km = kl_loss(
+                        logp, ref[k], mb.mask, algo.kl_loss_fn, algo.loss_agg_mode, horizon=horizon
+                    )
+                    loss = loss + algo.kl_coef * kl
+                    parts["actor/kl_loss"] = (km["kl_loss"], weight)
+                    parts["actor/kl_coef"] = (algo.kl_coef, share)
+            if algo.entropy_coef > 0:
+                entropy = entropy_from_logits(logits)
+                loss = loss - algo.entropy_coef * aggregate_loss(
+                    entropy, mb.mask, algo.loss_agg_mode, horizon=horizon
+                )
+                entropy = entropy.detach()
+            else:
+                with torch.no_grad():
+                    entropy = entropy_from_logits(logits.detach())
+            parts["actor/entropy"] = (float(masked_mean(entropy, mb.mask)), share)
+            (loss * weight).backward()
+            for name, (value, w) in parts.items():
+                sums[name] = sums.get(name, 0.0) + value * w
+        metrics.update(sums)
+        if self.critic is not None and not sft:
+            metrics.update(
+                self.critic.update(
+                    mbs,
+                    [c[0] for c in critic_inputs],
+                    [c[1] for c in critic_inputs],
+                    weights,
+                    algo.loss_agg_mode,
+                    horizon,
+                )
+            )
+        return metrics
+
+    def _dpo_backward(self, experiences: list[Experience]) -> dict[str, float]:
+        args = _accepted(dpo_loss, self.algo.policy_loss_args, "algorithm.policy_loss_fn_args")
+        sums: dict[str, float] = {}
+        pair_lengths = [
+            len(e.prompt_ids) + max(len(e.response_ids), len(e.rejected_ids)) for e in experiences
+        ]
+        size = max(1, (self.micro_batch_size or len(experiences)) // 2)
+        for group in micro_batches(pair_lengths, size, self.max_token_len):
+            chosen = [
+                (
+                    experiences[i].prompt_ids,
+                    experiences[i].response_ids,
+                    [1] * len(experiences[i].response_ids),
+                )
+                for i in group
+            ]
+            rejected = [
+                (
+                    experiences[i].prompt_ids,
+                    experiences[i].rejected_ids,
+                    [1] * len(experiences[i].rejected_ids),
+                )
+                for i in group
+            ]
+            mb = collate(chosen + rejected, group + group, self.pad_token_id, self.device)
+            with torch.no_grad():
+                ref_sums = (self._logprobs(self.ref_model, mb)[0] * mb.mask).sum(-1)
+            logp_sums = (self._logprobs(self.model, mb)[0] * mb.mask).sum(-1)
+            p = len(group)
+            loss, m = dpo_loss(logp_sums[:p], logp_sums[p:], ref_sums[:p], ref_sums[p:], **args)
+            weight = p / len(experiences)
+            (loss * weight).backward()
+            for name, value in m.items():
+                sums[f"actor/{name}"] = sums.get(f"actor/{name}", 0.0) + value * weight
+        return sums
+
+    # ---- weights and checkpoints ----------------------------------------------------------
+
+    def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
+        """Full model weights as CPU tensors under Hugging Face names (a copy)."""
+        if self.sharded:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_model_state_dict,
+            )
+
+            return get_model_state_dict(
+                self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            )
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+
+    def _optimizer_state(self) -> dict[str, Any]:
+        if self.sharded:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_optimizer_state_dict,
+            )
+
+            return get_optimizer_state_dict(
+                self.model,
+                self.optimizer,
+                options=StateDictOptions(full_state_dict=True, cpu_offload=True),
+            )
+        return self.optimizer.state_dict()
+
+    def save(self, job_dir: Path, step: int, save_hf: bool) -> None:
+        """Full checkpoint of ``step`` in the seed's layout (rank 0 writes)."""
+        from rft_core.trainer.checkpoint import save_checkpoint
+
+        state_dict = self.state_dict_for_sync()
+        optimizer_state = self._optimizer_state()
+        if self.rank != 0:
+            return
+        extra: dict[str, Any] = {
+            "lr_scheduler": self.scheduler.state_dict(),
+            "algorithm_type": self.algo.algorithm_type,
+        }
+        if self.critic is not None:
+            extra["critic"] = self.critic.full_state()
+        save_checkpoint(
+            Path(job_dir),
+            step,
+            state_dict=state_dict,
+            optimizer_state=optimizer_state,
+            extra_state=extra,
+            hf_config=self.model.config,
+            tokenizer=self.tokenizer,
+            generation_config=getattr(self.model, "generation_config", None),
+            save_hf=save_hf,
+            world_size=self.world_size,
+        )
+
+    def load(self, job_dir: Path, step: int | None) -> int:
+        """Restore model, optimizer, LR schedule, critic and RNG states; return the step."""
+        from rft_core.trainer.checkpoint import load_checkpoint
+
+        ckpt = load_checkpoint(Path(job_dir), step)
+        if self.sharded:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                set_model_state_dict,
+                set_optimizer_state_dict,
+            )
+
+            options = StateDictOptions(full_state_dict=True)
+            set_model_state_dict(self.model, ckpt.state_dict, options=options)
+            if ckpt.optimizer_state is not None:
+                set_optimizer_state_dict(
+                    self.model, self.optimizer, ckpt.optimizer_state, options=options
+                )
+        else:
+            self.model.load_state_dict(ckpt.state_dict)
+            if ckpt.optimizer_state is not None:
+                self.optimizer.load_state_dict(ckpt.optimizer_state)
+        extra = ckpt.extra_state or {}
+        if "lr_scheduler" in extra:
+            self.scheduler.load_state_dict(extra["lr_scheduler"])
+        if self.critic is not None and "critic" in extra:
+            self.critic.load_full_state(extra["critic"])
+        _restore_rng(extra.get("rng") or {})
+        self.global_step = ckpt.step
+        return ckpt.step
+
+
+def _restore_rng(rng: dict[str, Any]) -> None:
+    if "cpu" in rng:
+        torch.set_rng_state(rng["cpu"])
+    if "python" in rng:
+        random.setstate(rng["python"])
+    if "cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state(rng["cuda"])
+    if "numpy" in rng:
+        import numpy as np
+
+        np.random.set_state(rng["numpy"])

@@ -1,0 +1,266 @@
+"""PolicyTrainer on a tiny random Qwen2 (hidden 64, 2 layers, byte-level vocab), fp32 CPU."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from tiny_lm import build_tiny_model
+
+from rft_core.buffer.experience import Experience
+from rft_core.config.schema import AlgorithmConfig, OptimizerConfig
+from rft_core.rollout import SamplingParams, build_engine
+from rft_core.trainer.policy import PolicyTrainer, experiences_from_messages, lr_factor
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "1+2=?"}],
+    [{"role": "user", "content": "what is 12*3?"}],
+    [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
+]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return str(build_tiny_model(tmp_path_factory.mktemp("tiny")))
+
+
+def algorithm(kind: str = "grpo", lr: float = 1e-3, **kwargs) -> AlgorithmConfig:
+    optimizer = OptimizerConfig(lr=lr, **kwargs.pop("optimizer", {}))
+    return AlgorithmConfig(algorithm_type=kind, optimizer=optimizer, **kwargs)
+
+
+def rollout(model_dir: str, temperature: float = 0.8, n: int = 4, max_tokens: int = 12):
+    engine = build_engine("hf", model_dir, seed=1)
+    groups = engine.chat(
+        CONVERSATIONS, SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens)
+    )
+    experiences = []
+    for g, group in enumerate(groups):
+        for i, gen in enumerate(group):
+            experiences.append(
+                Experience(
+                    prompt_ids=gen.prompt_ids,
+                    response_ids=gen.response_ids,
+                    logprobs=gen.logprobs,
+                    reward=float(i % 2),
+                    advantage=1.0 if i % 2 else -1.0,
+                    group_id=f"g{g}",
+                    truncated=gen.finish_reason == "length",
+                )
+            )
+    return experiences
+
+
+def sequence_logprob(trainer: PolicyTrainer, experiences: list[Experience]) -> list[float]:
+    return [sum(lp) for lp in trainer.logprobs_of(experiences)]
+
+
+def test_on_policy_ratio_is_one_with_engine_logprobs(model_dir):
+    experiences = rollout(model_dir, temperature=0.8)
+    trainer = PolicyTrainer(model_dir, algorithm(), temperature=0.8, micro_batch_size=5)
+    recomputed = trainer.logprobs_of(experiences)
+    for exp, lp in zip(experiences, recomputed, strict=True):
+        torch.testing.assert_close(torch.tensor(lp), torch.tensor(exp.logprobs), atol=1e-4, rtol=0)
+    metrics = trainer.train_step(experiences)
+    assert metrics["actor/pg_clipfrac"] == 0.0
+    assert abs(metrics["actor/ppo_kl"]) < 1e-5
+    # ratio 1 and mean advantage 0 over the tokens: pg_loss = -mean(A) over tokens
+    tokens = [len(e.response_ids) for e in experiences]
+    expected = -sum(e.advantage * n for e, n in zip(experiences, tokens, strict=True)) / sum(tokens)
+    assert metrics["actor/pg_loss"] == pytest.approx(expected, abs=1e-5)
+    assert metrics["actor/kl_loss"] == pytest.approx(0.0, abs=1e-9)  # policy == reference
+    assert metrics["response_length/max"] == 12.0
+    assert 0 < metrics["actor/entropy"] < math.log(len(trainer.tokenizer)) + 1e-4
+    assert metrics["perf/throughput"] > 0 and metrics["actor/lr"] == 1e-3
+
+
+def test_a_positive_advantage_raises_that_responses_logprob(model_dir):
+    experiences = rollout(model_dir, n=2)
+    trainer = PolicyTrainer(model_dir, algorithm(lr=1e-2), temperature=0.8)
+    before = sequence_logprob(trainer, experiences)
+    trainer.train_step(experiences)
+    after = sequence_logprob(trainer, experiences)
+    for exp, b, a in zip(experiences, before, after, strict=True):
+        assert (a > b) if exp.advantage > 0 else (a < b), (exp.advantage, b, a)
+
+
+def test_trainer_computes_group_advantages_when_the_explorer_did_not(model_dir):
+    experiences = rollout(model_dir, n=2)
+    for i, exp in enumerate(experiences):
+        exp.advantage = None
+        exp.reward = float(i % 2)  # groups of two: rewards (0, 1) -> advantages (-1/√2·…, +)
+    trainer = PolicyTrainer(model_dir, algorithm(), temperature=0.8)
+    metrics = trainer.train_step(experiences)
+    # GRPO: (r - mean) / (std + 1e-6), unbiased std of (0, 1) = 1/√2 -> ±0.7071
+    tokens = [len(e.response_ids) for e in experiences]
+    signed = [(0.5 / (math.sqrt(0.5) + 1e-6)) * (1 if e.reward else -1) for e in experiences]
+    expected = sum(a * n for a, n in zip(signed, tokens, strict=True)) / sum(tokens)
+    assert metrics["critic/advantages/mean"] == pytest.approx(expected, abs=1e-5)
+    assert metrics["critic/rewards/mean"] == 0.5
+
+
+@pytest.mark.parametrize(
+    "mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+)
+def test_gradient_accumulation_equals_one_big_batch(model_dir, mode):
+    experiences = rollout(model_dir, n=3)
+    for i, exp in enumerate(experiences):
+        exp.advantage = [0.5, -1.0, 2.0][i % 3]
+    cfg = dict(
+        loss_agg_mode=mode,
+        optimizer={"optimizer_type": "sgd", "weight_decay": 0.0},
+        kl_loss_fn_args={"kl_coef": 0.1},
+        entropy_loss_fn_args={"entropy_coef": 0.01},
+    )
+    results = []
+    for micro in (2, 9):  # 9 rollouts: 5 micro-batches vs 1
+        trainer = PolicyTrainer(
+            model_dir,
+            algorithm(lr=1.0, **cfg),
+            micro_batch_size=micro,
+            grad_clip=1e9,
+            temperature=0.8,
+        )
+        start = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+        metrics = trainer.train_step(experiences)
+        delta = {k: trainer.model.state_dict()[k] - v for k, v in start.items()}
+        results.append((metrics, delta))
+    (m_small, d_small), (m_big, d_big) = results
+    assert float(d_big["model.norm.weight"].abs().sum()) > 0
+    for name in d_big:
+        torch.testing.assert_close(d_small[name], d_big[name], atol=2e-6, rtol=1e-4)
+    for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm"):
+        assert m_small[key] == pytest.approx(m_big[key], rel=1e-4, abs=1e-6), key
+
+
+def sft_rows():
+    return [
+        {
+            "messages": [
+                {"role": "user", "content": f"{a}+{b}=?"},
+                {"role": "assistant", "content": f"<answer>{a + b}</answer>"},
+            ]
+        }
+        for a, b in [(1, 2), (3, 4), (10, 5), (7, 7), (2, 9), (6, 3)]
+    ]
+
+
+def test_sft_masks_all_but_the_assistant_turns(model_dir):
+    trainer = PolicyTrainer(model_dir, algorithm("sft"))
+    rows = [
+        {
+            "messages": [
+                {"role": "system", "content": "sys"},
+                {"role": "user", "content": "1+2=?"},
+                {"role": "assistant", "content": "3"},
+                {"role": "user", "content": "and 2+2?"},
+                {"role": "assistant", "content": "4"},
+            ]
+        }
+    ]
+    (exp,) = experiences_from_messages(rows, trainer.tokenizer, max_len=200)
+    tok = trainer.tokenizer
+    assert tok.decode(exp.prompt_ids).endswith("<|im_start|>assistant\n")
+    trained = [t for t, m in zip(exp.response_ids, exp.action_mask, strict=True) if m]
+    masked = [t for t, m in zip(exp.response_ids, exp.action_mask, strict=True) if not m]
+    assert tok.decode(trained) == "3<|im_end|>\n4<|im_end|>\n"
+    assert tok.decode(masked) == "<|im_start|>user\nand 2+2?<|im_end|>\n<|im_start|>assistant\n"
+    # truncation keeps the prompt and cuts the response
+    (short,) = experiences_from_messages(rows, tok, max_len=len(exp.prompt_ids) + 1)
+    assert short.response_ids == exp.response_ids[:1] and short.truncated
+
+
+def test_sft_loss_decreases_on_one_batch(model_dir):
+    trainer = PolicyTrainer(model_dir, algorithm("sft", lr=5e-3), micro_batch_size=4)
+    experiences = experiences_from_messages(sft_rows(), trainer.tokenizer, max_len=128)
+    losses = [trainer.train_step(experiences)["actor/sft_loss"] for _ in range(6)]
+    assert losses[0] == pytest.approx(
+        math.log(len(trainer.tokenizer)), abs=0.3
+    )  # random init ≈ uniform
+    assert all(b < a for a, b in zip(losses, losses[1:], strict=False)), losses
+    assert losses[-1] < 0.7 * losses[0]
+    assert trainer.ref_model is None  # sft needs no reference model
+
+
+def test_dpo_prefers_the_chosen_response(model_dir):
+    trainer = PolicyTrainer(model_dir, algorithm("dpo", lr=5e-3), micro_batch_size=4)
+    rows = [
+        {"prompt": f"{a}+{b}=?", "chosen": str(a + b), "rejected": str(a + b + 1)}
+        for a, b in [(1, 2), (3, 4), (5, 1), (2, 2)]
+    ]
+    experiences = experiences_from_messages(rows, trainer.tokenizer, max_len=64)
+    first = trainer.train_step(experiences)
+    assert first["actor/dpo_loss"] == pytest.approx(math.log(2), abs=1e-5)  # policy == ref
+    for _ in range(4):
+        last = trainer.train_step(experiences)
+    assert last["actor/dpo_loss"] < first["actor/dpo_loss"]
+    assert last["actor/dpo_accuracy"] == 1.0
+
+
+@pytest.mark.parametrize("kind", ["ppo", "reinforceplusplus"])
+def test_token_level_algorithms_take_a_step(model_dir, kind):
+    experiences = rollout(model_dir, n=2)
+    for exp in experiences:
+        exp.advantage = None
+    cfg = algorithm(kind, kl_penalty_fn="k1", kl_penalty_fn_args={"kl_coef": 0.05})
+    trainer = PolicyTrainer(model_dir, cfg, temperature=0.8, micro_batch_size=4)
+    metrics = trainer.train_step(experiences)
+    # whitened token advantages have mean 0 over the batch's tokens
+    assert metrics["critic/advantages/mean"] == pytest.approx(0.0, abs=1e-5)
+    assert metrics["actor/kl_penalty"] == pytest.approx(0.0, abs=1e-6)  # rollout == reference
+    assert (trainer.critic is not None) == (kind == "ppo")
+    if kind == "ppo":
+        assert metrics["critic/vf_loss"] > 0
+
+
+def test_save_and_load_restore_optimizer_and_schedule(model_dir, tmp_path):
+    experiences = rollout(model_dir, n=2)
+    cfg = algorithm(
+        lr=1e-2,
+        optimizer={"lr_scheduler_type": "cosine", "lr_warmup_steps": 1, "min_lr_ratio": 0.1},
+    )
+    first = PolicyTrainer(model_dir, cfg, total_steps=5, temperature=0.8)
+    for _ in range(2):
+        first.train_step(experiences)
+    first.save(tmp_path, 2, save_hf=True)
+    third = first.train_step(experiences)
+    reference = first.state_dict_for_sync()
+
+    resumed = PolicyTrainer(model_dir, cfg, total_steps=5, temperature=0.8, seed=99)
+    assert resumed.load(tmp_path, 2) == 2
+    again = resumed.train_step(experiences)
+    assert (
+        again["actor/lr"]
+        == third["actor/lr"]
+        == pytest.approx(1e-2 * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 1 / 4))))
+    )
+    assert again["actor/pg_loss"] == pytest.approx(third["actor/pg_loss"], abs=1e-6)
+    for name, tensor in resumed.state_dict_for_sync().items():
+        torch.testing.assert_close(tensor, reference[name], atol=1e-6, rtol=0)
+    assert (tmp_path / "global_step_2" / "actor" / "huggingface" / "config.json").exists()
+
+
+def test_lr_schedule_numbers():
+    f = lambda s, kind: lr_factor(s, warmup=2, total=10, kind=kind, min_ratio=0.2)  # noqa: E731
+    assert [f(s, "constant") for s in (0, 1, 2, 9)] == [0.5, 1.0, 1.0, 1.0]
+    # linear after warmup: 1 - 0.8 * (s - 2) / 8
+    assert [f(s, "linear") for s in (2, 6, 10)] == pytest.approx([1.0, 0.6, 0.2])
+    assert f(6, "cosine") == pytest.approx(0.2 + 0.8 * 0.5 * (1 + math.cos(math.pi / 2)))
+
+
+def test_weights_sync_into_the_engine(model_dir):
+    experiences = rollout(model_dir, n=2)
+    trainer = PolicyTrainer(model_dir, algorithm(lr=1e-2), temperature=0.8)
+    trainer.train_step(experiences)
+    engine = build_engine("hf", model_dir)
+    engine.load_weights(trainer.state_dict_for_sync(), version=1)
+    out = engine.generate_ids(
+        [experiences[0].prompt_ids], SamplingParams(temperature=0.8, max_tokens=4)
+    )
+    new = trainer.logprobs_of(
+        [Experience(prompt_ids=experiences[0].prompt_ids, response_ids=out[0][0].response_ids)]
+    )[0]
+    torch.testing.assert_close(
+        torch.tensor(out[0][0].logprobs), torch.tensor(new), atol=1e-4, rtol=0
+    )
