@@ -100,7 +100,7 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -
     """(x - mean) / sqrt(var + eps) over unmasked entries, with the unbiased variance."""
     mask = mask.to(values.dtype)
     count = mask.sum()
-    mean = (values * mask).sum() / count
+    mean = (values * mask).sum() / count.clamp(min=1.0)
     var = ((values - mean).square() * mask).sum() / (count - 1).clamp(min=1.0)
     return (values - mean) * torch.rsqrt(var + eps)
 
