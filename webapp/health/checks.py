@@ -8,10 +8,13 @@ so the health page answers even when everything is down.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
+import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import redis
@@ -107,14 +110,32 @@ def ray_dashboard_url(address: str) -> str | None:
     return None
 
 
+def ray_auth_headers() -> dict[str, str]:
+    """Ray's token auth (on by default since Ray 2.5x): the token Ray's own clients would send,
+    from RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token."""
+    token = os.environ.get("RAY_AUTH_TOKEN")
+    if not token:
+        path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH", Path.home() / ".ray" / "auth_token"))
+        token = path.read_text().strip() if path.is_file() else ""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 def check_ray(address: str | None = None) -> ServiceStatus:
     address = address or settings.RAY_ADDRESS
 
     def probe() -> str:
         http = ray_dashboard_url(address)
         if http:
-            with urllib.request.urlopen(f"{http}/api/version", timeout=TIMEOUT_S) as response:
-                body = json.loads(response.read() or b"{}")
+            request = urllib.request.Request(f"{http}/api/version", headers=ray_auth_headers())
+            try:
+                with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+                    body = json.loads(response.read() or b"{}")
+            except urllib.error.HTTPError as err:
+                if err.code in (401, 403):
+                    raise RuntimeError(
+                        "the job server refused our token; set RAY_AUTH_TOKEN to the cluster's token"
+                    ) from err
+                raise
             return f"ray {body.get('ray_version', '?')} job server at {http}"
         # ray://host:port (Ray Client) or host:port (GCS): the port answering is what we can check.
         parts = urlsplit(address if "://" in address else f"gcs://{address}")

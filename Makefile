@@ -1,0 +1,71 @@
+# RFT Studio: `make demo` sets up and starts everything; `make test` runs the whole test suite.
+# Both are idempotent: a second run reuses .venv (a stamp records what was installed), the
+# database, the demo login and the demo model/data.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+BIN := $(CURDIR)/$(VENV)/bin
+REQ_HASH := $(shell cat requirements.txt pyproject.toml 2>/dev/null | sha256sum | cut -c1-16)
+STAMP := $(VENV)/.rft-installed-$(REQ_HASH)
+RFT_WEB_PORT ?= 8000
+export RFT_WEB_PORT
+
+.PHONY: demo test setup venv migrate demo-user demo-assets static lint clean-var help
+
+help:
+	@echo "make demo   set up (venv, database, demo login, demo model+data) and start the stack on http://127.0.0.1:$(RFT_WEB_PORT)/"
+	@echo "make test   the same setup without servers, then the whole pytest suite (SQLite, then PostgreSQL when it answers)"
+
+venv: $(STAMP)
+
+$(STAMP):
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+	  { echo "make: Python 3.11+ is required ($(PYTHON) is $$($(PYTHON) -V 2>&1)); run make PYTHON=python3.11"; exit 1; }
+	@test -x $(PY) || { echo "== creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "== installing dependencies into $(VENV) (torch CPU build first, so nothing pulls a CUDA build)"
+	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
+	@rm -f $(VENV)/.rft-installed-* && touch $@
+
+migrate: venv
+	@$(PY) manage.py migrate --noinput -v 0 && echo "== database migrated"
+
+demo-user: migrate
+	@$(PY) manage.py ensure_demo_user
+
+demo-assets: venv
+	@$(BIN)/trinity init-demo || { echo "make: \`trinity init-demo\` failed (see above); the demo model and data are needed"; exit 1; }
+
+static: venv
+	@$(PY) scripts/stack.py vendor-static
+
+setup: venv migrate demo-user demo-assets static
+
+demo: setup
+	@$(PY) scripts/stack.py prepare
+	@echo "== starting redis, ray, worker, ingestor, web — open http://127.0.0.1:$(RFT_WEB_PORT)/ (login in var/demo_login.txt); Ctrl-C stops all"
+	@mkdir -p var/log
+	@PATH="$(BIN):$$PATH" $(BIN)/honcho start -f Procfile -e var/run.env 2>&1 | tee -i var/log/demo.log
+
+test: setup
+	@echo "== pass 1: whole suite, database: SQLite (temporary test database)"
+	@env -u DATABASE_URL PATH="$(BIN):$$PATH" $(PY) -m pytest; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "make: pytest collected no tests — that is a failure, not a pass"; exit 1; fi; \
+	  exit $$rc
+	@pg=$$($(PY) scripts/stack.py postgres-url); \
+	if [ -n "$$pg" ]; then \
+	  echo "== pass 2: webapp + workers tests, database: PostgreSQL at $$pg"; \
+	  DATABASE_URL="$$pg" PATH="$(BIN):$$PATH" $(PY) -m pytest tests/webapp tests/workers; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "make: pytest collected no tests on PostgreSQL"; exit 1; fi; exit $$rc; \
+	else \
+	  echo "== pass 2 (PostgreSQL) NOT run: no PostgreSQL answers at postgres://postgres@127.0.0.1:5432/test (set RFT_TEST_POSTGRES_URL)"; \
+	fi
+
+lint: venv
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+clean-var:
+	rm -rf var/
