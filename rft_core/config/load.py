@@ -315,8 +315,8 @@ def _unknown_key(path: str, key: str, allowed: list[str]) -> ConfigError:
     hint = _closest(key, allowed)
     msg = f"unknown key {key!r}"
     if hint:
-        msg += f"; did you mean {hint!r}?"
-    msg += f" Allowed keys here: {', '.join(allowed)}"
+        msg += f" (did you mean {hint!r}?)"
+    msg += f"; allowed keys here: {', '.join(allowed)}"
     return ConfigError(path, msg, value=key, allowed=allowed)
 
 
