@@ -1,0 +1,345 @@
+"""``trinity convert``: turn ``global_step_*`` actor checkpoints into Hugging Face safetensors.
+
+    trinity convert --checkpoint-dir D [--base-model-dir B] [--step 100,200] [--dtype auto] [--force]
+
+Which checkpoints: ``D`` may be a job dir (every ``global_step_<N>`` directory below it, at any
+depth; hidden directories and the inside of a found step are not searched), one
+``global_step_<N>``, or a path inside one (``.../global_step_120/actor/huggingface``): the
+nearest enclosing component named exactly ``global_step_<digits>`` that has an ``actor/`` is
+taken. A name that merely contains the text (``global_step_foo``, ``my_global_step_runs``) is
+an ordinary directory: the search below it is a single bounded ``os.walk`` that does not follow
+symlinks, so it cannot loop.
+
+What: only ``actor/`` (a ``critic/`` is left alone and listed in the report). The weight layout
+is detected (:mod:`rft_core.checkpoint_formats`: FSDP shards at any world size incl. DTensor and
+ShardedTensor files, Megatron TP/PP ``mp_rank_XX``, a state-dict ``model.safetensors``),
+checked against the architecture in ``config.json`` and written to
+``actor/huggingface/model.safetensors`` (sharded with an index above 5 GB) beside
+``config.json``, ``generation_config.json`` and the tokenizer files. When
+``huggingface/config.json`` is missing they are copied from ``--base-model-dir``.
+
+Idempotent and atomic: a step whose ``huggingface/`` already holds finished weights is skipped
+after a directory listing (no tensor is read); ``force`` converts again. Weights are written
+in a hidden temporary directory and moved in with ``os.replace``, the file readers look for
+(``model.safetensors`` or the index) last, so a killed conversion never leaves files that a
+rerun would take for finished; the rerun removes the leftovers of dead processes.
+
+``dtype``: ``auto`` = the ``dtype``/``torch_dtype`` in config.json, else the tensors' own;
+``bf16``/``fp16``/``fp32`` force one (and config.json's dtype is updated to match).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from rft_core.checkpoint_formats import (
+    CONFIG_DTYPES,
+    DTYPES,
+    check_against_architecture,
+    open_actor_weights,
+)
+from rft_core.checkpoint_formats.hf_safetensors import (
+    DEFAULT_MAX_SHARD_BYTES,
+    WEIGHTS_TMP_INFIX,
+    drop_tied_weights,
+    hf_weights_complete,
+    write_hf_weights,
+)
+from rft_core.errors import ConvertError, RFTError
+from rft_core.trainer.checkpoint import HF_DIR, STEP_DIR_RE
+
+ProgressFn = Callable[[str, int, int], None]
+# files of a base model directory that describe it (everything but weights)
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
+WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+@dataclass
+class StepOutcome:
+    step: int
+    path: Path
+    reason: str = ""
+    format: str = ""
+    files: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def label(self) -> str:
+        return str(self.path)
+
+
+@dataclass
+class ConvertReport:
+    converted: list[StepOutcome] = field(default_factory=list)
+    skipped: list[StepOutcome] = field(default_factory=list)
+    failed: list[StepOutcome] = field(default_factory=list)
+    critic_ignored: list[Path] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No requested step failed and at least one was converted or already converted."""
+        return not self.failed and bool(self.converted or self.skipped)
+
+    def summary(self) -> str:
+        lines = [
+            f"converted {len(self.converted)}, skipped {len(self.skipped)}, "
+            f"failed {len(self.failed)}"
+        ]
+        for o in self.converted:
+            lines.append(
+                f"  converted  {o.label}  ({o.format}, {o.seconds:.1f} s) -> {', '.join(o.files)}"
+            )
+        for o in self.skipped:
+            lines.append(f"  skipped    {o.label}  ({o.reason})")
+        for o in self.failed:
+            lines.append(f"  FAILED     {o.label}  {o.reason}")
+        for p in self.critic_ignored:
+            lines.append(f"  note: {p} left alone (trinity convert handles the actor only)")
+        return "\n".join(lines)
+
+
+def find_step_dirs(checkpoint_dir: str | Path) -> list[tuple[int, Path]]:
+    """The ``global_step_<N>`` directories that ``checkpoint_dir`` designates, by step."""
+    path = Path(checkpoint_dir).expanduser().absolute()
+    if not path.exists():
+        raise ConvertError(f"--checkpoint-dir {checkpoint_dir}: no such directory")
+    if not path.is_dir():
+        raise ConvertError(f"--checkpoint-dir {checkpoint_dir}: not a directory")
+    m = STEP_DIR_RE.match(path.name)
+    if m:
+        return [(int(m.group(1)), path)]
+    for parent in path.parents:
+        m = STEP_DIR_RE.match(parent.name)
+        if m and (parent / "actor").is_dir():
+            return [(int(m.group(1)), parent)]
+    found = []
+    for root, dirs, _files in os.walk(path):  # followlinks=False: no cycles
+        keep = []
+        for d in sorted(dirs):
+            m = STEP_DIR_RE.match(d)
+            if m:
+                found.append((int(m.group(1)), Path(root) / d))
+            elif not d.startswith("."):
+                keep.append(d)
+        dirs[:] = keep  # do not descend into steps or hidden (temporary) dirs
+    return sorted(found)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_dead_temp_dirs(actor: Path) -> None:
+    prefix = f".{HF_DIR}{WEIGHTS_TMP_INFIX}"
+    for entry in actor.iterdir():
+        if entry.name.startswith(prefix):
+            pid = entry.name[len(prefix) :]
+            if not pid.isdigit() or int(pid) == os.getpid() or not _pid_alive(int(pid)):
+                shutil.rmtree(entry, ignore_errors=True)
+
+
+def _copy_model_metadata(base: Path, hf: Path) -> None:
+    """Copy config, generation config and tokenizer files (not weights) from a base model dir;
+    each file through a temporary name, config.json last."""
+    names = sorted(
+        f.name
+        for f in base.iterdir()
+        if f.is_file()
+        and not f.name.startswith(".")
+        and not f.name.endswith(WEIGHT_SUFFIXES)
+        and f.name not in WEIGHT_INDEXES
+    )
+    names.sort(key=lambda n: n == "config.json")
+    for name in names:
+        tmp = hf / f".{name}.tmp-{os.getpid()}"
+        shutil.copyfile(base / name, tmp)
+        os.replace(tmp, hf / name)
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def _resolve_dtype(dtype: str, config_json: dict, weights) -> torch.dtype | None:
+    if dtype != "auto":
+        if dtype not in DTYPES:
+            raise ConvertError(f"--dtype {dtype}: choose one of auto, {', '.join(DTYPES)}")
+        return DTYPES[dtype]
+    name = config_json.get("dtype") or config_json.get("torch_dtype")
+    if isinstance(name, str) and name in CONFIG_DTYPES:
+        return CONFIG_DTYPES[name]
+    return None  # keep the tensors' own dtype
+
+
+def convert_step(
+    step_path: Path,
+    *,
+    base_model_dir: str | Path | None = None,
+    dtype: str = "auto",
+    force: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+) -> StepOutcome:
+    """Convert one ``global_step_<N>`` directory. Returns an outcome with ``reason`` set when
+    it was skipped; raises RFTError when it cannot be converted."""
+    from transformers import AutoConfig, GenerationConfig
+
+    step = int(STEP_DIR_RE.match(step_path.name).group(1))
+    outcome = StepOutcome(step, step_path)
+    actor = step_path / "actor"
+    if not actor.is_dir():
+        raise ConvertError(f"{step_path} has no actor/ directory")
+    hf = actor / HF_DIR
+    _remove_dead_temp_dirs(actor)
+    if not force and hf_weights_complete(hf):
+        outcome.reason = "already converted; --force converts again"
+        return outcome
+    if (hf / "config.json").is_file():
+        config_dir, base = hf, None
+    elif base_model_dir is None:
+        raise ConvertError(
+            f"{hf / 'config.json'} is missing: pass --base-model-dir with the base model "
+            "(the directory holding its config.json and tokenizer files)"
+        )
+    else:
+        base = Path(base_model_dir).expanduser()
+        if not (base / "config.json").is_file():
+            raise ConvertError(f"--base-model-dir {base_model_dir}: no config.json there")
+        config_dir = base
+    config_json = json.loads((config_dir / "config.json").read_text())
+    cfg = AutoConfig.from_pretrained(config_dir)
+
+    weights = open_actor_weights(actor, cfg)
+    outcome.format = weights.format_name
+    check_against_architecture(weights, cfg, actor)
+    weights = drop_tied_weights(
+        weights.with_dtype(_resolve_dtype(dtype, config_json, weights)), cfg
+    )
+
+    hf.mkdir(exist_ok=True)
+    if base is not None:
+        _copy_model_metadata(base, hf)
+    if dtype != "auto":
+        dtype_name = str(DTYPES[dtype]).removeprefix("torch.")
+        current = json.loads((hf / "config.json").read_text())
+        if current.get("dtype", current.get("torch_dtype")) != dtype_name:
+            current.pop("torch_dtype", None)
+            _write_json_atomic(hf / "config.json", {**current, "dtype": dtype_name})
+    if not (hf / "generation_config.json").is_file():
+        GenerationConfig.from_model_config(cfg).save_pretrained(hf)
+    started = time.perf_counter()
+    outcome.files = write_hf_weights(
+        hf, weights, max_shard_bytes=max_shard_bytes, progress=progress
+    )
+    outcome.seconds = time.perf_counter() - started
+    return outcome
+
+
+def convert_checkpoints(
+    checkpoint_dir: str | Path,
+    *,
+    base_model_dir: str | Path | None = None,
+    steps: Sequence[int] | None = None,
+    dtype: str = "auto",
+    force: bool = False,
+    progress: ProgressFn | None = None,
+    show_progress_bar: bool = False,
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+) -> ConvertReport:
+    """Convert every checkpoint ``checkpoint_dir`` designates (optionally only ``steps``).
+    ``progress(label, tensors_done, tensors_total)`` is called as tensors are written, label
+    being the step directory's path. A failing step is recorded and the others still convert.
+    Raises ConvertError when ``checkpoint_dir`` does not exist or holds no checkpoint."""
+    if dtype != "auto" and dtype not in DTYPES:
+        raise ConvertError(f"--dtype {dtype}: choose one of auto, {', '.join(DTYPES)}")
+    found = find_step_dirs(checkpoint_dir)
+    if not found:
+        raise ConvertError(
+            f"no global_step_<N> directories found under {checkpoint_dir}; point --checkpoint-dir "
+            "at a job dir (checkpoint_root_dir/project/name), a global_step_<N> or a path inside one"
+        )
+    report = ConvertReport()
+    if steps is not None:
+        wanted = set(steps)
+        for missing in sorted(wanted - {s for s, _ in found}):
+            report.failed.append(
+                StepOutcome(
+                    missing, Path(checkpoint_dir), reason=f"global_step_{missing} not found"
+                )
+            )
+        found = [(s, p) for s, p in found if s in wanted]
+    for step, path in found:
+        if (path / "critic").is_dir():
+            report.critic_ignored.append(path / "critic")
+        bar = None
+        if show_progress_bar:
+            from tqdm import tqdm
+
+            bar = tqdm(desc=path.name, unit="tensor", file=sys.stderr, leave=True)
+
+        def on_tensor(done: int, total: int, _label: str = str(path), _bar=bar) -> None:
+            if _bar is not None:
+                _bar.total = total
+                _bar.update(done - _bar.n)
+            if progress is not None:
+                progress(_label, done, total)
+
+        try:
+            outcome = convert_step(
+                path,
+                base_model_dir=base_model_dir,
+                dtype=dtype,
+                force=force,
+                progress=on_tensor,
+                max_shard_bytes=max_shard_bytes,
+            )
+        except (RFTError, OSError) as err:
+            report.failed.append(StepOutcome(step, path, reason=str(err)))
+            continue
+        finally:
+            if bar is not None:
+                bar.close()
+        (report.skipped if outcome.reason else report.converted).append(outcome)
+    return report
+
+
+def parse_steps(text: str | None) -> list[int] | None:
+    if text is None or not text.strip():
+        return None
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError as err:
+        raise ConvertError(
+            f"--step {text}: expected comma-separated step numbers, e.g. 100,200"
+        ) from err
+
+
+def cli_convert(args: argparse.Namespace) -> int:
+    report = convert_checkpoints(
+        args.checkpoint_dir,
+        base_model_dir=args.base_model_dir,
+        steps=parse_steps(args.step),
+        dtype=args.dtype,
+        force=args.force,
+        show_progress_bar=sys.stderr.isatty(),
+    )
+    print(report.summary())
+    return 0 if report.ok else 1
