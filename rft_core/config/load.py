@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-import types
 import typing
 from collections.abc import Mapping, Sequence
 from functools import cache
@@ -25,6 +24,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from rft_core.config.fields import default_value, strip_optional
 from rft_core.config.schema import Config
 from rft_core.errors import ConfigError
 
@@ -111,7 +111,7 @@ def _with_defaults(cls: type, user: Any) -> Any:
     hints = _hints(cls)
     for f in dataclasses.fields(cls):
         if f.name not in user:
-            out[f.name] = _default_of(f)
+            out[f.name] = default_value(f)
     for key, value in user.items():
         tp = hints.get(key) if isinstance(key, str) else None
         out[key] = _with_defaults_typed(tp, value) if tp is not None else value
@@ -119,20 +119,13 @@ def _with_defaults(cls: type, user: Any) -> Any:
 
 
 def _with_defaults_typed(tp: Any, value: Any) -> Any:
-    tp = _strip_optional(tp)
+    tp, _ = strip_optional(tp)
     if dataclasses.is_dataclass(tp):
         return _with_defaults(tp, value)
     if typing.get_origin(tp) is list and isinstance(value, list):
         (item_tp,) = typing.get_args(tp)
         return [_with_defaults_typed(item_tp, v) for v in value]
     return value
-
-
-def _default_of(f: dataclasses.Field) -> Any:
-    if f.default_factory is not dataclasses.MISSING:
-        value = f.default_factory()
-        return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
-    return f.default
 
 
 _ENV_MISSING = re.compile(r"Environment variable '([^']+)' not found")
@@ -201,8 +194,7 @@ def build(cls: type, data: Any, path: str) -> Any:
 def convert(tp: Any, value: Any, path: str, meta: Mapping[str, Any] | None = None) -> Any:
     """Convert one value to the annotated type ``tp`` (see :func:`build`)."""
     meta = meta or {}
-    optional = _is_optional(tp)
-    tp = _strip_optional(tp)
+    tp, optional = strip_optional(tp)
     if value is None:
         if optional or tp is Any:
             return None
@@ -332,20 +324,6 @@ def _closest(word: str, candidates: list[str]) -> str | None:
 @cache
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
-
-
-def _is_optional(tp: Any) -> bool:
-    return typing.get_origin(tp) in (typing.Union, types.UnionType) and type(
-        None
-    ) in typing.get_args(tp)
-
-
-def _strip_optional(tp: Any) -> Any:
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return tp
 
 
 def _type_name(tp: Any) -> str:

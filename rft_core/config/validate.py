@@ -434,27 +434,25 @@ def _check_cluster(cfg: Config) -> None:
 
 
 _SYNC_FOR_MODE = {"both": "nccl", "colocate": "memory"}
+# sync methods that work in one mode only, and why
+_SYNC_NEEDS_MODE = {
+    "nccl": ("both", "nccl broadcasts between a running explorer and trainer"),
+    "memory": ("colocate", "memory sync needs explorer and trainer in one process"),
+}
 
 
 def _derive_synchronizer(cfg: Config) -> None:
     s = cfg.synchronizer
+    usual = _SYNC_FOR_MODE.get(cfg.mode, "checkpoint")
     if s.sync_method is None:
-        s.sync_method = _SYNC_FOR_MODE.get(cfg.mode, "checkpoint")
-    if s.sync_method == "nccl" and cfg.mode != "both":
+        s.sync_method = usual
+    if s.sync_method in _SYNC_NEEDS_MODE and cfg.mode != _SYNC_NEEDS_MODE[s.sync_method][0]:
+        needed, why = _SYNC_NEEDS_MODE[s.sync_method]
         raise ConfigError(
             "synchronizer.sync_method",
-            f"nccl broadcasts between a running explorer and trainer (mode both); mode {cfg.mode} uses "
-            f"{_SYNC_FOR_MODE.get(cfg.mode, 'checkpoint')}",
-            value="nccl",
-            allowed=[_SYNC_FOR_MODE.get(cfg.mode, "checkpoint"), "checkpoint"],
-        )
-    if s.sync_method == "memory" and cfg.mode != "colocate":
-        raise ConfigError(
-            "synchronizer.sync_method",
-            f"memory sync needs explorer and trainer in one process (mode colocate); mode {cfg.mode} uses "
-            f"{_SYNC_FOR_MODE.get(cfg.mode, 'checkpoint')}",
-            value="memory",
-            allowed=[_SYNC_FOR_MODE.get(cfg.mode, "checkpoint"), "checkpoint"],
+            f"{why} (mode {needed}); mode {cfg.mode} uses {usual}",
+            value=s.sync_method,
+            allowed=sorted({usual, "checkpoint"}),
         )
     _at_least(s.sync_interval, "synchronizer.sync_interval", 1)
     _at_least(s.sync_offset, "synchronizer.sync_offset", 0)

@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 from rft_core.config.schema import BufferConfig, ExperienceBufferConfig, FormatConfig
-from rft_core.data.source import Rows, read_rows
+from rft_core.data.source import Rows, read_config_rows
 from rft_core.data.taskset import config_path
 from rft_core.errors import DataError
 
@@ -30,18 +30,13 @@ def load_sft_dataset(
     """Every row of the SFT (or DPO) dataset named by the experience buffer config."""
     eb = cfg.trainer_input.experience_buffer if isinstance(cfg, BufferConfig) else cfg
     where = config_path(eb, DEFAULT_PATH)
-    if eb is None or not eb.path:
-        raise DataError(
-            f"{where}.path: not set; point it at the {schema.upper()} dataset (.jsonl/.parquet or a dataset directory)"
-        )
+    if eb is None:
+        raise DataError(f"{DEFAULT_PATH}: not set; give the {schema.upper()} dataset there")
     if eb.storage_type not in (None, "file"):
         raise DataError(
             f"{where}.storage_type: {schema.upper()} data is read from files; got {eb.storage_type!r}, use storage_type: file"
         )
-    try:
-        rows = read_rows(eb.path, eb.subset_name, eb.split)
-    except DataError as err:
-        raise DataError(f"{where}.path: {err}") from err
+    rows = read_config_rows(eb, where, f"{schema.upper()} dataset")
     if schema == "dpo":
         return _dpo_rows(rows, eb.format, where)
     if schema != "sft":

@@ -108,6 +108,19 @@ def read_rows(path: str, subset_name: str | None = None, split: str = "train") -
     return rows
 
 
+def read_config_rows(cfg: Any, where: str, what: str) -> Rows:
+    """The rows named by a taskset/buffer config (``path``, ``subset_name``, ``split``); errors
+    start with ``<where>.path``, the config's YAML path."""
+    if not cfg.path:
+        raise DataError(
+            f"{where}.path: not set; give the {what} (a .jsonl/.parquet file, a dataset directory or a cached dataset name)"
+        )
+    try:
+        return read_rows(cfg.path, cfg.subset_name, cfg.split)
+    except DataError as err:
+        raise DataError(f"{where}.path: {err}") from err
+
+
 def find_files(path: str, subset_name: str | None = None, split: str = "train") -> list[Path]:
     """The data files of ``split`` (see the module docstring for the layouts understood)."""
     local = Path(os.path.expanduser(str(path)))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from rft_core.config.schema import TasksetConfig
-from rft_core.data.source import Rows, read_rows
+from rft_core.data.source import Rows, read_config_rows
 from rft_core.data.task import Task
 from rft_core.errors import DataError
 
@@ -120,14 +120,7 @@ def load_taskset(
         raise DataError(
             f"{where}.storage_type: tasksets are read from files here; {ts_cfg.storage_type!r} is not supported for tasksets"
         )
-    if not ts_cfg.path:
-        raise DataError(
-            f"{where}.path: not set; give a dataset directory, a .jsonl/.parquet file or a cached dataset name"
-        )
-    try:
-        rows = read_rows(ts_cfg.path, ts_cfg.subset_name, ts_cfg.split)
-    except DataError as err:
-        raise DataError(f"{where}.path: {err}") from err
+    rows = read_config_rows(ts_cfg, where, "taskset")
     return Taskset(
         ts_cfg,
         rows,
