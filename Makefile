@@ -31,6 +31,7 @@ $(STAMP):
 	@rm -f $(VENV)/.rft-installed-* && touch $@
 
 migrate: venv
+	@$(PY) scripts/stack.py check-db
 	@$(PY) manage.py migrate --noinput -v 0 && echo "== database migrated"
 
 demo-user: migrate

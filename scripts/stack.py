@@ -6,6 +6,7 @@
     python scripts/stack.py ray          # Procfile: a Ray head (2 CPUs), or wait on RAY_ADDRESS
     python scripts/stack.py wait redis|web   # block until that service answers (Procfile ordering)
     python scripts/stack.py postgres-url # print DATABASE_URL of a PostgreSQL that answers, else nothing
+    python scripts/stack.py check-db     # one line instead of a traceback when the database is down
     python scripts/stack.py vendor-static  # copy plotly.min.js from the plotly wheel to static/vendor/
 
 Every problem a user can meet here (a taken port, a Redis or Ray or database that does not
@@ -124,6 +125,11 @@ def _check_database() -> None:
         ) from err
 
 
+def check_db() -> int:
+    _check_database()
+    return 0
+
+
 def _ray_temp_dir() -> str:
     # Short and unique per checkout: Ray puts Unix sockets under it (108-byte path limit).
     return f"/tmp/rft-ray-{hashlib.sha1(str(ROOT).encode()).hexdigest()[:8]}"
@@ -164,34 +170,56 @@ def run_ray() -> int:
     # No 30 s drain on SIGTERM: nothing else schedules on this one-node head.
     env = {**os.environ, "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
     head = subprocess.Popen(cmd, env=env)
+    import psutil
+
+    tree: dict[int, psutil.Process] = {}
 
     def forward(signum, frame) -> None:
+        _remember_tree(head.pid, tree)
         if head.poll() is None:
             head.send_signal(signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
-    code = head.wait()
-    _kill_leftovers(temp_dir)
-    return code
+    while head.poll() is None:
+        _remember_tree(head.pid, tree)
+        time.sleep(2)
+    _stop_leftovers(list(tree.values()), temp_dir)
+    return head.returncode
 
 
-def _kill_leftovers(temp_dir: str) -> None:
-    """Stop Ray processes of *this* head that outlived it: those whose command line names its
-    own temp dir. Never `ray stop`, which stops every Ray on the machine."""
+def _remember_tree(pid: int, tree: dict) -> None:
     import psutil
 
-    mine = []
+    try:
+        for child in psutil.Process(pid).children(recursive=True):
+            tree.setdefault(child.pid, child)
+    except psutil.NoSuchProcess:
+        pass
+
+
+def _stop_leftovers(known: list, temp_dir: str) -> None:
+    """Stop Ray processes of *this* head that outlived it: its remembered process tree, and any
+    process whose command line names its own temp dir. Never `ray stop`, which would stop every
+    Ray on the machine."""
+    import psutil
+
+    mine = [p for p in known if p.is_running()]
+    seen = {p.pid for p in mine}
     for proc in psutil.process_iter(["pid", "cmdline"]):
-        if proc.pid != os.getpid() and any(temp_dir in part for part in proc.info["cmdline"] or []):
+        if proc.pid not in seen and any(temp_dir in part for part in proc.info["cmdline"] or []):
             mine.append(proc)
     for proc in mine:
-        proc.terminate()
+        try:
+            proc.terminate()
+        except psutil.NoSuchProcess:
+            pass
     _, alive = psutil.wait_procs(mine, timeout=3)
     for proc in alive:
         proc.kill()
+    psutil.wait_procs(alive, timeout=3)
     if mine:
-        print(f"stopped {len(mine)} leftover Ray process(es) of {temp_dir}", flush=True)
+        print(f"stopped {len(mine)} leftover Ray process(es) of this head", flush=True)
 
 
 def _wait_for_signal() -> int:
@@ -238,7 +266,9 @@ def vendor_static() -> int:
         return 0
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source, target)
-    print(f"copied {source.name} ({source.stat().st_size // 1024} KiB) to {target.relative_to(ROOT)}")
+    print(
+        f"copied {source.name} ({source.stat().st_size // 1024} KiB) to {target.relative_to(ROOT)}"
+    )
     return 0
 
 
@@ -262,6 +292,7 @@ def main(argv: list[str]) -> int:
         "ray": run_ray,
         "postgres-url": postgres_url,
         "vendor-static": vendor_static,
+        "check-db": check_db,
     }
     try:
         if len(argv) == 2 and argv[0] == "wait":

@@ -89,7 +89,8 @@ def check_celery(redis_status: ServiceStatus | None = None) -> ServiceStatus:
         return ServiceStatus("celery", False, "broker (Redis) is down, so no worker can answer")
 
     def probe() -> str:
-        replies = app.control.ping(timeout=TIMEOUT_S)
+        # Waits the whole timeout to collect every worker's reply: the page lists them all.
+        replies = app.control.ping(timeout=1.0)
         if not replies:
             raise RuntimeError("no worker answered the ping")
         names = sorted(name for reply in replies for name in reply)

@@ -1,0 +1,50 @@
+"""`make demo`'s Ray process (scripts/stack.py ray): a real head whose job server the health
+check sees up, and that leaves no Ray process behind when it gets SIGTERM (Ctrl-C under honcho)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from webapp.health.checks import check_ray
+from workers.services import first_free_port, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_demo_ray_head_is_seen_up_and_stops_without_leftovers():
+    dashboard = free_port()
+    env = {
+        **os.environ,
+        "RFT_RAY_HEAD": "1",
+        "RFT_RAY_NUM_CPUS": "1",
+        "RFT_RAY_DASHBOARD_PORT": str(dashboard),
+        "RFT_RAY_GCS_PORT": str(first_free_port(6490)),
+        "RFT_RAY_CLIENT_PORT": str(first_free_port(20101)),
+        "RFT_RAY_AGENT_PORT": str(first_free_port(52465)),
+    }
+    head = subprocess.Popen([sys.executable, "scripts/stack.py", "ray"], cwd=ROOT, env=env)
+    address = f"http://127.0.0.1:{dashboard}"
+    try:
+        deadline = time.monotonic() + 90
+        status = check_ray(address)
+        while not status.up and time.monotonic() < deadline and head.poll() is None:
+            time.sleep(1)
+            status = check_ray(address)
+        assert status.up, status.detail
+        assert status.detail.startswith("ray 2.")
+        children = psutil.Process(head.pid).children(recursive=True)
+        assert len(children) >= 3  # ray start, gcs_server, raylet, ...
+    finally:
+        head.send_signal(signal.SIGTERM)
+        code = head.wait(timeout=60)
+    alive = [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert alive == []
+    assert code in (0, -signal.SIGTERM, 128 + signal.SIGTERM, 1)
+    assert check_ray(address).up is False
