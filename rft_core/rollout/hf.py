@@ -99,7 +99,39 @@ class _Row:
     finish_reason: str = "length"
 
 
-class HFRolloutEngine:
+class PromptEncoding:
+    """Prompt strings and chat conversations → token ids → ``generate_ids``; shared by engines.
+    Needs ``tokenizer``, ``chat_template_kwargs`` and ``generate_ids`` on the engine."""
+
+    tokenizer: Any
+    chat_template_kwargs: dict[str, Any]
+
+    def generate_ids(
+        self, prompt_ids: list[list[int]], params: SamplingParams
+    ) -> list[list[Generation]]:
+        raise NotImplementedError
+
+    def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Generation]]:
+        """Sample ``params.n`` responses for each already-rendered prompt string."""
+        ids = [self.tokenizer(p)["input_ids"] for p in prompts]
+        return self.generate_ids(ids, params)
+
+    def chat(
+        self, conversations: list[list[dict]], params: SamplingParams
+    ) -> list[list[Generation]]:
+        """Render each conversation with the chat template (generation prompt on) and sample."""
+        return self.generate_ids([self.encode_chat(c) for c in conversations], params)
+
+    def encode_chat(self, conversation: list[dict]) -> list[int]:
+        """Token ids of a conversation rendered with the chat template, generation prompt on."""
+        text = self.tokenizer.apply_chat_template(
+            conversation, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
+        )
+        # the template already holds any BOS it wants: no second one from the tokenizer
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+class HFRolloutEngine(PromptEncoding):
     """Rollout engine on transformers. See the module docstring for the log-prob convention."""
 
     def __init__(
@@ -163,26 +195,7 @@ class HFRolloutEngine:
             )
         return ids
 
-    # ---- public API ---------------------------------------------------------------------
-
-    def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Generation]]:
-        """Sample ``params.n`` responses for each already-rendered prompt string."""
-        ids = [self.tokenizer(p)["input_ids"] for p in prompts]
-        return self.generate_ids(ids, params)
-
-    def chat(
-        self, conversations: list[list[dict]], params: SamplingParams
-    ) -> list[list[Generation]]:
-        """Render each conversation with the chat template (generation prompt on) and sample."""
-        return self.generate_ids([self.encode_chat(c) for c in conversations], params)
-
-    def encode_chat(self, conversation: list[dict]) -> list[int]:
-        """Token ids of a conversation rendered with the chat template, generation prompt on."""
-        text = self.tokenizer.apply_chat_template(
-            conversation, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
-        )
-        # the template already holds any BOS it wants: no second one from the tokenizer
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+    # ---- public API (generate/chat/encode_chat come from PromptEncoding) -----------------
 
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Copy new weights in place (names as in the HF model's ``state_dict``)."""

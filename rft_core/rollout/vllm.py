@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from rft_core.rollout.base import Generation, SamplingParams
+from rft_core.rollout.hf import PromptEncoding
 
 WORKER_EXTENSION = "rft_core.rollout.vllm.WorkerExtension"
 
@@ -36,7 +37,7 @@ class WorkerExtension:
         return len(loaded) if loaded is not None else len(named_tensors)
 
 
-class VLLMRolloutEngine:
+class VLLMRolloutEngine(PromptEncoding):
     """Rollout engine on ``vllm.LLM`` (one engine per Ray actor; TP inside vLLM)."""
 
     def __init__(
@@ -79,21 +80,6 @@ class VLLMRolloutEngine:
         if chat_template:
             self.tokenizer.chat_template = chat_template
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
-
-    def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Generation]]:
-        ids = [self.tokenizer(p)["input_ids"] for p in prompts]
-        return self.generate_ids(ids, params)
-
-    def chat(
-        self, conversations: list[list[dict]], params: SamplingParams
-    ) -> list[list[Generation]]:
-        return self.generate_ids([self.encode_chat(c) for c in conversations], params)
-
-    def encode_chat(self, conversation: list[dict]) -> list[int]:
-        text = self.tokenizer.apply_chat_template(
-            conversation, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
-        )
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def generate_ids(
         self, prompt_ids: list[list[int]], params: SamplingParams

@@ -215,7 +215,9 @@ class PolicyTrainer:
             )
         self.ref_model = None
         if self.algo.needs_reference:
-            self.ref_model = AutoModelForCausalLM.from_pretrained(model_path, dtype=param_dtype)
+            # the frozen reference needs no fp32 master copy: under autocast it runs in bf16
+            ref_dtype = self.autocast_dtype or param_dtype
+            self.ref_model = AutoModelForCausalLM.from_pretrained(model_path, dtype=ref_dtype)
             self.ref_model.requires_grad_(False).eval()
         if self.sharded:
             self._fully_shard()
