@@ -195,6 +195,8 @@ def convert(tp: Any, value: Any, path: str, meta: Mapping[str, Any] | None = Non
     """Convert one value to the annotated type ``tp`` (see :func:`build`)."""
     meta = meta or {}
     tp, optional = strip_optional(tp)
+    if optional and value == "" and tp is not str:
+        value = None  # a form's empty number field
     if value is None:
         if optional or tp is Any:
             return None

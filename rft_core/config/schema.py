@@ -161,7 +161,9 @@ class TasksetConfig:
         help="free-form arguments for the reward function", factory=dict
     )
     data_selector: DataSelectorConfig = _field(help="task order", factory=DataSelectorConfig)
-    enable_progress_bar: bool = _field(False, "show a progress bar while reading the dataset")
+    enable_progress_bar: bool = _field(
+        False, "show a progress bar (per file) while reading the dataset"
+    )
     index: int = _field(0, "start offset (tasks to skip); resume sets it from the checkpoint")
 
 
@@ -187,7 +189,9 @@ class ExperienceBufferConfig:
     )
     capacity: int = _field(10000, "queue capacity in experiences")
     max_read_timeout: float = _field(1800.0, "seconds the trainer waits for a batch before failing")
-    enable_progress_bar: bool = _field(False, "show a progress bar while reading the dataset")
+    enable_progress_bar: bool = _field(
+        False, "show a progress bar (per file) while reading the dataset"
+    )
     index: int = _field(0, "start offset of a dataset read in train mode")
 
 

@@ -77,12 +77,20 @@ class Rows:
         return f"{self.files[0].parent} ({len(self.files)} files)"
 
 
-def read_rows(path: str, subset_name: str | None = None, split: str = "train") -> Rows:
+def read_rows(
+    path: str, subset_name: str | None = None, split: str = "train", *, progress: bool = False
+) -> Rows:
     """Every row of the split; raises DataError saying what was looked for and where."""
     files = find_files(path, subset_name, split)
     tables: list[pa.Table] = []
     records: list[dict[str, Any]] = []
-    for f in files:
+    if progress:
+        from tqdm import tqdm
+
+        files_iter = tqdm(files, desc=f"reading {path} ({split})", unit="file")
+    else:
+        files_iter = files
+    for f in files_iter:
         data = _read_file(f)
         if isinstance(data, pa.Table):
             tables.append(data)
@@ -116,7 +124,12 @@ def read_config_rows(cfg: Any, where: str, what: str) -> Rows:
             f"{where}.path: not set; give the {what} (a .jsonl/.parquet file, a dataset directory or a cached dataset name)"
         )
     try:
-        return read_rows(cfg.path, cfg.subset_name, cfg.split)
+        return read_rows(
+            cfg.path,
+            cfg.subset_name,
+            cfg.split,
+            progress=getattr(cfg, "enable_progress_bar", False),
+        )
     except DataError as err:
         raise DataError(f"{where}.path: {err}") from err
 

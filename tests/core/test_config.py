@@ -433,3 +433,22 @@ def test_dry_run_prints_the_resolved_config(clean_env, tmp_path):
     assert printed["buffer"]["batch_size"] == 4 and printed["buffer"]["train_batch_size"] == 32
     assert printed["synchronizer"]["sync_method"] == "nccl"
     assert not (tmp_path / "checkpoints").exists()  # a dry run writes nothing
+
+
+def test_form_posted_strings_are_converted():
+    d = {
+        "model": {
+            "model_path": "/m",
+            "max_model_len": "",
+            "max_prompt_tokens": "100",
+            "max_response_tokens": "50",
+        },
+        "buffer": dict(MINIMAL["buffer"], batch_size="8", total_steps=""),
+        "explorer": {"eval_on_startup": "false"},
+        "algorithm": {"optimizer": {"lr": "3e-6"}},
+    }
+    cfg = load_config_from_dict(d)
+    assert cfg.model.max_model_len == 150  # blank: derived
+    assert cfg.buffer.batch_size == 8 and cfg.buffer.total_steps is None
+    assert cfg.explorer.eval_on_startup is False
+    assert cfg.algorithm.optimizer.lr == pytest.approx(3e-6)
