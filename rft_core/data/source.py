@@ -69,7 +69,7 @@ class Rows:
     def row(self, i: int) -> dict[str, Any]:
         if isinstance(self.data, pa.Table):
             return self.data.slice(i, 1).to_pylist()[0]
-        return self.data[i]
+        return dict(self.data[i])  # a copy: a workflow may change its task's raw row
 
     def describe(self) -> str:
         if len(self.files) == 1:
@@ -157,23 +157,34 @@ def find_files(path: str, subset_name: str | None = None, split: str = "train") 
 
 
 def _subset_dir(root: Path, subset_name: str | None) -> Path:
+    subsets = _subsets(root)
     if not subset_name:
+        if len(subsets) > 1:
+            raise DataError(
+                f"{root} holds several subsets ({', '.join(subsets)}); set subset_name to one of them"
+            )
         return root
     candidate = root / subset_name
     if candidate.is_dir():
         return candidate
-    subsets = sorted(
-        p.name
-        for p in root.iterdir()
-        if p.is_dir() and not p.name.startswith(".") and _data_files(p)
-    )
-    # a subdirectory named after a split is not a subset (save_to_disk layout)
-    subsets = [s for s in subsets if s not in KNOWN_SPLITS and s != "data"]
     if subsets:
         raise DataError(
             f"subset_name {subset_name!r} is not a subdirectory of {root}; subsets there: {', '.join(subsets)}"
         )
     return root  # a dataset with one subset keeps its files at the top
+
+
+def _subsets(root: Path) -> list[str]:
+    """Subdirectories holding data, except split folders (save_to_disk) and ``data/``."""
+    return sorted(
+        p.name
+        for p in root.iterdir()
+        if p.is_dir()
+        and not p.name.startswith(".")
+        and p.name not in KNOWN_SPLITS
+        and p.name != "data"
+        and _data_files(p)
+    )
 
 
 def _data_files(root: Path) -> list[Path]:

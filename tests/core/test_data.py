@@ -104,6 +104,12 @@ def test_unknown_subset_lists_the_subsets(hf_dir):
     assert "subset_name 'mian'" in message and "main, socratic" in message
 
 
+def test_several_subsets_need_a_subset_name(hf_dir):
+    with pytest.raises(DataError) as info:
+        load_taskset(_taskset_cfg(hf_dir))
+    assert "several subsets (main, socratic); set subset_name" in str(info.value)
+
+
 def test_unknown_split_lists_the_splits(hf_dir):
     with pytest.raises(DataError) as info:
         load_taskset(_taskset_cfg(hf_dir, subset_name="main", split="validation"))
