@@ -452,3 +452,14 @@ def test_form_posted_strings_are_converted():
     assert cfg.buffer.batch_size == 8 and cfg.buffer.total_steps is None
     assert cfg.explorer.eval_on_startup is False
     assert cfg.algorithm.optimizer.lr == pytest.approx(3e-6)
+
+
+def test_a_pickled_config_still_resolves_its_stages(clean_env):
+    import pickle
+
+    cfg = load_config(SEED_SFT)
+    again = pickle.loads(pickle.dumps(cfg))  # how Ray ships it to actors
+    assert config_to_dict(again) == config_to_dict(cfg)
+    assert [config_to_dict(s) for s in resolve_stages(again)] == [
+        config_to_dict(s) for s in resolve_stages(cfg)
+    ]
