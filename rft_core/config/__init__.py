@@ -29,7 +29,7 @@ from rft_core.config.schema import (
     job_dir,
 )
 from rft_core.config.stages import resolve_stages
-from rft_core.config.validate import validate
+from rft_core.config.validate import check_registered_names, validate
 
 __all__ = [
     "AlgorithmConfig",
@@ -51,6 +51,7 @@ __all__ = [
     "TasksetConfig",
     "TrainerConfig",
     "TrainerInput",
+    "check_registered_names",
     "config_to_dict",
     "config_to_yaml",
     "job_dir",

@@ -463,3 +463,38 @@ def test_a_pickled_config_still_resolves_its_stages(clean_env):
     assert [config_to_dict(s) for s in resolve_stages(again)] == [
         config_to_dict(s) for s in resolve_stages(cfg)
     ]
+
+
+def test_registered_names_are_checked_with_their_paths():
+    from rft_core.config.validate import check_registered_names
+
+    check_registered_names(load_config_from_dict(MINIMAL))  # math_workflow, grpo: registered
+    d = dict(MINIMAL)
+    d["buffer"] = dict(MINIMAL["buffer"])
+    d["buffer"]["explorer_input"] = dict(
+        MINIMAL["buffer"]["explorer_input"],
+        eval_tasksets=[{"name": "t", "path": "/d", "default_workflow_type": "math_wrokflow"}],
+    )
+    with pytest.raises(ConfigError) as info:
+        check_registered_names(load_config_from_dict(d))
+    assert info.value.path == "buffer.explorer_input.eval_tasksets[0].default_workflow_type"
+    assert "did you mean 'math_workflow'?" in str(info.value)
+    d = dict(MINIMAL, algorithm={"advantage_fn": "gae2"})
+    with pytest.raises(ConfigError) as info:
+        check_registered_names(load_config_from_dict(d))
+    assert info.value.path == "algorithm.advantage_fn"
+    d = dict(
+        MINIMAL,
+        stages=[
+            {
+                "stage_name": "s",
+                "buffer": dict(
+                    MINIMAL["buffer"],
+                    explorer_input={"taskset": {"path": "/d", "default_reward_fn_type": "nope"}},
+                ),
+            }
+        ],
+    )
+    with pytest.raises(ConfigError) as info:
+        check_registered_names(load_config_from_dict(d))
+    assert info.value.path == "stages[0].buffer.explorer_input.taskset.default_reward_fn_type"
