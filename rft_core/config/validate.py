@@ -306,7 +306,10 @@ def _derive_taskset(cfg: Config, ts: TasksetConfig, path: str, *, is_eval: bool)
     if ts.format.system_prompt is None:
         ts.format.system_prompt = ei.system_prompt
     if is_eval:
-        ts.repeat_times = 1 if ts.repeat_times is None else ts.repeat_times
+        if (
+            ts.repeat_times is None
+        ):  # k of eval metrics @k; Trinity configs also write rollout_args.n
+            ts.repeat_times = ts.rollout_args.n or 1
         _at_least(ts.repeat_times, f"{path}.repeat_times", 1)
         n = ts.repeat_times
     else:

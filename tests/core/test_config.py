@@ -498,3 +498,12 @@ def test_registered_names_are_checked_with_their_paths():
     with pytest.raises(ConfigError) as info:
         check_registered_names(load_config_from_dict(d))
     assert info.value.path == "stages[0].buffer.explorer_input.taskset.default_reward_fn_type"
+
+
+def test_eval_repeat_times_may_come_from_rollout_args_n():
+    ev = {"name": "t", "path": "/d", "rollout_args": {"n": 4}}
+    d = dict(MINIMAL)
+    d["buffer"] = dict(MINIMAL["buffer"])
+    d["buffer"]["explorer_input"] = dict(MINIMAL["buffer"]["explorer_input"], eval_tasksets=[ev])
+    (t,) = load_config_from_dict(d).buffer.explorer_input.eval_tasksets
+    assert (t.repeat_times, t.rollout_args.n) == (4, 4)
