@@ -143,7 +143,7 @@ class TasksetConfig:
     rollout_args: GenerationConfig = _field(help="sampling settings", factory=GenerationConfig)
     repeat_times: int | None = _field(
         None,
-        "eval tasksets: rollouts per task (derived: 1); training tasksets use algorithm.repeat_times",
+        "eval tasksets: rollouts per task, the k of metrics @k (derived: rollout_args.n, else 1); training tasksets use algorithm.repeat_times",
     )
     default_workflow_type: str | None = _field(
         None,
