@@ -82,6 +82,9 @@ def setup_actor_logging(cfg: Any, role: str, logger_name: str = "rft_core") -> A
     )
     logger.addHandler(MonitorLogHandler(monitor))
     _use_all_cores(cfg)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Loading weights" bars from every actor drown the log
     return monitor
 
 
@@ -133,7 +136,7 @@ def preflight(cfg: Any, check_model: bool = True) -> None:
         return
     if len(problems) == 1:
         raise ConfigError(*problems[0])
-    raise ConfigError("", "; ".join(f"{p}: {m}" for p, m in problems))
+    raise ConfigError("", "; ".join(f"{p}: {m}" if p else m for p, m in problems))
 
 
 def _dataset_problems(cfg: Any) -> list[tuple[str, str]]:
@@ -151,11 +154,11 @@ def _dataset_problems(cfg: Any) -> list[tuple[str, str]]:
             (f"buffer.explorer_input.eval_tasksets[{i}]", ts, True)
             for i, ts in enumerate(ei.eval_tasksets)
         ]
-        for path, ts, is_eval in named:
+        for _path, ts, is_eval in named:
             try:
                 load_taskset(ts, is_eval=is_eval)
             except RFTError as err:
-                out.append((f"{path}.path", str(err)))
+                out.append(("", str(err)))  # the data layer's message names the YAML path
     if not preset.use_rollout or cfg.mode == "train":
         eb = cfg.buffer.trainer_input.experience_buffer
         if eb is not None and eb.storage_type == "file" and eb.path and not preset.use_rollout:
@@ -176,6 +179,24 @@ def _ray_address(cfg: Any) -> str | None:
     return os.environ.get("RAY_ADDRESS") or cfg.cluster.ray_address or None
 
 
+def _probe_ray_address(address: str, timeout_s: float = 5.0) -> None:
+    """Fail in seconds on an address nothing listens on (ray.init retries for minutes)."""
+    import socket
+
+    hostport = address.split("://", 1)[-1].rsplit("/", 1)[0]
+    if address == "auto" or ":" not in hostport:
+        return
+    host, port = hostport.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return
+    except (OSError, ValueError) as err:
+        raise ServiceUnavailable(
+            f"cannot reach the Ray cluster at {address!r} (RAY_ADDRESS / cluster.ray_address): "
+            f"{err}; start one with `ray start --head` or unset RAY_ADDRESS to run on a local Ray"
+        ) from err
+
+
 def start_ray(cfg: Any) -> bool:
     """Join the given Ray cluster or start a local one. Returns True when this call started
     (and so must stop) Ray."""
@@ -188,6 +209,7 @@ def start_ray(cfg: Any) -> bool:
     runtime_env = {"env_vars": env} if env else None
     namespace = f"rft-{os.getpid()}-{int(time.time())}"
     if address:
+        _probe_ray_address(address)
         try:
             ray.init(
                 address=address,
@@ -290,6 +312,28 @@ def _progress_bar(cfg: Any, start: int) -> Any:
 
 def run_stage(cfg: Any) -> StageResult:
     """Run one stage (or a config without stages) to the end of its data."""
+    try:
+        return _run_stage(cfg)
+    finally:
+        _kill_queue(cfg)
+
+
+def _kill_queue(cfg: Any) -> None:
+    """The queue actor outlives its users; a rerun in the same Ray must get a fresh one."""
+    import ray
+
+    from rft_core.buffer.queue import actor_name
+
+    eb = cfg.buffer.trainer_input.experience_buffer
+    if eb is None or eb.storage_type != "queue":
+        return
+    try:
+        ray.kill(ray.get_actor(actor_name(eb.name, Path(cfg.job_dir))))
+    except ValueError:
+        pass  # never started
+
+
+def _run_stage(cfg: Any) -> StageResult:
     import ray
 
     from rft_core.explorer import Explorer

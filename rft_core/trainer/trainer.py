@@ -107,6 +107,10 @@ class Trainer:
             if tr.grad_clip is not None
             else cfg.algorithm.optimizer.clip_grad,
             total_steps=self.total_steps_hint(),
+            gradient_checkpointing=tr.gradient_checkpointing,
+            temperature=self._rollout_temperature(),
+            seed=cfg.explorer.rollout_model.seed,
+            max_token_len=tr.max_token_len_per_gpu,
         )
         if resume_step is not None:
             self.step = self.policy.load(self.job_dir, resume_step)
@@ -135,6 +139,12 @@ class Trainer:
                 self.device,
             )
 
+    def _rollout_temperature(self) -> float:
+        # old log-probs were taken at the sampling temperature; the trainer scores the same way
+        tasksets = self.cfg.buffer.explorer_input.tasksets
+        t = tasksets[0].rollout_args.temperature if tasksets else None
+        return float(t if t is not None else self.cfg.model.temperature)
+
     def total_steps_hint(self) -> int | None:
         """Trainer steps of the run when known up front (for the LR schedule)."""
         cfg = self.cfg
@@ -142,7 +152,7 @@ class Trainer:
 
     def _dataset_source(self, schema: str) -> DatasetExperiences:
         from rft_core.data import load_sft_dataset
-        from rft_core.trainer.policy import experiences_from_messages
+        from rft_core.trainer.messages import experiences_from_messages
 
         cfg = self.cfg
         eb = cfg.buffer.trainer_input.experience_buffer

@@ -1,0 +1,96 @@
+"""``trinity run`` before any actor starts: dry run, fail-fast checks, Ray address, renames."""
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rft_core.config import load_config
+from rft_core.errors import ConfigError, ServiceUnavailable
+from rft_core.launcher import _rename_if_occupied, cli_run, preflight, start_ray
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED = ROOT / "examples" / "grpo_gsm8k" / "gsm8k.yaml"
+DEMO = ROOT / "examples" / "demo" / "grpo_demo.yaml"
+
+
+def _trinity(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("TRINITY_", "RAY_ADDRESS"))
+    }
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "rft_core.cli", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_seed_config_fails_fast_on_cpu_with_one_clear_message(tmp_path):
+    proc = _trinity("run", "--config", str(SEED), cwd=tmp_path)
+    assert proc.returncode != 0
+    err = proc.stderr.strip()
+    assert "Traceback" not in err
+    assert len(err.splitlines()) == 1, err
+    # names the model path and says how to get it, and the GPUs the config asks for
+    assert "model.model_path" in err and "Qwen/Qwen2.5-1.5B-Instruct" in err
+    assert "huggingface-cli download" in err
+    assert "cluster.gpu_per_node" in err and "2 GPU" in err
+    # nothing was started or written
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_seed_config_with_a_real_model_dir_still_names_the_missing_gpus(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    cfg = load_config(SEED, [f"model.model_path={model}"])
+    with pytest.raises(ConfigError) as info:
+        preflight(cfg)
+    assert "model.model_path" not in str(info.value)
+    assert "cluster.gpu_per_node" in str(info.value)
+    assert "gpu_per_node: 0" in str(info.value)
+
+
+def test_dry_run_prints_the_resolved_config_and_exits_0(tmp_path, capsys):
+    args = argparse.Namespace(config=str(DEMO), dry_run=True, overrides=["buffer.batch_size=4"])
+    assert cli_run(args) == 0
+    out = capsys.readouterr().out
+    assert "batch_size: 4" in out
+    assert "stage_name: sft_warmup" in out
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_dry_run_of_a_broken_config_exits_non_zero_naming_the_path(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(DEMO.read_text().replace("  batch_size: 8", "  batch_sise: 8"))
+    proc = _trinity("run", "--config", str(bad), "--dry-run", cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "buffer.batch_sise" in proc.stderr and "batch_size" in proc.stderr
+
+
+def test_unreachable_ray_address_is_a_service_error_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    cfg = load_config(DEMO)
+    with pytest.raises(ServiceUnavailable) as info:
+        start_ray(cfg)
+    assert "127.0.0.1:1" in str(info.value)
+    assert "ray start --head" in str(info.value)
+
+
+def test_continue_from_checkpoint_false_renames_loudly_never_silently(tmp_path, capsys):
+    cfg = load_config(DEMO, [f"checkpoint_root_dir={tmp_path}", "continue_from_checkpoint=false"])
+    assert _rename_if_occupied(cfg) is None  # empty job dir: nothing to do
+    Path(cfg.job_dir).mkdir(parents=True)
+    (Path(cfg.job_dir) / "explorer_meta.json").write_text("{}")
+    old_dir = Path(cfg.job_dir)
+    assert _rename_if_occupied(cfg) == "grpo_demo"
+    assert cfg.name.startswith("grpo_demo_") and Path(cfg.job_dir) != old_dir
+    assert (old_dir / "explorer_meta.json").exists()  # the old run is untouched
+    assert "continue_from_checkpoint is false" in capsys.readouterr().err
