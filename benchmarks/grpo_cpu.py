@@ -128,16 +128,13 @@ class SideResult:
 # ---------------------------------------------------------------------------------------------
 
 
-def prepare_workload(args: argparse.Namespace) -> Workload:
+def prepare_workload(args: argparse.Namespace, demo_dir: Path) -> Workload:
     """Build (or reuse) the demo directory and read the prompts of every step from its train split."""
     import pyarrow.parquet as pq
     import torch
 
     from rft_core.demo import DEMO_SYSTEM_PROMPT, build_demo
 
-    demo_dir = (
-        Path(args.demo_dir) if args.demo_dir else Path(tempfile.mkdtemp(prefix="grpo_bench_"))
-    )
     paths = build_demo(demo_dir, seed=0)
     table = pq.read_table(paths.train_path).to_pydict()
     workload = Workload(
@@ -221,6 +218,7 @@ class RftCoreSide:
         self.grpo = get_advantage_fn("grpo")
         self.times: list[float] = []
         self.rewards: list[float] = []
+        self.responses: list[int] = []
         self.parts: list[dict[str, float]] = []  # seconds per phase, for the profile line
 
     def tasks(self, step: int) -> list:
@@ -261,6 +259,7 @@ class RftCoreSide:
             {"rollout+reward": t1 - t0, "train_step": t2 - t1, "weight_sync": t3 - t2}
         )
         self.rewards.append(statistics.fmean(e.reward for e in experiences))
+        self.responses.append(len(experiences))
         _progress(self.name, step, self.w, self.times[-1])
         return self.times[-1]
 
@@ -277,6 +276,7 @@ class RftCoreSide:
                 "kl": f"k3 (kl_coef {w.kl_coef}) with a reference model",
                 "loss": "ppo-clip, token-mean",
                 "median_phase_seconds": phases,
+                "responses_per_step": self.responses,
                 "mean_reward": statistics.fmean(self.rewards),
             },
         )
@@ -302,7 +302,10 @@ def run_trl(
 
     reward = reward or math_reward_fn()
 
+    responses_per_call: list[int] = []
+
     def math_reward(completions: list, answer: list[str], **_: Any) -> list[float]:
+        responses_per_call.append(len(completions))
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
         return [float(sum(reward(t, a).values())) for t, a in zip(texts, answer, strict=True)]
 
@@ -326,9 +329,9 @@ def run_trl(
         "answer": list(w.answers),
     }
     dataset = Dataset.from_dict(rows)
-    out_dir = tempfile.mkdtemp(prefix="grpo_bench_trl_")
+    out_dir = tempfile.TemporaryDirectory(prefix="grpo_bench_trl_")
     config = GRPOConfig(
-        output_dir=out_dir,
+        output_dir=out_dir.name,
         per_device_train_batch_size=w.prompts * w.group,  # completions per optimizer step
         gradient_accumulation_steps=1,
         num_generations=w.group,
@@ -366,7 +369,8 @@ def run_trl(
         callbacks=[timer],
     )
     trainer.remove_callback(PrinterCallback)  # the per-step log dicts would drown the figures
-    trainer.train()
+    with out_dir:
+        trainer.train()
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     return SideResult(
         "TRL",
@@ -378,6 +382,7 @@ def run_trl(
             "kl": f"k3 (beta {w.kl_coef}) with a reference model",
             "loss": "dapo (token-mean), clip epsilon 0.2",
             "gradient_checkpointing": False,
+            "responses_per_step": responses_per_call,
             "mean_reward": statistics.fmean(rewards) if rewards else None,
         },
     )
@@ -468,7 +473,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    w = prepare_workload(args)
+    if args.demo_dir:
+        return run(args, Path(args.demo_dir))
+    with tempfile.TemporaryDirectory(prefix="grpo_bench_") as demo_dir:
+        return run(args, Path(demo_dir))
+
+
+def run(args: argparse.Namespace, demo_dir: Path) -> int:
+    """The whole benchmark on the demo under ``demo_dir`` (built there when missing)."""
+    w = prepare_workload(args, demo_dir)
     results: list[SideResult] = []
     if args.only == "trl":
         print(f"TRL {_version('trl')}: {TRL_WHAT}", flush=True)
