@@ -1,0 +1,122 @@
+"""Real runs on Ray with the tiny demo model (few tokens per response): the explorer/trainer
+sync timeline of TRINITY_COMPAT.md, and resume from a checkpoint."""
+
+import json
+from pathlib import Path
+
+import pytest
+import ray
+import torch
+
+from rft_core.config import load_config_from_dict
+from rft_core.demo import DEMO_SYSTEM_PROMPT, build_demo
+from rft_core.launcher import run_experiment
+from rft_core.sync.schedule import expected_model_versions
+from rft_core.trainer.checkpoint import load_checkpoint
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    return build_demo(tmp_path_factory.mktemp("demo"))
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    yield
+    ray.shutdown()
+
+
+def _taskset(demo, split: str, name: str) -> dict:
+    return {
+        "name": name,
+        "storage_type": "file",
+        "path": str(demo.dataset_dir),
+        "subset_name": "main",
+        "split": split,
+        "format": {
+            "prompt_key": "question",
+            "response_key": "answer",
+            "system_prompt": DEMO_SYSTEM_PROMPT,
+        },
+        "rollout_args": {"temperature": 1.0},
+        "default_workflow_type": "math_workflow",
+    }
+
+
+def _config(demo, root: Path, name: str, **sections) -> dict:
+    cfg = {
+        "project": "orchestration",
+        "name": name,
+        "checkpoint_root_dir": str(root),
+        "mode": "both",
+        "algorithm": {"algorithm_type": "grpo", "repeat_times": 2, "optimizer": {"lr": 1e-4}},
+        "model": {"model_path": str(demo.model_dir), "max_response_tokens": 6, "max_model_len": 96},
+        "cluster": {"gpu_per_node": 0},
+        "buffer": {
+            "batch_size": 2,
+            "total_steps": 5,
+            "explorer_input": {"taskset": _taskset(demo, "train", "arithmetic")},
+            "trainer_input": {"experience_buffer": {"name": "exp", "storage_type": "queue"}},
+        },
+        "explorer": {"eval_on_startup": False, "eval_interval": 1000},
+        "synchronizer": {"sync_method": "nccl", "sync_interval": 1, "sync_offset": 0},
+        "trainer": {"save_interval": 0, "save_hf_checkpoint": "never"},
+    }
+    for key, value in sections.items():
+        cfg[key].update(value)
+    return cfg
+
+
+def _logged_steps(job_dir: Path, role: str) -> list[int]:
+    path = job_dir / "monitor" / f"{role}_metrics.jsonl"
+    return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_sync_offset_1_interval_2_follows_the_documented_timeline(demo, local_ray, tmp_path):
+    # explorer |1|2|3|sync|4|5|  trainer |1|2|sync|3|4|sync|5|  (nccl sync, gloo on CPU)
+    cfg = load_config_from_dict(
+        _config(demo, tmp_path, "timeline", synchronizer={"sync_offset": 1, "sync_interval": 2})
+    )
+    result = run_experiment(cfg).last
+    versions = [v for _, v in result.explorer["model_versions"]]
+    assert [s for s, _ in result.explorer["model_versions"]] == [1, 2, 3, 4, 5]
+    assert versions == [0, 0, 0, 2, 2]
+    assert versions == expected_model_versions(5, 2, 1)
+    assert result.trainer["steps"] == 5
+    log = (Path(result.job_dir) / "log" / "synchronizer.log").read_text()
+    assert "published weights version 2" in log and "published weights version 4" in log
+    assert "published weights version 3" not in log  # trainer syncs only at multiples of 2
+    explorer_log = (Path(result.job_dir) / "log" / "explorer.log").read_text()
+    assert "explorer step 3: loaded weights version 2" in explorer_log
+
+
+@pytest.mark.slow
+def test_rerun_resumes_from_the_checkpoint_not_from_zero(demo, local_ray, tmp_path):
+    # checkpoint weight sync this time; first run stops after 2 steps (final checkpoint)
+    first = _config(demo, tmp_path, "resume", synchronizer={"sync_method": "checkpoint"})
+    first["buffer"]["total_steps"] = 2
+    r1 = run_experiment(load_config_from_dict(first)).last
+    job_dir = Path(r1.job_dir)
+    assert r1.trainer["steps"] == 2
+    assert (job_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    ckpt2 = load_checkpoint(job_dir, 2)
+    assert max(s["step"] for s in ckpt2.optimizer_state["state"].values()) == 2
+
+    second = _config(demo, tmp_path, "resume", synchronizer={"sync_method": "checkpoint"})
+    second["buffer"]["total_steps"] = 4
+    r2 = run_experiment(load_config_from_dict(second)).last
+    # step numbers continue: the explorer did steps 3 and 4 with the step-2 weights first
+    assert [tuple(sv) for sv in r2.explorer["model_versions"]] == [(3, 2), (4, 3)]
+    assert r2.trainer["steps"] == 4
+    assert _logged_steps(job_dir, "trainer") == [1, 2, 3, 4]
+    # taskset offset: 4 steps x batch_size 2 tasks, not 2 x 2 replayed from the start
+    meta = json.loads((job_dir / "explorer_meta.json").read_text())
+    assert meta["latest_iteration"] == 4 and meta["taskset_offset"]["index"] == 8
+    # optimizer state was restored: Adam's step counter went on from 2 to 4 (fresh would be 2)
+    ckpt4 = load_checkpoint(job_dir, 4)
+    assert max(s["step"] for s in ckpt4.optimizer_state["state"].values()) == 4
+    assert ckpt4.extra_state["global_step"] == 4
+    # and the weights changed from step 2 to step 4
+    assert any(not torch.equal(ckpt2.state_dict[k], ckpt4.state_dict[k]) for k in ckpt2.state_dict)
