@@ -52,18 +52,19 @@ demo: setup
 	@PATH="$(BIN):$$PATH" $(BIN)/honcho start -f Procfile -e var/run.env 2>&1 | tee -i var/log/demo.log
 
 test: setup
-	@echo "== pass 1: whole suite, database: SQLite (temporary test database)"
-	@env -u DATABASE_URL PATH="$(BIN):$$PATH" $(PY) -m pytest; rc=$$?; \
-	  if [ $$rc -eq 5 ]; then echo "make: pytest collected no tests — that is a failure, not a pass"; exit 1; fi; \
-	  exit $$rc
-	@pg=$$($(PY) scripts/stack.py postgres-url); \
+	@echo "== pass 1: whole suite, database: SQLite (temporary test database)"; \
+	env -u DATABASE_URL PATH="$(BIN):$$PATH" $(PY) -m pytest; rc1=$$?; \
+	if [ $$rc1 -eq 5 ]; then echo "make: pytest collected no tests — that is a failure, not a pass"; fi; \
+	pg=$$($(PY) scripts/stack.py postgres-url); rc2=0; \
 	if [ -n "$$pg" ]; then \
 	  echo "== pass 2: webapp + workers tests, database: PostgreSQL at $$pg"; \
-	  DATABASE_URL="$$pg" PATH="$(BIN):$$PATH" $(PY) -m pytest tests/webapp tests/workers; rc=$$?; \
-	  if [ $$rc -eq 5 ]; then echo "make: pytest collected no tests on PostgreSQL"; exit 1; fi; exit $$rc; \
+	  DATABASE_URL="$$pg" PATH="$(BIN):$$PATH" $(PY) -m pytest tests/webapp tests/workers; rc2=$$?; \
+	  if [ $$rc2 -eq 5 ]; then echo "make: pytest collected no tests on PostgreSQL"; fi; \
 	else \
-	  echo "== pass 2 (PostgreSQL) NOT run: no PostgreSQL answers at postgres://postgres@127.0.0.1:5432/test (set RFT_TEST_POSTGRES_URL)"; \
-	fi
+	  echo "== pass 2 (PostgreSQL) NOT run: no PostgreSQL answers at $${RFT_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"; \
+	fi; \
+	echo "== make test: SQLite pass exit $$rc1, PostgreSQL pass exit $$rc2 $$([ -n "$$pg" ] || echo '(not run)')"; \
+	[ $$rc1 -eq 0 ] && [ $$rc2 -eq 0 ]
 
 lint: venv
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

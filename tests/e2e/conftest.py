@@ -125,8 +125,10 @@ def _wait_http(url: str, server: subprocess.Popen, log_path: Path, timeout: floa
     raise RuntimeError(f"daphne did not answer at {url} within {timeout} s")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def browser():
+    """Per test: Playwright's sync API keeps an event loop on the main thread while it runs,
+    which would break async_to_sync in every later test of the session."""
     from playwright.sync_api import sync_playwright
 
     if not Path(CHROMIUM).exists():
