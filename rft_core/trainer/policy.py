@@ -27,12 +27,9 @@ params, fp32 reduce). The tests run on CPU only; the CUDA and FSDP2 paths are no
 
 from __future__ import annotations
 
-import inspect
 import logging
-import math
 import random
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +40,6 @@ from rft_core.algorithms.aggregation import aggregate_loss, masked_mean
 from rft_core.algorithms.entropy import entropy_from_logits
 from rft_core.algorithms.kl import apply_kl_penalty, kl_loss
 from rft_core.algorithms.policy_losses import dpo_loss, ppo_clip_loss, sft_loss
-from rft_core.algorithms.presets import get_preset
 from rft_core.buffer.experience import Experience
 from rft_core.errors import ConfigError
 from rft_core.rollout.hf import resolve_device, resolve_dtype, token_logprobs
@@ -56,111 +52,17 @@ from rft_core.trainer.batching import (
     right_aligned,
 )
 from rft_core.trainer.messages import experiences_from_messages
+from rft_core.trainer.settings import (
+    AlgorithmSettings,
+    accepted_args,
+    build_optimizer,
+    build_scheduler,
+    lr_factor,
+)
 
 log = logging.getLogger(__name__)
 
 __all__ = ["AlgorithmSettings", "PolicyTrainer", "experiences_from_messages", "lr_factor"]
-
-
-@dataclass
-class AlgorithmSettings:
-    """``algorithm.*`` resolved against the ``algorithm_type`` preset."""
-
-    algorithm_type: str
-    policy_loss_fn: str
-    policy_loss_args: dict[str, Any]
-    advantage_fn: str | None
-    advantage_args: dict[str, Any]
-    kl_loss_fn: str
-    kl_coef: float
-    kl_penalty_fn: str
-    kl_penalty_coef: float
-    entropy_coef: float
-    loss_agg_mode: str
-    use_critic: bool
-    optimizer: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_config(cls, cfg: Any) -> AlgorithmSettings:
-        preset = get_preset(getattr(cfg, "algorithm_type", "grpo"))
-
-        def pick(name: str, default: Any) -> Any:
-            value = getattr(cfg, name, None)
-            return default if value is None else value
-
-        kl_loss_args = dict(pick("kl_loss_fn_args", {}))
-        kl_penalty_args = dict(pick("kl_penalty_fn_args", {}))
-        entropy_args = dict(pick("entropy_loss_fn_args", {}))
-        opt = getattr(cfg, "optimizer", None)
-        optimizer = {
-            key: getattr(opt, key, default)
-            for key, default in (
-                ("lr", 1e-6),
-                ("lr_warmup_steps", -1),
-                ("lr_warmup_steps_ratio", 0.0),
-                ("lr_scheduler_type", "constant"),
-                ("min_lr_ratio", 0.0),
-                ("optimizer_type", "adamw"),
-                ("betas", [0.9, 0.999]),
-                ("weight_decay", 0.01),
-            )
-        }
-        return cls(
-            algorithm_type=preset.algorithm_type,
-            policy_loss_fn=str(pick("policy_loss_fn", preset.policy_loss_fn)).lower(),
-            policy_loss_args={**preset.policy_loss_fn_args, **pick("policy_loss_fn_args", {})},
-            advantage_fn=pick("advantage_fn", preset.advantage_fn),
-            advantage_args={**preset.advantage_fn_args, **pick("advantage_fn_args", {})},
-            kl_loss_fn=str(pick("kl_loss_fn", preset.kl_loss_fn)).lower(),
-            kl_coef=float(kl_loss_args.get("kl_coef", preset.kl_coef)),
-            kl_penalty_fn=str(pick("kl_penalty_fn", preset.kl_penalty_fn)).lower(),
-            kl_penalty_coef=float(kl_penalty_args.get("kl_coef", preset.kl_penalty_coef)),
-            entropy_coef=float(entropy_args.get("entropy_coef", preset.entropy_coef)),
-            loss_agg_mode=pick("loss_agg_mode", preset.loss_agg_mode),
-            use_critic=preset.use_critic,
-            optimizer=optimizer,
-        )
-
-    @property
-    def uses_kl_loss(self) -> bool:
-        return self.kl_loss_fn != "none" and self.kl_coef > 0
-
-    @property
-    def uses_kl_penalty(self) -> bool:
-        return self.kl_penalty_fn != "none" and self.kl_penalty_coef > 0
-
-    @property
-    def needs_reference(self) -> bool:
-        return self.uses_kl_loss or self.uses_kl_penalty or self.policy_loss_fn == "dpo"
-
-
-def lr_factor(step: int, *, warmup: int, total: int | None, kind: str, min_ratio: float) -> float:
-    """Multiplier of the base lr for the ``step``-th optimizer step (0-based). Warmup is linear
-    and starts at lr/warmup (verl starts at 0, which wastes the first step); then constant, or
-    cosine/linear decay to ``min_ratio`` at ``total`` steps."""
-    if warmup > 0 and step < warmup:
-        return (step + 1) / warmup
-    if kind == "constant" or not total or total <= warmup:
-        return 1.0
-    progress = min(1.0, max(0.0, (step - warmup) / (total - warmup)))
-    if kind == "cosine":
-        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
-    if kind == "linear":
-        return min_ratio + (1.0 - min_ratio) * (1.0 - progress)
-    raise ConfigError(
-        "algorithm.optimizer.lr_scheduler_type",
-        f"unknown schedule {kind!r}; choose constant, cosine or linear",
-        value=kind,
-        allowed=["constant", "cosine", "linear"],
-    )
-
-
-def _accepted(fn: Any, args: dict[str, Any], path: str) -> dict[str, Any]:
-    names = set(inspect.signature(fn).parameters)
-    unknown = sorted(set(args) - names)
-    if unknown:
-        log.warning("%s: ignoring %s (not used by %s)", path, unknown, fn.__name__)
-    return {k: v for k, v in args.items() if k in names}
 
 
 class PolicyTrainer:
@@ -226,32 +128,9 @@ class PolicyTrainer:
             if self.ref_model is not None:
                 self.ref_model.to(self.device)
 
-        self.optimizer = self._build_optimizer()
+        self.optimizer = build_optimizer(self.model.parameters(), self.algo.optimizer, self.device)
+        self.scheduler = build_scheduler(self.optimizer, self.algo.optimizer, total_steps)
         o = self.algo.optimizer
-        warmup = int(o["lr_warmup_steps"])
-        if warmup < 0:
-            warmup = int(float(o["lr_warmup_steps_ratio"]) * (total_steps or 0))
-        if o["lr_scheduler_type"] != "constant" and not total_steps:
-            log.warning(
-                "lr_scheduler_type %s needs total steps; using constant lr", o["lr_scheduler_type"]
-            )
-        lr_factor(
-            0,
-            warmup=warmup,
-            total=total_steps,
-            kind=o["lr_scheduler_type"],
-            min_ratio=float(o["min_lr_ratio"]),
-        )  # validates the schedule name now
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer,
-            lambda s: lr_factor(
-                s,
-                warmup=warmup,
-                total=total_steps,
-                kind=o["lr_scheduler_type"],
-                min_ratio=float(o["min_lr_ratio"]),
-            ),
-        )
         self.critic = None
         if self.algo.use_critic:
             from rft_core.trainer.critic import Critic
@@ -281,28 +160,6 @@ class PolicyTrainer:
                 fully_shard(layer, mp_policy=mp)
             fully_shard(model, mp_policy=mp)
         self.autocast_dtype = None  # FSDP2 casts parameters itself
-
-    def _build_optimizer(self) -> torch.optim.Optimizer:
-        o = self.algo.optimizer
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        kind = str(o["optimizer_type"]).lower()
-        fused = {"fused": True} if self.device.type == "cuda" else {}
-        if kind in ("adamw", "adam"):
-            cls = torch.optim.AdamW if kind == "adamw" else torch.optim.Adam
-            return cls(
-                params,
-                lr=float(o["lr"]),
-                betas=tuple(o["betas"]),
-                weight_decay=float(o["weight_decay"]),
-                **fused,
-            )
-        if kind == "sgd":
-            return torch.optim.SGD(params, lr=float(o["lr"]), weight_decay=float(o["weight_decay"]))
-        raise ConfigError(
-            "algorithm.optimizer.optimizer_type",
-            f"unknown optimizer {kind!r}; choose adamw, adam or sgd",
-            value=kind,
-        )
 
     # ---- forward ------------------------------------------------------------------------
 
@@ -418,7 +275,7 @@ class PolicyTrainer:
                     "experiences carry no advantage and no advantage_fn is set",
                 )
             else:
-                args = _accepted(fn.fn, algo.advantage_args, "algorithm.advantage_fn_args")
+                args = accepted_args(fn.fn, algo.advantage_args, "algorithm.advantage_fn_args")
                 seq_adv, keep = fn.group(rewards, [e.group_id for e in experiences], **args)
             out = []
             for mb in mbs:
@@ -443,7 +300,7 @@ class PolicyTrainer:
                 token_rewards, old_full, ref_full, mask, algo.kl_penalty_fn, algo.kl_penalty_coef
             )
             metrics["actor/kl_penalty"] = km["kl_penalty"]
-        args = _accepted(fn.fn, algo.advantage_args, "algorithm.advantage_fn_args")
+        args = accepted_args(fn.fn, algo.advantage_args, "algorithm.advantage_fn_args")
         critic_inputs: list[Any] = [None] * len(mbs)
         if fn.needs_values:
             if self.critic is None:
@@ -511,7 +368,9 @@ class PolicyTrainer:
             total_tokens = float(sum(mb.mask.sum() for mb in mbs))  # std_threshold may drop rows
             adv_sum = sum(float((a * mb.mask).sum()) for a, mb in zip(advantages, mbs, strict=True))
             metrics["critic/advantages/mean"] = adv_sum / max(total_tokens, 1.0)
-        pg_args = _accepted(ppo_clip_loss, algo.policy_loss_args, "algorithm.policy_loss_fn_args")
+        pg_args = accepted_args(
+            ppo_clip_loss, algo.policy_loss_args, "algorithm.policy_loss_fn_args"
+        )
         sums: dict[str, float] = {}
         weights = []
         for k, mb in enumerate(mbs):
@@ -573,7 +432,7 @@ class PolicyTrainer:
         return metrics
 
     def _dpo_backward(self, experiences: list[Experience]) -> dict[str, float]:
-        args = _accepted(dpo_loss, self.algo.policy_loss_args, "algorithm.policy_loss_fn_args")
+        args = accepted_args(dpo_loss, self.algo.policy_loss_args, "algorithm.policy_loss_fn_args")
         sums: dict[str, float] = {}
         pair_lengths = [
             len(e.prompt_ids) + max(len(e.response_ids), len(e.rejected_ids)) for e in experiences

@@ -11,7 +11,8 @@ from tiny_lm import build_tiny_model
 from rft_core.buffer.experience import Experience
 from rft_core.config.schema import AlgorithmConfig, OptimizerConfig
 from rft_core.rollout import SamplingParams, build_engine
-from rft_core.trainer.policy import PolicyTrainer, experiences_from_messages, lr_factor
+from rft_core.trainer.policy import PolicyTrainer, experiences_from_messages
+from rft_core.trainer.settings import lr_factor
 
 CONVERSATIONS = [
     [{"role": "user", "content": "1+2=?"}],
