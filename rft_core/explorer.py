@@ -206,7 +206,38 @@ class Explorer:
 
     # -- evaluation --------------------------------------------------------------------------
 
-    def evaluate(self, step: int) -> dict[str, float]:
+    def bench(self) -> dict[str, Any]:
+        """``mode: bench``: evaluate every saved ``global_step_*`` of the job in order (only the
+        latest with ``explorer.bench_on_latest_checkpoint``; the base model when none), logged
+        as ``bench/<taskset>/...`` at the checkpoint's step."""
+        from rft_core.rollout import build_engine
+        from rft_core.trainer.checkpoint import list_step_dirs, load_state_dict
+
+        cfg = self.cfg
+        rm = cfg.explorer.rollout_model
+        device = "cuda" if cfg.cluster.gpu_per_node > 0 and torch.cuda.is_available() else "cpu"
+        self._engine = build_engine(
+            rm.engine_type,
+            cfg.model.model_path,
+            dtype=rm.dtype,
+            device=device,
+            seed=rm.seed,
+            max_model_len=cfg.model.max_model_len,
+        )
+        steps = [(s, d) for s, d in list_step_dirs(self.job_dir) if (d / "actor").is_dir()]
+        if cfg.explorer.bench_on_latest_checkpoint:
+            steps = steps[-1:]
+        results: dict[str, Any] = {}
+        for step, directory in steps or [(0, None)]:
+            if directory is not None:
+                self._engine.load_weights(load_state_dict(directory / "actor"), step)
+                self._engine.model_version = step
+            metrics = self.evaluate(step, prefix="bench")
+            results[str(step)] = metrics
+        self.monitor.status("finished", f"bench over steps {[s for s, _ in steps] or [0]}")
+        return results
+
+    def evaluate(self, step: int, prefix: str = "eval") -> dict[str, float]:
         from rft_core import workflows
         from rft_core.data import TasksetReader, load_taskset
 
@@ -220,11 +251,12 @@ class Explorer:
                 ).next_batch()
                 or []
             )
-            k = (ts_cfg.rollout_args.n or 1) if ts_cfg.rollout_args else 1
+            k = ts_cfg.repeat_times or (ts_cfg.rollout_args.n if ts_cfg.rollout_args else None) or 1
             experiences = self._run_workflows(tasks, k)
-            metrics.update(workflows.eval_metrics(experiences, ts_cfg.name, k))
+            for key, value in workflows.eval_metrics(experiences, ts_cfg.name, k).items():
+                metrics[prefix + key.removeprefix("eval")] = value
         if metrics:
-            metrics["time/eval"] = time.perf_counter() - start
+            metrics[f"time/{prefix}"] = time.perf_counter() - start
             self.monitor.log(metrics, step)
             self.eval_results[step] = metrics
             log.info(

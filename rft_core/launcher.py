@@ -264,8 +264,6 @@ def _wait_all(refs: dict[str, Any], actors: dict[str, Any], progress: Any) -> di
             try:
                 results[role] = ray.get(ref)
             except ray.exceptions.RayError as err:
-                for other in pending.values():
-                    ray.cancel(other, force=True)
                 for actor in actors.values():
                     ray.kill(actor)
                 cause = getattr(err, "cause", None) or err

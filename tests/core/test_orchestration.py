@@ -2,6 +2,8 @@
 sync timeline of TRINITY_COMPAT.md, and resume from a checkpoint."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -120,3 +122,28 @@ def test_rerun_resumes_from_the_checkpoint_not_from_zero(demo, local_ray, tmp_pa
     assert ckpt4.extra_state["global_step"] == 4
     # and the weights changed from step 2 to step 4
     assert any(not torch.equal(ckpt2.state_dict[k], ckpt4.state_dict[k]) for k in ckpt2.state_dict)
+
+
+@pytest.mark.slow
+def test_a_failing_actor_stops_the_run_with_a_non_zero_exit(demo, tmp_path):
+    # a job dir whose latest checkpoint is corrupt: resuming from it fails inside the actors
+    cfg = _config(demo, tmp_path, "broken")
+    job_dir = tmp_path / "orchestration" / "broken"
+    actor = job_dir / "global_step_1" / "actor"
+    actor.mkdir(parents=True)
+    (actor / "model_world_size_1_rank_0.pt").write_bytes(b"not a checkpoint")
+    (job_dir / "global_step_1" / ".full_checkpoint").write_text("1\n")
+    (job_dir / "latest_checkpointed_iteration.txt").write_text("1\n")
+    config = tmp_path / "broken.yaml"
+    config.write_text(json.dumps(cfg))  # JSON is YAML
+    proc = subprocess.run(
+        [sys.executable, "-m", "rft_core.cli", "run", "--config", str(config)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("trinity run: error:") and "failed" in last
+    assert "model_world_size_1_rank_0.pt" in last or "log/" in last
