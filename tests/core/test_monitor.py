@@ -54,13 +54,20 @@ def test_tensorboard_sink_writes_scalars_tensorboard_can_read(tmp_path, no_dashb
     assert [(s.step, s.value) for s in scalars] == [(1, 0.5), (2, 0.75), (3, 0.875)]
 
 
-def test_redis_sink_streams_every_kind_tagged_with_the_run_id(
-    tmp_path, monkeypatch, redis_client, redis_url, unique_id
-):
+@pytest.fixture
+def dashboard_run(monkeypatch, redis_client, redis_url, unique_id):
+    """The env the dashboard sets on a run it launches; the run's stream is deleted after."""
     monkeypatch.setenv("RFT_EVENTS_REDIS_URL", redis_url)
     monkeypatch.setenv("RFT_RUN_ID", unique_id)
     redis_client.test_keys.append(stream_key(unique_id))
+    yield unique_id
+    redis_client.srem(RUNS_SET, unique_id)
 
+
+def test_redis_sink_streams_every_kind_tagged_with_the_run_id(
+    tmp_path, redis_client, dashboard_run
+):
+    unique_id = dashboard_run
     monitor = build_monitor("tensorboard", {}, tmp_path, role="trainer", run_name="demo")
     monitor.status("running")
     monitor.log({"actor/pg_loss": 0.5}, step=4)
@@ -78,15 +85,10 @@ def test_redis_sink_streams_every_kind_tagged_with_the_run_id(
     assert events[2].data == {"level": "INFO", "text": "step 4 done"}
     assert events[3].data == {"path": "/ckpt/global_step_4"}
     assert redis_client.sismember(RUNS_SET, unique_id)
-    redis_client.srem(RUNS_SET, unique_id)
 
 
-def test_log_handler_forwards_records_to_the_stream(
-    tmp_path, monkeypatch, redis_client, redis_url, unique_id
-):
-    monkeypatch.setenv("RFT_EVENTS_REDIS_URL", redis_url)
-    monkeypatch.setenv("RFT_RUN_ID", unique_id)
-    redis_client.test_keys.append(stream_key(unique_id))
+def test_log_handler_forwards_records_to_the_stream(tmp_path, redis_client, dashboard_run):
+    unique_id = dashboard_run
     monitor = build_monitor("tensorboard", {}, tmp_path, role="explorer", run_name="demo")
     log = logging.getLogger(f"test.{unique_id}")
     log.setLevel(logging.INFO)
@@ -98,7 +100,6 @@ def test_log_handler_forwards_records_to_the_stream(
     assert [(e.kind, e.data["level"], e.data["text"]) for e in events] == [
         ("log", "WARNING", "reward is 0.5")
     ]
-    redis_client.srem(RUNS_SET, unique_id)
 
 
 def test_unreachable_events_redis_is_one_clear_error(tmp_path, monkeypatch):
