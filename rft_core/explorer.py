@@ -211,7 +211,11 @@ class Explorer:
         latest with ``explorer.bench_on_latest_checkpoint``; the base model when none), logged
         as ``bench/<taskset>/...`` at the checkpoint's step."""
         from rft_core.rollout import build_engine
-        from rft_core.trainer.checkpoint import list_step_dirs, load_state_dict
+        from rft_core.trainer.checkpoint import (
+            FULL_CHECKPOINT_MARKER,
+            list_step_dirs,
+            load_state_dict,
+        )
 
         cfg = self.cfg
         rm = cfg.explorer.rollout_model
@@ -224,7 +228,9 @@ class Explorer:
             seed=rm.seed,
             max_model_len=cfg.model.max_model_len,
         )
-        steps = [(s, d) for s, d in list_step_dirs(self.job_dir) if (d / "actor").is_dir()]
+        steps = [
+            (s, d) for s, d in list_step_dirs(self.job_dir) if (d / FULL_CHECKPOINT_MARKER).exists()
+        ]
         if cfg.explorer.bench_on_latest_checkpoint:
             steps = steps[-1:]
         results: dict[str, Any] = {}
