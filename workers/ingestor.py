@@ -39,6 +39,7 @@ from webapp.events.models import RunEvent  # noqa: E402
 GROUP = "ingestor"
 CLAIM_IDLE_MS = 60_000
 BATCH = 200
+DISCOVER_EVERY_S = 2.0
 
 log = logging.getLogger("workers.ingestor")
 
@@ -61,6 +62,7 @@ class Ingestor:
         self.group = group
         self.channel_layer = channel_layer if channel_layer is not None else get_channel_layer()
         self.streams: set[str] = set()
+        self._discovered_at = float("-inf")
 
     def discover(self) -> set[str]:
         """Stream keys of all known runs; creates the consumer group on each new one."""
@@ -82,7 +84,10 @@ class Ingestor:
     def poll(self, block_ms: int = 1000) -> int:
         """One round: claim stale pending entries, read new ones, store, fan out, ack.
         Returns the number of entries handled."""
-        self.discover()
+        # New runs are looked for at most every DISCOVER_EVERY_S: SCAN walks the whole keyspace.
+        if time.monotonic() - self._discovered_at >= DISCOVER_EVERY_S:
+            self.discover()
+            self._discovered_at = time.monotonic()
         if not self.streams:
             time.sleep(block_ms / 1000)
             return 0
