@@ -13,9 +13,15 @@ bytes for the same seed::
 
 The model is a randomly initialised Qwen2-architecture causal LM of ~3M parameters with a
 byte-level tokenizer that has no merges (one token per ASCII character) and a ChatML chat
-template, so every tool that loads Qwen2.5 loads it too. The task is 2-digit addition and
-subtraction; an SFT warmup on ``sft/train.jsonl`` teaches the ``<think>/<answer>`` format and
-part of the arithmetic, and GRPO on the GSM8K-style split has room left to raise accuracy.
+template, so every tool that loads Qwen2.5 loads it too.
+
+The task is 2-digit addition ("What is 37 + 48?"); the SFT rows answer it digit by digit,
+``<think>7+8=15 3+4+1=8</think><answer>85</answer>``. Measured with the real files (seed 0,
+greedy accuracy on the 300 test rows; AdamW lr 1e-3, wd 0.01, clip 1.0, batch 32): SFT warmup
+reaches ~10% / 30% / 40% / 60% / 75% after 200 / 250 / 300 / 350 / 400 steps; GRPO from the
+300-step model (16 tasks x 8 samples, temperature 1.0, lr 3e-5, token-mean PPO-clip) lifts it
+to ~57% / 64% / 68% / 70% after 10 / 20 / 30 / 50 steps. Without the digit-wise steps the same
+model stayed under 10% after 400 steps, and mixing in subtraction halved the SFT progress.
 
 Re-running is idempotent: files that exist are kept untouched, missing ones are written (each
 through a temporary file and a rename, so an interrupted build never leaves a truncated file).
@@ -47,6 +53,8 @@ DEMO_SYSTEM_PROMPT = "Think, then answer."
 
 TRAIN_SIZE = 4000
 TEST_SIZE = 300
+# Longest SFT response is 50 characters plus <|im_end|>; the rendered prompt is 58 tokens.
+DEMO_MAX_RESPONSE_TOKENS = 64
 
 ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = [ENDOFTEXT, IM_START, IM_END]
@@ -122,43 +130,51 @@ def default_demo_dir() -> Path:
 
 @dataclass(frozen=True)
 class Problem:
-    """One arithmetic problem: ``a op b``."""
+    """One 2-digit addition ``a + b``."""
 
     a: int
-    op: str  # "+" or "-"
     b: int
 
     @property
     def result(self) -> int:
-        return self.a + self.b if self.op == "+" else self.a - self.b
+        return self.a + self.b
+
+    @property
+    def carry(self) -> int:
+        return (self.a % 10 + self.b % 10) // 10
 
     @property
     def question(self) -> str:
-        return f"What is {self.a} {self.op} {self.b}?"
+        return f"What is {self.a} + {self.b}?"
 
     @property
     def gsm8k_answer(self) -> str:
-        """A worked solution with GSM8K's calculator annotation, then ``#### N``."""
-        expr = f"{self.a}{self.op}{self.b}"
+        """A worked solution with GSM8K's calculator annotations, then ``#### N``."""
+        (a1, a0), (b1, b0), c = divmod(self.a, 10), divmod(self.b, 10), self.carry
         return (
-            f"{self.a} {self.op} {self.b} = <<{expr}={self.result}>>{self.result}\n"
+            f"Ones: {a0} + {b0} = <<{a0}+{b0}={a0 + b0}>>{a0 + b0}.\n"
+            f"Tens with the carry: {a1} + {b1} + {c} = <<{a1}+{b1}+{c}={a1 + b1 + c}>>{a1 + b1 + c}.\n"
             f"#### {self.result}"
         )
 
     @property
     def completion(self) -> str:
-        """The response the SFT warmup teaches, in the math workflow's format."""
+        """The response the SFT warmup teaches: ones, then tens with the carry, then the answer.
+
+        The digit-wise steps are what make the task learnable in minutes: with the bare
+        ``<think>37+48=85</think>`` a 3M model was at 5-9% held-out accuracy after 400 steps
+        of batch 64, with the steps at 76% (see the module docstring).
+        """
+        (a1, a0), (b1, b0), c = divmod(self.a, 10), divmod(self.b, 10), self.carry
         return (
-            f"<think>{self.a}{self.op}{self.b}={self.result}</think><answer>{self.result}</answer>"
+            f"<think>{a0}+{b0}={a0 + b0} {a1}+{b1}+{c}={a1 + b1 + c}</think>"
+            f"<answer>{self.result}</answer>"
         )
 
 
 def all_problems() -> list[Problem]:
-    """Every 2-digit addition, and every 2-digit subtraction with a non-negative result."""
-    numbers = range(10, 100)
-    adds = [Problem(a, "+", b) for a in numbers for b in numbers]
-    subs = [Problem(a, "-", b) for a in numbers for b in numbers if a >= b]
-    return adds + subs
+    """Every addition of two 2-digit numbers (8100 problems)."""
+    return [Problem(a, b) for a in range(10, 100) for b in range(10, 100)]
 
 
 def split_problems(seed: int) -> tuple[list[Problem], list[Problem]]:

@@ -15,6 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rft_core.demo import (
+    DEMO_MAX_RESPONSE_TOKENS,
     DEMO_SYSTEM_PROMPT,
     MARKER_NAME,
     TEST_SIZE,
@@ -113,9 +114,8 @@ def test_parquet_splits_have_question_answer_columns_with_correct_truths(demo):
         assert table.num_rows == size
         rows[split] = table.to_pylist()
     for row in rows["train"] + rows["test"]:
-        a, op, b = re.fullmatch(r"What is (\d+) ([+-]) (\d+)\?", row["question"]).groups()
-        truth = int(a) + int(b) if op == "+" else int(a) - int(b)
-        assert row["answer"].splitlines()[-1] == f"#### {truth}"
+        a, b = re.fullmatch(r"What is (\d\d) \+ (\d\d)\?", row["question"]).groups()
+        assert row["answer"].splitlines()[-1] == f"#### {int(a) + int(b)}"
     train_questions = {r["question"] for r in rows["train"]}
     assert not train_questions & {r["question"] for r in rows["test"]}
     assert len(train_questions) == TRAIN_SIZE
@@ -129,11 +129,19 @@ def test_sft_rows_are_the_train_split_in_the_think_answer_format(demo):
         system, user, assistant = json.loads(line)["messages"]
         assert (system["role"], system["content"]) == ("system", DEMO_SYSTEM_PROMPT)
         assert user["role"] == "user" and assistant["role"] == "assistant"
-        truth = train[user["content"]].rsplit("#### ", 1)[1]
-        expr = re.fullmatch(
-            r"<think>(\d+[+-]\d+)=(\d+)</think><answer>(\d+)</answer>", assistant["content"]
+        a1, a0, b1, b0 = map(
+            int, re.fullmatch(r"What is (\d)(\d) \+ (\d)(\d)\?", user["content"]).groups()
         )
-        assert expr.group(2) == expr.group(3) == truth
+        steps = re.fullmatch(
+            r"<think>(\d)\+(\d)=(\d+) (\d)\+(\d)\+([01])=(\d+)</think><answer>(\d+)</answer>",
+            assistant["content"],
+        )
+        x0, y0, ones, x1, y1, carry, tens, answer = map(int, steps.groups())
+        # ones, then tens with the carry, then the answer: each step is right
+        assert (x0, y0, ones) == (a0, b0, a0 + b0)
+        assert (x1, y1, carry, tens) == (a1, b1, ones // 10, a1 + b1 + ones // 10)
+        assert answer == tens * 10 + ones % 10 == int(train[user["content"]].rsplit("#### ", 1)[1])
+        assert len(assistant["content"]) + 1 <= DEMO_MAX_RESPONSE_TOKENS
 
 
 def test_same_seed_gives_the_same_bytes_and_another_seed_differs(demo, tmp_path):
