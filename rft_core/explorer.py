@@ -102,11 +102,9 @@ class Explorer:
 
     # -- setup -------------------------------------------------------------------------------
 
-    def _build(self, start_step: int, start_version: int, weights_from: str | None) -> None:
-        from rft_core.buffer import build_buffer
-        from rft_core.data import TasksetReader, load_taskset
+    def _build_engine(self) -> str:
+        """The rollout engine of ``explorer.rollout_model``; returns the device it runs on."""
         from rft_core.rollout import build_engine
-        from rft_core.sync.synchronizer import WeightReceiver
 
         cfg = self.cfg
         rm = cfg.explorer.rollout_model
@@ -119,6 +117,15 @@ class Explorer:
             seed=rm.seed,
             max_model_len=cfg.model.max_model_len,
         )
+        return device
+
+    def _build(self, start_step: int, start_version: int, weights_from: str | None) -> None:
+        from rft_core.buffer import build_buffer
+        from rft_core.data import TasksetReader, load_taskset
+        from rft_core.sync.synchronizer import WeightReceiver
+
+        cfg = self.cfg
+        device = self._build_engine()
         if weights_from is not None:
             from rft_core.trainer.checkpoint import load_state_dict
 
@@ -210,28 +217,17 @@ class Explorer:
         """``mode: bench``: evaluate every saved ``global_step_*`` of the job in order (only the
         latest with ``explorer.bench_on_latest_checkpoint``; the base model when none), logged
         as ``bench/<taskset>/...`` at the checkpoint's step."""
-        from rft_core.rollout import build_engine
         from rft_core.trainer.checkpoint import (
             FULL_CHECKPOINT_MARKER,
             list_step_dirs,
             load_state_dict,
         )
 
-        cfg = self.cfg
-        rm = cfg.explorer.rollout_model
-        device = "cuda" if cfg.cluster.gpu_per_node > 0 and torch.cuda.is_available() else "cpu"
-        self._engine = build_engine(
-            rm.engine_type,
-            cfg.model.model_path,
-            dtype=rm.dtype,
-            device=device,
-            seed=rm.seed,
-            max_model_len=cfg.model.max_model_len,
-        )
+        self._build_engine()
         steps = [
             (s, d) for s, d in list_step_dirs(self.job_dir) if (d / FULL_CHECKPOINT_MARKER).exists()
         ]
-        if cfg.explorer.bench_on_latest_checkpoint:
+        if self.cfg.explorer.bench_on_latest_checkpoint:
             steps = steps[-1:]
         results: dict[str, Any] = {}
         for step, directory in steps or [(0, None)]:

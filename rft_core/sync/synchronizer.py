@@ -130,8 +130,8 @@ def start_synchronizer(
     return actor_cls.options(name=name).remote(sync_method, sync_timeout, log_path)
 
 
-class WeightSender:
-    """The trainer's half: publish weights after a sync step."""
+class _WeightEnd:
+    """What both ends of a weight transfer hold."""
 
     def __init__(
         self,
@@ -147,6 +147,13 @@ class WeightSender:
         self.sync_timeout = float(sync_timeout)
         self.device = device
         self.group: BroadcastGroup | None = None
+
+
+class WeightSender(_WeightEnd):
+    """The trainer's half: publish weights after a sync step."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
         self.rendezvous: dict[str, Any] | None = None
         self._final_ref: Any = None
 
@@ -190,23 +197,8 @@ class WeightSender:
         ray.get(self.synchronizer.publish.remote(version, [self._final_ref], True))
 
 
-class WeightReceiver:
+class WeightReceiver(_WeightEnd):
     """The explorer's half: at a sync point, wait for the scheduled version and load it."""
-
-    def __init__(
-        self,
-        synchronizer: Any,
-        sync_method: str,
-        job_dir: str,
-        sync_timeout: float,
-        device: str = "cpu",
-    ):
-        self.synchronizer = synchronizer
-        self.sync_method = sync_method
-        self.job_dir = job_dir
-        self.sync_timeout = float(sync_timeout)
-        self.device = device
-        self.group: BroadcastGroup | None = None
 
     def receive(
         self, version: int, final: bool = False

@@ -156,3 +156,13 @@ def test_a_failing_actor_stops_the_run_with_a_non_zero_exit(demo, tmp_path):
     r3 = run_experiment(load_config_from_dict(bench)).last
     assert list(r3.bench) == ["2", "4"]
     assert all("bench/held-out/accuracy/mean@1" in m for m in r3.bench.values())
+
+
+@pytest.mark.slow
+def test_colocate_hands_weights_over_in_memory_every_step(demo, local_ray, tmp_path):
+    cfg = _config(demo, tmp_path, "colocate", synchronizer={"sync_method": "memory"})
+    cfg["mode"] = "colocate"
+    cfg["buffer"]["total_steps"] = 3
+    result = run_experiment(load_config_from_dict(cfg)).last
+    assert [tuple(sv) for sv in result.explorer["model_versions"]] == [(1, 0), (2, 1), (3, 2)]
+    assert result.trainer["steps"] == 3
