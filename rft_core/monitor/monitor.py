@@ -2,7 +2,8 @@
 
 ``build_monitor`` picks the sinks: JSONL and TensorBoard always, W&B or MLflow when
 ``monitor.monitor_type`` asks for them, and the Redis event stream when the dashboard launched
-the run (env ``RFT_EVENTS_REDIS_URL`` + ``RFT_RUN_ID``).
+the run (env ``RFT_EVENTS_REDIS_URL`` + ``RFT_RUN_ID``); that run also gets a heartbeat every
+``RFT_HEARTBEAT_S`` seconds (default 10) so the dashboard can tell a live run from a dead one.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from rft_core.monitor.sinks import (
 MONITOR_TYPES = ("tensorboard", "wandb", "mlflow")
 ENV_REDIS_URL = "RFT_EVENTS_REDIS_URL"
 ENV_RUN_ID = "RFT_RUN_ID"
+ENV_HEARTBEAT_S = "RFT_HEARTBEAT_S"  # seconds between heartbeats on the Redis stream
 
 
 class Monitor:
@@ -36,8 +38,11 @@ class Monitor:
         self.sinks = sinks
         self.role = role
         self.run_id = run_id
-        self._lock = threading.Lock()
+        # Reentrant: a sink that logs a warning while writing comes back here via MonitorLogHandler.
+        self._lock = threading.RLock()
         self._closed = False
+        self._heartbeat_stop = threading.Event()
+        self._heartbeat_thread: threading.Thread | None = None
 
     def _emit(self, kind: str, data: dict[str, Any], step: int | None = None) -> None:
         event = MonitorEvent(run_id=self.run_id, kind=kind, role=self.role, step=step, data=data)
@@ -62,7 +67,26 @@ class Monitor:
     def heartbeat(self) -> None:
         self._emit("heartbeat", {})
 
+    def start_heartbeat(self, interval_s: float) -> None:
+        """Emit a heartbeat every ``interval_s`` from a daemon thread until close(): the
+        dashboard marks a run dead when its heartbeats stop."""
+        if self._heartbeat_thread is not None:
+            return
+
+        def beat() -> None:
+            while not self._heartbeat_stop.wait(interval_s):
+                self.heartbeat()
+
+        self.heartbeat()
+        self._heartbeat_thread = threading.Thread(
+            target=beat, name="monitor-heartbeat", daemon=True
+        )
+        self._heartbeat_thread.start()
+
     def close(self) -> None:
+        self._heartbeat_stop.set()
+        if self._heartbeat_thread is not None:
+            self._heartbeat_thread.join(timeout=5)
         with self._lock:
             if self._closed:
                 return
@@ -110,7 +134,10 @@ def build_monitor(
                 value=run_id,
             )
         sinks.append(RedisStreamSink(redis_url, run_id))
-    return Monitor(sinks, role=role, run_id=run_id)
+    monitor = Monitor(sinks, role=role, run_id=run_id)
+    if redis_url:
+        monitor.start_heartbeat(float(os.environ.get(ENV_HEARTBEAT_S, "10")))
+    return monitor
 
 
 class MonitorLogHandler(logging.Handler):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -59,6 +60,7 @@ def dashboard_run(monkeypatch, redis_client, redis_url, unique_id):
     """The env the dashboard sets on a run it launches; the run's stream is deleted after."""
     monkeypatch.setenv("RFT_EVENTS_REDIS_URL", redis_url)
     monkeypatch.setenv("RFT_RUN_ID", unique_id)
+    monkeypatch.setenv("RFT_HEARTBEAT_S", "3600")  # only the heartbeat sent at start
     redis_client.test_keys.append(stream_key(unique_id))
     yield unique_id
     redis_client.srem(RUNS_SET, unique_id)
@@ -78,12 +80,13 @@ def test_redis_sink_streams_every_kind_tagged_with_the_run_id(
 
     entries = redis_client.xrange(stream_key(unique_id))
     events = [MonitorEvent.from_fields(fields) for _, fields in entries]
-    assert [e.kind for e in events] == ["status", "metric", "log", "checkpoint", "heartbeat"]
+    kinds = [e.kind for e in events]
+    assert kinds == ["heartbeat", "status", "metric", "log", "checkpoint", "heartbeat"]
     assert {e.run_id for e in events} == {unique_id}
     assert {e.role for e in events} == {"trainer"}
-    assert events[1].step == 4 and events[1].data == {"actor/pg_loss": 0.5}
-    assert events[2].data == {"level": "INFO", "text": "step 4 done"}
-    assert events[3].data == {"path": "/ckpt/global_step_4"}
+    assert events[2].step == 4 and events[2].data == {"actor/pg_loss": 0.5}
+    assert events[3].data == {"level": "INFO", "text": "step 4 done"}
+    assert events[4].data == {"path": "/ckpt/global_step_4"}
     assert redis_client.sismember(RUNS_SET, unique_id)
 
 
@@ -97,9 +100,54 @@ def test_log_handler_forwards_records_to_the_stream(tmp_path, redis_client, dash
     log.debug("not forwarded")
     monitor.close()
     events = [MonitorEvent.from_fields(f) for _, f in redis_client.xrange(stream_key(unique_id))]
+    events = [e for e in events if e.kind != "heartbeat"]
     assert [(e.kind, e.data["level"], e.data["text"]) for e in events] == [
         ("log", "WARNING", "reward is 0.5")
     ]
+
+
+def test_heartbeats_keep_coming_until_close(tmp_path, redis_client, dashboard_run, monkeypatch):
+    monkeypatch.setenv("RFT_HEARTBEAT_S", "0.05")
+    monitor = build_monitor("tensorboard", {}, tmp_path, role="explorer", run_name="demo")
+    key = stream_key(dashboard_run)
+    deadline = time.monotonic() + 30
+    while redis_client.xlen(key) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    monitor.close()
+    count = redis_client.xlen(key)
+    assert count >= 4
+    time.sleep(0.3)
+    assert redis_client.xlen(key) == count  # the thread stopped with close()
+
+
+@pytest.mark.timeout(60)
+def test_a_redis_that_dies_mid_run_drops_events_without_hanging_the_run(tmp_path, monkeypatch):
+    """The Redis sink's warning goes through MonitorLogHandler back into the monitor: this must
+    neither deadlock nor raise, and the JSONL file keeps the full record."""
+    from workers.services import free_port, start_redis
+
+    port = free_port()
+    server = start_redis(port, tmp_path / "redis")
+    monkeypatch.setenv("RFT_EVENTS_REDIS_URL", f"redis://127.0.0.1:{port}/0")
+    monkeypatch.setenv("RFT_RUN_ID", "dying")
+    monkeypatch.setenv("RFT_HEARTBEAT_S", "3600")
+    monitor = build_monitor("tensorboard", {}, tmp_path, role="trainer", run_name="demo")
+    log = logging.getLogger("rft_core.monitor")  # the sink logs its warning here
+    handler = MonitorLogHandler(monitor)
+    logging.getLogger("rft_core").addHandler(handler)
+    try:
+        monitor.log({"actor/pg_loss": 1.0}, step=1)
+        server.terminate()
+        server.wait(timeout=10)
+        monitor.log({"actor/pg_loss": 0.5}, step=2)
+        log.warning("still logging")
+        monitor.close()
+    finally:
+        logging.getLogger("rft_core").removeHandler(handler)
+    redis_sink = monitor.sinks[-1]
+    assert redis_sink.dropped >= 2
+    lines = (tmp_path / "monitor" / "trainer_metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["actor/pg_loss"] for x in lines] == [1.0, 0.5]
 
 
 def test_unreachable_events_redis_is_one_clear_error(tmp_path, monkeypatch):
