@@ -272,9 +272,10 @@ def _wait_all(refs: dict[str, Any], actors: dict[str, Any], progress: Any) -> di
                 raise ActorFailed(
                     f"{role} failed: {_one_line(cause)} (see log/{role}.log)"
                 ) from err
-        if progress is not None and "explorer" in actors and "explorer" in pending:
+        shown = "explorer" if "explorer" in actors else "trainer"
+        if progress is not None and shown in pending:
             try:
-                step = ray.get(actors["explorer"].progress.remote(), timeout=5)["step"]
+                step = ray.get(actors[shown].progress.remote(), timeout=5)["step"]
                 progress.update(step - progress.n)
             except ray.exceptions.GetTimeoutError:
                 pass
@@ -297,14 +298,15 @@ def _resume_step(cfg: Any) -> int | None:
     return latest_checkpoint_step(Path(cfg.job_dir))
 
 
-def _progress_bar(cfg: Any, start: int) -> Any:
+def _progress_bar(cfg: Any, start: int, role: str = "explorer") -> Any:
+    """A tqdm bar of the role's steps, in a terminal only (logs and Ray jobs stay clean)."""
     if not sys.stderr.isatty():
         return None
     from tqdm import tqdm
 
     label = cfg.stage_name or cfg.name
     return tqdm(
-        total=cfg.buffer.total_steps, initial=start, desc=f"{label} explorer steps", unit="step"
+        total=cfg.buffer.total_steps, initial=start, desc=f"{label} {role} steps", unit="step"
     )
 
 
@@ -334,79 +336,78 @@ def _kill_queue(cfg: Any) -> None:
 def _run_stage(cfg: Any) -> StageResult:
     import ray
 
-    from rft_core.explorer import Explorer
+    from rft_core.explorer import Explorer, read_explorer_meta
     from rft_core.sync.synchronizer import start_synchronizer
     from rft_core.trainer.checkpoint import step_dir
     from rft_core.trainer.trainer import Trainer
 
     start = time.perf_counter()
     job_dir = Path(cfg.job_dir)
-    job_dir.mkdir(parents=True, exist_ok=True)
     for sub in ("buffer", "log", "monitor"):
-        (job_dir / sub).mkdir(exist_ok=True)
+        (job_dir / sub).mkdir(parents=True, exist_ok=True)
     result = StageResult(cfg.stage_name, str(job_dir), cfg.mode)
     resume = _resume_step(cfg)
     if resume is not None:
         log.warning("resuming %s from global_step_%d", job_dir, resume)
     prefix = f"{cfg.project}/{cfg.name}/{cfg.stage_name or ''}"
     mode = cfg.mode
-    if mode == "serve":
-        raise ConfigError(
-            "mode",
-            "serve is not supported by this engine; use both, explore, train, bench or colocate",
-        )
+    explorer_gpus, trainer_gpus = _gpu_split(cfg)
+    actors: dict[str, Any] = {}
+    refs: dict[str, Any] = {}
+    bar = None
     if mode == "bench":
-        explorer = _actor(Explorer, f"{prefix}/explorer", cfg).remote(cfg, None)
-        result.bench = _wait_all(
-            {"explorer": explorer.bench.remote()}, {"explorer": explorer}, None
-        )["explorer"]
+        actors["explorer"] = _actor(Explorer, f"{prefix}/explorer", cfg).remote(cfg, None)
+        refs["explorer"] = actors["explorer"].bench.remote()
     elif mode == "train":
-        trainer = _actor(Trainer, f"{prefix}/trainer", cfg, _gpu_split(cfg)[1]).remote(cfg, None)
-        result.trainer = _wait_all(
-            {"trainer": trainer.run.remote(None, resume)}, {"trainer": trainer}, None
-        )["trainer"]
+        actors["trainer"] = _actor(Trainer, f"{prefix}/trainer", cfg, trainer_gpus).remote(
+            cfg, None
+        )
+        refs["trainer"] = actors["trainer"].run.remote(None, resume)
+        bar = _progress_bar(cfg, resume or 0, "trainer")
     elif mode == "explore":
-        meta_step = 0
-        from rft_core.explorer import read_explorer_meta
-
         meta = read_explorer_meta(job_dir) if cfg.continue_from_checkpoint else None
-        meta_step = int(meta["latest_iteration"]) if meta else 0
-        explorer = _actor(Explorer, f"{prefix}/explorer", cfg, _gpu_split(cfg)[0]).remote(cfg, None)
-        bar = _progress_bar(cfg, meta_step)
-        ref = explorer.run.remote(meta_step, 0, None)
-        result.explorer = _wait_all({"explorer": ref}, {"explorer": explorer}, bar)["explorer"]
+        first = int(meta["latest_iteration"]) if meta else 0
+        actors["explorer"] = _actor(Explorer, f"{prefix}/explorer", cfg, explorer_gpus).remote(
+            cfg, None
+        )
+        refs["explorer"] = actors["explorer"].run.remote(first, 0, None)
+        bar = _progress_bar(cfg, first)
     elif mode in ("both", "colocate"):
+        if mode == "colocate":  # one GPU shared by both actors, weights through memory
+            explorer_gpus = trainer_gpus = 0.5 if cfg.cluster.gpu_per_node else 0
         weights = str(step_dir(job_dir, resume) / "actor") if resume is not None else None
-        start_step = resume or 0
-        synchronizer = start_synchronizer(
+        sync = start_synchronizer(
             f"{prefix}/synchronizer",
-            cfg.synchronizer.sync_method if mode == "both" else "memory",
+            cfg.synchronizer.sync_method,
             cfg.synchronizer.sync_timeout,
             str(job_dir / "log" / "synchronizer.log"),
         )
-        explorer_gpus, trainer_gpus = _gpu_split(cfg)
-        if mode == "colocate":  # one GPU shared by both actors, weights through memory
-            explorer_gpus, trainer_gpus = (0.5, 0.5) if cfg.cluster.gpu_per_node else (0, 0)
-        trainer = _actor(Trainer, f"{prefix}/trainer", cfg, trainer_gpus).remote(cfg, synchronizer)
-        explorer = _actor(Explorer, f"{prefix}/explorer", cfg, explorer_gpus).remote(
-            cfg, synchronizer
+        actors["synchronizer"] = sync
+        actors["trainer"] = _actor(Trainer, f"{prefix}/trainer", cfg, trainer_gpus).remote(
+            cfg, sync
         )
-        bar = _progress_bar(cfg, start_step)
-        refs = {
-            "trainer": trainer.run.remote(None, resume),
-            "explorer": explorer.run.remote(start_step, start_step, weights),
-        }
-        actors = {"trainer": trainer, "explorer": explorer, "synchronizer": synchronizer}
-        try:
-            out = _wait_all(refs, actors, bar)
-        finally:
-            if bar is not None:
-                bar.close()
-        result.trainer, result.explorer = out["trainer"], out["explorer"]
+        actors["explorer"] = _actor(Explorer, f"{prefix}/explorer", cfg, explorer_gpus).remote(
+            cfg, sync
+        )
+        refs["trainer"] = actors["trainer"].run.remote(None, resume)
+        refs["explorer"] = actors["explorer"].run.remote(resume or 0, resume or 0, weights)
+        bar = _progress_bar(cfg, resume or 0)
+    else:
+        raise ConfigError(
+            "mode",
+            f"{mode!r} is not supported by this engine; use both, explore, train, bench or colocate",
+            value=mode,
+        )
+    try:
+        out = _wait_all(refs, actors, bar)
+    finally:
+        if bar is not None:
+            bar.close()
         for actor in actors.values():
             ray.kill(actor)
-    else:
-        raise ConfigError("mode", f"unknown mode {mode!r}", value=mode)
+    result.trainer, result.explorer = out.get("trainer"), out.get("explorer")
+    if mode == "bench":
+        result.bench, result.explorer = result.explorer, None
     result.wall_time_s = time.perf_counter() - start
     return result
 
