@@ -26,7 +26,8 @@ model stayed under 10% after 400 steps, and mixing in subtraction halved the SFT
 Re-running is idempotent: files that exist are kept untouched, missing ones are written (each
 through a temporary file and a rename, so an interrupted build never leaves a truncated file).
 A non-empty directory without the marker is refused unless ``force``; ``force`` rewrites every
-demo file (other files in the directory are left alone).
+demo file (other files in the directory are left alone), and so does a marker written by an
+older ``DEMO_FORMAT_VERSION``.
 """
 
 from __future__ import annotations
@@ -40,10 +41,14 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rft_core.errors import DataError
 
-DEMO_FORMAT_VERSION = 1
+if TYPE_CHECKING:  # transformers is imported lazily: `trinity --help` should stay fast
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+DEMO_FORMAT_VERSION = 2  # bump when the files' content changes: older demo dirs are rebuilt
 MARKER_NAME = ".rft_demo.json"
 
 # The demo config repeats this string as the taskset's `format.system_prompt`; the SFT rows use
@@ -67,8 +72,7 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 
-# hidden 256, 4 layers, 4 query heads over 2 kv heads: ~3M parameters, ~0.8 s per 64x56-token
-# training step on 2 CPU cores.
+# hidden 256, 4 layers, 4 query heads over 2 kv heads: ~3M parameters (11.9 MB in fp32).
 MODEL_SHAPE = dict(
     hidden_size=256,
     intermediate_size=688,
@@ -198,7 +202,7 @@ def sft_row(problem: Problem) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def build_tokenizer():
+def build_tokenizer() -> PreTrainedTokenizerBase:
     """A byte-level BPE tokenizer with no merges (one token per ASCII char) and ChatML."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -222,7 +226,7 @@ def build_tokenizer():
     return tokenizer
 
 
-def build_model(tokenizer, seed: int):
+def build_model(tokenizer: PreTrainedTokenizerBase, seed: int) -> PreTrainedModel:
     """A randomly initialised Qwen2 causal LM sized for :func:`build_tokenizer`'s vocabulary."""
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
@@ -253,29 +257,39 @@ def build_demo(out_dir: Path, *, seed: int = 0, force: bool = False) -> DemoPath
     """Write the demo under ``out_dir`` (missing files only, or every demo file with ``force``).
 
     Raises DataError when ``out_dir`` is a non-empty directory that is not a demo directory, or
-    a demo directory built with another seed or format version, and ``force`` is not set.
+    a demo directory built with another seed, and ``force`` is not set.
     """
     paths = DemoPaths.under(Path(out_dir))
-    _check_target(paths, seed, force)
+    rewrite = _check_target(paths, seed, force)
     paths.root.mkdir(parents=True, exist_ok=True)
-    # The marker goes first: a build interrupted halfway is still recognised as ours.
     marker = json.dumps({"format": "rft-demo", "version": DEMO_FORMAT_VERSION, "seed": seed})
-    _install(paths.marker_path, lambda p: p.write_text(marker + "\n"), force)
+
+    def write_marker(path: Path) -> None:
+        path.write_text(marker + "\n")
+
+    if not rewrite:
+        # first: a build interrupted halfway is still recognised as ours and completed
+        _install(paths.marker_path, write_marker, overwrite=False)
 
     train, test = split_problems(seed)
-    _install_dir(paths.model_dir, MODEL_FILES, lambda d: _write_model(d, seed), force)
-    _install(paths.train_path, lambda p: _write_parquet(p, train), force)
-    _install(paths.test_path, lambda p: _write_parquet(p, test), force)
-    _install(paths.sft_path, lambda p: _write_jsonl(p, [sft_row(q) for q in train]), force)
+    _install_dir(paths.model_dir, MODEL_FILES, lambda d: _write_model(d, seed), rewrite)
+    _install(paths.train_path, lambda p: _write_parquet(p, train), rewrite)
+    _install(paths.test_path, lambda p: _write_parquet(p, test), rewrite)
+    _install(paths.sft_path, lambda p: _write_jsonl(p, [sft_row(q) for q in train]), rewrite)
+    # last when rewriting: a rebuild interrupted halfway still carries the old marker, is redone
+    _install(paths.marker_path, write_marker, overwrite=rewrite)
     return paths
 
 
-def _check_target(paths: DemoPaths, seed: int, force: bool) -> None:
+def _check_target(paths: DemoPaths, seed: int, force: bool) -> bool:
+    """Refuse what must not be written into; return whether existing demo files are rewritten."""
     root = paths.root
     if root.exists() and not root.is_dir():
         raise DataError(f"{root} is a file, not a directory; choose another --out")
-    if force or not root.exists():
-        return
+    if force:
+        return True
+    if not root.exists():
+        return False
     if paths.marker_path.is_file():
         try:
             info = json.loads(paths.marker_path.read_text())
@@ -283,27 +297,23 @@ def _check_target(paths: DemoPaths, seed: int, force: bool) -> None:
             raise DataError(
                 f"{paths.marker_path} is unreadable ({err}); pass --force to rebuild"
             ) from err
-        if info.get("version") != DEMO_FORMAT_VERSION:
-            raise DataError(
-                f"{root} holds demo format version {info.get('version')}, this "
-                f"version writes {DEMO_FORMAT_VERSION}; pass --force to rebuild it"
-            )
         if info.get("seed") != seed:
             raise DataError(
                 f"{root} holds the demo built with seed {info.get('seed')}; pass "
                 f"--seed {info.get('seed')} to keep it or --force to rebuild it with seed {seed}"
             )
-        return
+        return info.get("version") != DEMO_FORMAT_VERSION  # written by an older rft_core
     if any(root.iterdir()):
         raise DataError(
             f"{root} is not empty and is not a demo directory (no {MARKER_NAME}); "
             "choose an empty or new directory with --out, or pass --force to write into it"
         )
+    return False
 
 
-def _install(dest: Path, write: Callable[[Path], None], force: bool) -> bool:
-    """Write ``dest`` through a temporary file and a rename, unless it exists (and not force)."""
-    if dest.exists() and not force:
+def _install(dest: Path, write: Callable[[Path], None], overwrite: bool) -> bool:
+    """Write ``dest`` through a temporary file and a rename, unless it exists (and not overwrite)."""
+    if dest.exists() and not overwrite:
         return False
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
@@ -319,17 +329,17 @@ def _install(dest: Path, write: Callable[[Path], None], force: bool) -> bool:
 
 
 def _install_dir(
-    dest: Path, names: tuple[str, ...], write: Callable[[Path], None], force: bool
+    dest: Path, names: tuple[str, ...], write: Callable[[Path], None], overwrite: bool
 ) -> None:
     """Build a whole directory in a temporary sibling, then move in the files ``dest`` lacks."""
-    if not force and all((dest / name).exists() for name in names):
+    if not overwrite and all((dest / name).exists() for name in names):
         return
     dest.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
         write(tmp)
         for name in names:
-            if force or not (dest / name).exists():
+            if overwrite or not (dest / name).exists():
                 os.replace(tmp / name, dest / name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -15,6 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rft_core.demo import (
+    DEMO_FORMAT_VERSION,
     DEMO_MAX_RESPONSE_TOKENS,
     DEMO_SYSTEM_PROMPT,
     MARKER_NAME,
@@ -61,7 +62,7 @@ def test_it_writes_the_fixed_layout(demo):
     assert set(hashes(demo.root)) == expected
     assert json.loads(demo.marker_path.read_text()) == {
         "format": "rft-demo",
-        "version": 1,
+        "version": DEMO_FORMAT_VERSION,
         "seed": 0,
     }
 
@@ -189,6 +190,15 @@ def test_it_refuses_a_demo_dir_of_another_seed_unless_forced(demo, tmp_path):
     with pytest.raises(DataError, match="seed 0.*--force"):
         build_demo(demo.root, seed=3)
     assert json.loads(demo.marker_path.read_text())["seed"] == 0
+
+
+def test_a_demo_dir_of_an_older_format_version_is_rebuilt(tmp_path):
+    fresh = hashes(build_demo(tmp_path / "fresh").root)
+    old = build_demo(tmp_path / "old")
+    old.sft_path.write_text('{"messages": []}\n')  # what an older version wrote
+    old.marker_path.write_text(json.dumps({"format": "rft-demo", "version": 1, "seed": 0}))
+    build_demo(old.root)
+    assert hashes(old.root) == fresh
 
 
 def test_default_dir_follows_the_environment(monkeypatch, tmp_path):
