@@ -449,7 +449,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--kl-coef", type=float, default=0.001, help="KL coefficient (TRL beta)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads, both sides (default 1: on a shared machine several threads spin "
+        "against other processes and the figures swing 10x; 0 = torch's default)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--demo-dir", help="demo directory to build or reuse (default: a temp dir)")
     p.add_argument(
