@@ -63,9 +63,39 @@ def unique_id() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, tmp_path_factory):
+    """Test databases other processes can open: SQLite in a file (not in memory) so a Celery
+    worker started by a test sees the test's rows; on PostgreSQL a per-session name so that
+    two test runs on one server do not drop each other's database."""
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    test = db.setdefault("TEST", {})
+    if test.get("NAME"):
+        return
+    if db["ENGINE"].endswith("sqlite3"):
+        test["NAME"] = str(tmp_path_factory.mktemp("db") / "test.sqlite3")
+    else:
+        test["NAME"] = f"test_{db['NAME']}_{os.getpid()}"
+
+
+def database_url_of_test_db() -> str:
+    """DATABASE_URL pointing a child process at the test database of this session."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    user = db.get("USER") or ""
+    auth = f"{user}:{db['PASSWORD']}@" if db.get("PASSWORD") else (f"{user}@" if user else "")
+    return f"postgres://{auth}{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
+
+
 @pytest.fixture
-def celery_worker_queue(redis_url, unique_id):
-    """A real Celery worker process (``--pool solo``) consuming its own queue on the test Redis.
+def celery_worker_queue(redis_url, unique_id, django_db_setup, django_db_blocker):
+    """A real Celery worker process (``--pool solo``) consuming its own queue on the test Redis,
+    using this session's test database (use ``transactional_db`` so it sees your rows).
 
     Yields the queue name; send tasks with ``task.apply_async(..., queue=queue)``. The worker is
     stopped after the test.
@@ -77,7 +107,14 @@ def celery_worker_queue(redis_url, unique_id):
     from workers.celery_app import app
 
     queue = f"q-{unique_id}"
-    env = {**os.environ, "REDIS_URL": redis_url, "DJANGO_SETTINGS_MODULE": "webapp.settings"}
+    with django_db_blocker.unblock():
+        database_url = database_url_of_test_db()
+    env = {
+        **os.environ,
+        "REDIS_URL": redis_url,
+        "DATABASE_URL": database_url,
+        "DJANGO_SETTINGS_MODULE": "webapp.settings",
+    }
     cmd = [
         sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",
         "--pool", "solo", "-Q", queue, "-n", f"{unique_id}@%h", "--loglevel", "WARNING",

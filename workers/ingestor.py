@@ -175,6 +175,11 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m workers.ingestor", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--consumer", default=f"{socket.gethostname()}-{os.getpid()}")
+    parser.add_argument(
+        "--group",
+        default=os.environ.get("RFT_INGESTOR_GROUP", GROUP),
+        help="consumer group; stacks with separate databases sharing one Redis need separate groups",
+    )
     parser.add_argument("--block-ms", type=int, default=1000)
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -199,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    ingestor = Ingestor(client, args.consumer)
+    ingestor = Ingestor(client, args.consumer, group=args.group)
     recovered = ingestor.recover_own_pending()
     log.info(
         "consuming run streams %s* as %s/%s (recovered %d)",

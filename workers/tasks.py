@@ -16,3 +16,11 @@ def ping() -> dict:
 @app.task(name="workers.add")
 def add(x: float, y: float) -> float:
     return x + y
+
+
+@app.task(name="workers.database_name")
+def database_name() -> str:
+    """The database this worker writes to (diagnostics: it must be the web's database)."""
+    from django.db import connection
+
+    return str(connection.settings_dict["NAME"])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workers.tasks import add, ping
+from workers.tasks import add, database_name, ping
 
 
 def test_a_real_worker_executes_a_task_and_returns_its_result(celery_worker_queue):
@@ -25,3 +25,12 @@ def test_health_reports_celery_up_while_a_worker_runs(celery_worker_queue, uniqu
     status = check_celery()
     assert status.up is True
     assert unique_id in status.detail
+
+
+def test_the_worker_uses_the_test_database(celery_worker_queue):
+    from django.db import connection
+
+    assert (
+        database_name.apply_async(queue=celery_worker_queue).get(timeout=60)
+        == connection.settings_dict["NAME"]
+    )
