@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info(
         "consuming run streams %s* as %s/%s (recovered %d)",
         STREAM_PREFIX,
-        GROUP,
+        args.group,
         args.consumer,
         recovered,
     )
