@@ -58,7 +58,7 @@ DEMO_SYSTEM_PROMPT = "Think, then answer."
 
 TRAIN_SIZE = 4000
 TEST_SIZE = 300
-# Longest SFT response is 50 characters plus <|im_end|>; the rendered prompt is 58 tokens.
+# Longest SFT response is 50 characters plus <|im_end|>; the rendered prompt is 64 tokens.
 DEMO_MAX_RESPONSE_TOKENS = 64
 
 ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
