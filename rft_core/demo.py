@@ -16,12 +16,14 @@ byte-level tokenizer that has no merges (one token per ASCII character) and a Ch
 template, so every tool that loads Qwen2.5 loads it too.
 
 The task is 2-digit addition ("What is 37 + 48?"); the SFT rows answer it digit by digit,
-``<think>7+8=15 3+4+1=8</think><answer>85</answer>``. Measured with the real files (seed 0,
-greedy accuracy on the 300 test rows; AdamW lr 1e-3, wd 0.01, clip 1.0, batch 32): SFT warmup
-reaches ~10% / 30% / 40% / 60% / 75% after 200 / 250 / 300 / 350 / 400 steps; GRPO from the
-300-step model (16 tasks x 8 samples, temperature 1.0, lr 3e-5, token-mean PPO-clip) lifts it
-to ~57% / 64% / 68% / 70% after 10 / 20 / 30 / 50 steps. Without the digit-wise steps the same
-model stayed under 10% after 400 steps, and mixing in subtraction halved the SFT progress.
+``<think>7+8=15 3+4+1=8</think><answer>85</answer>``. Measured with these files (seed 0) in a
+plain fp32 torch loop, greedy accuracy on the 300 test rows; SFT with AdamW lr 1e-3, wd 0.01,
+clip 1.0, batch 32, loss on the response and <|im_end|>: ~10% / 30% / 40% / 60% / 75% after
+200 / 250 / 300 / 350 / 400 steps (batch 64: 10% / 36% / 63% after 200 / 250 / 300). GRPO from
+the 300-step model (16 tasks x 8 samples, temperature 1.0, lr 3e-5, token-mean PPO-clip, fresh
+optimizer): ~57% / 64% / 68% / 70% after 10 / 20 / 30 / 50 steps; 8 tasks x 8: ~54% / 58% / 61%
+after 10 / 20 / 30. Without the digit-wise steps the same model stayed under 10% after 400 SFT
+steps; mixing in subtraction cost ~100 more SFT steps for the same accuracy.
 
 Re-running is idempotent: files that exist are kept untouched, missing ones are written (each
 through a temporary file and a rename, so an interrupted build never leaves a truncated file).
