@@ -1,7 +1,16 @@
 """Hugging Face weight files: ``model.safetensors``, or ``model-0000k-of-0000n.safetensors``
 plus ``model.safetensors.index.json`` above a size limit, as ``save_pretrained`` lays them out.
 The trainer's checkpoints and ``trinity convert`` both write through :func:`write_hf_weights`,
-so there is one writer of this layout. ``safetensors.torch.save_file`` does the writing.
+so there is one writer of this layout.
+
+The file format (8-byte little-endian header length, JSON header of dtype/shape/data_offsets,
+raw row-major bytes) is written here rather than by ``safetensors.torch.save_file``: that
+function needs every tensor of a file materialised first, i.e. the merged copy of every
+sharded tensor, and then copies each into its own buffer. Streaming instead writes each
+rank's shard bytes straight from the checkpoint (a dim-0 concatenation of row-major tensors is
+the concatenation of their bytes): with ``os.copy_file_range`` from the shard file when no
+dtype cast is needed (an in-kernel copy, as ``cp`` does), else from the memory-mapped tensor,
+so conversion runs near ``cp`` speed (benchmarks/convert.py). Files are read back with the safetensors library in the tests.
 """
 
 from __future__ import annotations
@@ -9,11 +18,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable, Mapping
+import struct
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from safetensors.torch import save_file
+import torch
 from torch import Tensor
 
 SAFETENSORS_FILE = "model.safetensors"
@@ -22,14 +33,135 @@ SAFETENSORS_INDEX = "model.safetensors.index.json"
 WEIGHTS_TMP_INFIX = ".weights-tmp-"
 # Hugging Face's long-standing default shard limit for save_pretrained.
 DEFAULT_MAX_SHARD_BYTES = 5 * 1024**3
+SAFETENSORS_DTYPE_NAMES = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
+
+
+@dataclass(frozen=True)
+class FileRange:
+    """``nbytes`` raw tensor bytes at ``offset`` in ``path`` (an uncompressed torch.save record)."""
+
+    path: Path
+    offset: int
+    nbytes: int
+
+    def read_into(self, out: memoryview) -> None:
+        """Fill ``out[:nbytes]`` with the range's bytes (plain reads: no page faults of a
+        fresh mapping, which cost more than the copy on a busy machine)."""
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            done = 0
+            while done < self.nbytes:
+                n = os.preadv(fd, [out[done : self.nbytes]], self.offset + done)
+                if n == 0:
+                    raise OSError(f"{self.path} ended before byte {self.offset + self.nbytes}")
+                done += n
+        finally:
+            os.close(fd)
+
+
+def _spec(state_dict: Mapping[str, Tensor], name: str) -> tuple[tuple[int, ...], torch.dtype]:
+    # lazy state dicts (rft_core.checkpoint_formats) know shapes without loading the tensor
+    if hasattr(state_dict, "out_spec"):
+        return state_dict.out_spec(name)
+    t = state_dict[name]
+    return tuple(t.shape), t.dtype
+
+
+def _pieces(state_dict: Mapping[str, Tensor], name: str) -> Iterable[Tensor | FileRange]:
+    """Tensors whose bytes, concatenated, are the tensor's row-major bytes."""
+    if hasattr(state_dict, "pieces"):
+        return state_dict.pieces(name)
+    return [state_dict[name]]
+
+
+def _write_all(fd: int, view: memoryview | bytes) -> int:
+    view = memoryview(view)
+    done = 0
+    while done < len(view):  # one write(2) moves at most ~2 GB
+        done += os.write(fd, view[done:])
+    return done
+
+
+def _write_tensor(fd: int, t: Tensor) -> int:
+    t = t.detach().cpu().contiguous().reshape(-1)
+    return _write_all(fd, t.view(torch.uint8).numpy().data) if t.numel() else 0
+
+
+def _copy_range(fd: int, piece: FileRange) -> int:
+    src = os.open(piece.path, os.O_RDONLY)
+    try:
+        done = 0
+        while done < piece.nbytes:
+            try:
+                n = os.copy_file_range(src, fd, piece.nbytes - done, piece.offset + done)
+            except OSError:  # filesystems or kernels without it: plain reads
+                n = os.write(
+                    fd, os.pread(src, min(piece.nbytes - done, 64 << 20), piece.offset + done)
+                )
+            if n == 0:
+                raise OSError(f"{piece.path} ended before byte {piece.offset + piece.nbytes}")
+            done += n
+        return done
+    finally:
+        os.close(src)
+
+
+def write_safetensors(
+    path: Path,
+    state_dict: Mapping[str, Tensor],
+    names: list[str],
+    metadata: dict[str, str] | None = None,
+    on_tensor: Callable[[], None] | None = None,
+) -> None:
+    """Stream ``names`` of ``state_dict`` into one safetensors file at ``path``."""
+    header: dict[str, Any] = {}
+    offset = 0
+    for name in names:
+        shape, dtype = _spec(state_dict, name)
+        n = _nbytes(state_dict, name)
+        header[name] = {
+            "dtype": SAFETENSORS_DTYPE_NAMES[dtype],
+            "shape": list(shape),
+            "data_offsets": [offset, offset + n],
+        }
+        offset += n
+    if metadata:
+        header["__metadata__"] = metadata
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)  # data starts 8-byte aligned, as the library writes it
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _write_all(fd, struct.pack("<Q", len(blob)) + blob)
+        for name in names:
+            begin, end = header[name]["data_offsets"]
+            written = 0
+            for piece in _pieces(state_dict, name):
+                if isinstance(piece, FileRange):
+                    written += _copy_range(fd, piece)
+                else:
+                    written += _write_tensor(fd, piece)
+            if written != end - begin:  # a reader bug, not a user error
+                raise RuntimeError(f"{name}: wrote {written} bytes, header says {end - begin}")
+            if on_tensor is not None:
+                on_tensor()
+    finally:
+        os.close(fd)
 
 
 def _nbytes(state_dict: Mapping[str, Tensor], name: str) -> int:
-    # lazy state dicts (rft_core.checkpoint_formats) know sizes without loading the tensor
-    if hasattr(state_dict, "nbytes"):
-        return state_dict.nbytes(name)
-    t = state_dict[name]
-    return t.numel() * t.element_size()
+    shape, dtype = _spec(state_dict, name)
+    return torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
 
 
 def _plan_shards(state_dict: Mapping[str, Tensor], max_shard_bytes: int) -> list[list[str]]:
@@ -64,10 +196,10 @@ def write_hf_weights(
 ) -> list[str]:
     """Write ``model.safetensors`` (or ``model-0000k-of-0000n.safetensors`` + index above
     ``max_shard_bytes``) into ``out_dir``. ``state_dict`` may be lazy: tensors are fetched one
-    output file at a time, so memory holds one file's tensors at most. Files are written in
+    at a time while they are written, so memory holds one tensor at most. Files are written in
     ``tmp_dir`` (default: a hidden dir beside out_dir) and moved in with ``os.replace``; the
     single file or the index, which is what readers look for, moves last, after any marker of
-    an earlier layout is removed. ``progress(done, total)`` counts fetched tensors. Returns
+    an earlier layout is removed. ``progress(done, total)`` counts written tensors. Returns
     the file names written."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -83,26 +215,22 @@ def write_hf_weights(
     done = 0
     meta = {"format": "pt"}
 
-    def fetch(group: list[str]) -> dict[str, Tensor]:
+    def on_tensor() -> None:
         nonlocal done
-        out = {}
-        for name in group:
-            out[name] = state_dict[name].contiguous()
-            done += 1
-            if progress is not None:
-                progress(done, total_tensors)
-        return out
+        done += 1
+        if progress is not None:
+            progress(done, total_tensors)
 
     try:
         if len(groups) == 1:
             names = [SAFETENSORS_FILE]
-            save_file(fetch(groups[0]), str(tmp / SAFETENSORS_FILE), metadata=meta)
+            write_safetensors(tmp / SAFETENSORS_FILE, state_dict, groups[0], meta, on_tensor)
         else:
             n = len(groups)
             names = [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
             weight_map = {}
             for fname, group in zip(names, groups, strict=True):
-                save_file(fetch(group), str(tmp / fname), metadata=meta)
+                write_safetensors(tmp / fname, state_dict, group, meta, on_tensor)
                 weight_map.update(dict.fromkeys(group, fname))
             total = sum(_nbytes(state_dict, k) for k in state_dict)
             index = {"metadata": {"total_size": total}, "weight_map": weight_map}

@@ -217,6 +217,23 @@ def merged_spec(shards: list[dict[str, Any]], key: str) -> tuple[tuple[int, ...]
     return (rows, *first.shape[1:]), first.dtype
 
 
+def merge_pieces(shards: list[dict[str, Any]], key: str) -> list[Tensor]:
+    """Tensors whose bytes, concatenated, are the merged tensor's row-major bytes. For this
+    module's plain dim-0 shards these are the rank tensors themselves (a dim-0 concatenation
+    of row-major tensors is the concatenation of their bytes), so a writer can stream them
+    from the memory-mapped files without assembling the tensor."""
+    parts = [s[key] for s in shards]
+    first = parts[0]
+    dtensor = _dtensor_type()
+    plain = all(
+        isinstance(p, Tensor) and not (dtensor is not None and isinstance(p, dtensor))
+        for p in parts
+    )
+    if plain and first.dim() > 0 and len(parts) > 1:
+        return parts
+    return [_merge_value(parts)]
+
+
 def merge_one(shards: list[dict[str, Any]], key: str) -> Any:
     """Merge a single entry; lets a converter stream tensor by tensor."""
     return _merge_value([s[key] for s in shards])
@@ -327,6 +344,34 @@ def world_size_of(actor_dir: Path) -> int:
             "to say which is current; delete the stale files"
         )
     return sizes.pop()
+
+
+def load_shard_index(path: Path) -> tuple[dict[str, Tensor], dict[str, tuple[int, int]]] | None:
+    """Shapes and byte ranges of a plain-tensor torch.save file without reading tensor data:
+    ``(meta-device tensors, key -> (byte offset, nbytes))``, from the record offsets that a
+    ``map_location="meta"`` load exposes (contiguous tensors only). None when the file holds
+    anything but plain tensors (DTensor, ShardedTensor). CheckpointError when it is missing or
+    unreadable."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint file missing: {path}")
+    try:
+        meta = torch.load(path, map_location="meta", weights_only=True)
+    except pickle.UnpicklingError:
+        return None
+    except Exception as err:
+        raise CheckpointError(f"checkpoint file {path} is corrupt or unreadable ({err})") from err
+    if not isinstance(meta, dict) or any(type(t) is not Tensor for t in meta.values()):
+        return None
+    ranges = {}
+    for key, t in meta.items():
+        base = getattr(t.untyped_storage(), "_checkpoint_offset", None)
+        if isinstance(base, int) and t.is_contiguous():
+            ranges[key] = (
+                base + t.storage_offset() * t.element_size(),
+                t.numel() * t.element_size(),
+            )
+    return meta, ranges
 
 
 def load_model_shards(actor_dir: Path, world_size: int | None = None) -> list[dict[str, Any]]:
