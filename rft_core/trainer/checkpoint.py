@@ -86,12 +86,19 @@ def shard_file_name(kind: str, world_size: int, rank: int) -> str:
 # --------------------------------------------------------------------------- sharding
 
 
+def _own_storage(t: Tensor) -> Tensor:
+    """``t`` on CPU with a storage of its own size: torch.save of a view writes the whole
+    underlying storage (a flat FSDP buffer, the full tensor of a chunk) into the file."""
+    t = t.detach().cpu()
+    if t.untyped_storage().nbytes() != t.numel() * t.element_size() or not t.is_contiguous():
+        t = t.clone(memory_format=torch.contiguous_format)
+    return t
+
+
 def _shard_tensor(t: Tensor, world_size: int) -> list[Tensor]:
     if t.dim() == 0 or world_size == 1:
-        return [t.detach().cpu().clone()] * world_size if world_size > 1 else [t.detach().cpu()]
-    chunks = list(torch.chunk(t.detach().cpu(), world_size, dim=0))
-    # clone: torch.save of a view writes the whole underlying storage into every rank's file.
-    out = [c.clone() for c in chunks]
+        return [_own_storage(t)] * world_size
+    out = [_own_storage(c) for c in torch.chunk(t.detach().cpu(), world_size, dim=0)]
     empty = t.new_empty((0, *t.shape[1:]), device="cpu")
     return out + [empty] * (world_size - len(out))
 

@@ -78,6 +78,36 @@ def test_shards_do_not_carry_the_whole_storage(tmp_path):
     torch.save(shards[0], tmp_path / "r0.pt")
     # a view would serialize all 400 kB; the rank's quarter is ~100 kB
     assert (tmp_path / "r0.pt").stat().st_size < 120_000
+    # at world size 1 too: a parameter that views a flat buffer is saved alone
+    flat = torch.zeros(100_000)
+    torch.save(shard_state_dict({"w": flat[:1000].view(10, 100)}, 1)[0], tmp_path / "w1.pt")
+    assert (tmp_path / "w1.pt").stat().st_size < 20_000
+
+
+def test_a_failed_save_leaves_no_step_dir_and_keeps_latest(tmp_path, model, tokenizer):
+    save(tmp_path, 1, model, tokenizer, save_hf=False)
+
+    class BrokenTokenizer:
+        def save_pretrained(self, path):
+            raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(
+            tmp_path,
+            2,
+            state_dict=model.state_dict(),
+            optimizer_state=None,
+            extra_state={},
+            hf_config=model.config,
+            tokenizer=BrokenTokenizer(),
+            save_hf=True,
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "global_step_1",
+        "latest_checkpointed_iteration.txt",
+        "latest_state_dict_iteration.txt",
+    ]
+    assert latest_checkpoint_step(tmp_path) == 1
 
 
 def test_save_writes_the_seeds_tree_at_world_size_2(tmp_path, model, tokenizer):

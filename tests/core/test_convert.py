@@ -127,6 +127,18 @@ def test_dtype_bf16_writes_bf16_and_updates_the_config(tmp_path, larger, tokeniz
         larger.to(torch.float32)
 
 
+def test_auto_dtype_follows_config_json(tmp_path, larger, tokenizer):
+    """Trainers keep fp32 master weights while config.json says bfloat16 (as Qwen2.5's does)."""
+    step = save_job_step(tmp_path, 2, larger, tokenizer, world_size=2)
+    cfg_path = hf_dir(step) / "config.json"
+    cfg_path.write_text(json.dumps({**json.loads(cfg_path.read_text()), "dtype": "bfloat16"}))
+    assert convert_checkpoints(tmp_path).ok
+    with safe_open(str(hf_dir(step) / "model.safetensors"), "pt") as f:
+        assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"BF16"}
+        norm = f.get_tensor("model.norm.weight")
+    assert torch.equal(norm, larger.state_dict()["model.norm.weight"].to(torch.bfloat16))
+
+
 def test_large_output_is_sharded_with_an_index(tmp_path, larger, tokenizer):
     step = save_job_step(tmp_path, 4, larger, tokenizer, world_size=4)
     report = convert_checkpoints(tmp_path, max_shard_bytes=200_000)
@@ -267,6 +279,16 @@ def test_step_selection_and_critic_left_alone(tmp_path, model, tokenizer):
     assert sorted(p.name for p in critic.iterdir()) == ["model_world_size_1_rank_0.pt"]
     cli = run_trinity("--checkpoint-dir", str(tmp_path), "--step", "300,999")
     assert cli.returncode == 1 and "global_step_999 not found" in cli.stdout
+
+
+def test_megatron_dist_ckpt_is_reported_as_unsupported(tmp_path, model):
+    actor = tmp_path / "global_step_5" / "actor"
+    (actor / "dist_ckpt").mkdir(parents=True)
+    model.config.save_pretrained(actor / "huggingface")
+    report = convert_checkpoints(tmp_path)
+    assert not report.ok
+    assert "no model weights found" in report.failed[0].reason
+    assert "mp_rank_XX/model_optim_rng.pt" in report.failed[0].reason
 
 
 def test_state_dict_only_safetensors_converts(tmp_path, larger, tokenizer):
