@@ -57,6 +57,7 @@ def _assert_seed_tree(job_dir: Path, *, explorer: bool) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 def test_grpo_after_sft_warmup_raises_held_out_accuracy(tmp_path):
     demo = build_demo(tmp_path / "demo")
     env = dict(
