@@ -204,6 +204,7 @@ def convert_step(
 
     step = int(STEP_DIR_RE.match(step_path.name).group(1))
     outcome = StepOutcome(step, step_path)
+    started = time.perf_counter()
     actor = step_path / "actor"
     if not actor.is_dir():
         raise ConvertError(f"{step_path} has no actor/ directory")
@@ -243,7 +244,6 @@ def convert_step(
             _write_json_atomic(hf / "config.json", {**current, "dtype": dtype_name})
     if not (hf / "generation_config.json").is_file():
         GenerationConfig.from_model_config(cfg).save_pretrained(hf)
-    started = time.perf_counter()
     threads = torch.get_num_threads()
     # merging and casting are memory-bound: one thread is as fast on an idle machine, and on
     # a busy one OpenMP's barriers made the casts ~40x slower (measured on 2 shared cores)
@@ -294,18 +294,17 @@ def convert_checkpoints(
     for step, path in found:
         if (path / "critic").is_dir():
             report.critic_ignored.append(path / "critic")
-        bar = None
-        if show_progress_bar:
-            from tqdm import tqdm
+        bars: list = []  # one tqdm bar, made when the first tensor is written
 
-            bar = tqdm(desc=path.name, unit="tensor", file=sys.stderr, leave=True)
+        def on_tensor(done: int, total: int, _path: Path = path, _bars: list = bars) -> None:
+            if show_progress_bar:
+                if not _bars:
+                    from tqdm import tqdm
 
-        def on_tensor(done: int, total: int, _label: str = str(path), _bar=bar) -> None:
-            if _bar is not None:
-                _bar.total = total
-                _bar.update(done - _bar.n)
+                    _bars.append(tqdm(total=total, desc=_path.name, unit="tensor", file=sys.stderr))
+                _bars[0].update(done - _bars[0].n)
             if progress is not None:
-                progress(_label, done, total)
+                progress(str(_path), done, total)
 
         try:
             outcome = convert_step(
@@ -320,7 +319,7 @@ def convert_checkpoints(
             report.failed.append(StepOutcome(step, path, reason=str(err)))
             continue
         finally:
-            if bar is not None:
+            for bar in bars:
                 bar.close()
         (report.skipped if outcome.reason else report.converted).append(outcome)
     return report

@@ -42,28 +42,23 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def tiny_config(vocab_size: int, *, larger: bool = False) -> Qwen2Config:
+    """2 layers, 4 query / 2 kv heads, tied embeddings; ``larger``: 3 layers, 8 / 2 heads,
+    untied output layer, an intermediate size that is not a power of two."""
     if larger:
-        return Qwen2Config(
-            vocab_size=vocab_size,
-            hidden_size=128,
-            intermediate_size=352,
-            num_hidden_layers=3,
-            num_attention_heads=8,
-            num_key_value_heads=2,
-            max_position_embeddings=256,
-            tie_word_embeddings=False,
-            dtype="float32",
+        sizes = dict(
+            hidden_size=128, intermediate_size=352, num_hidden_layers=3, num_attention_heads=8
+        )
+    else:
+        sizes = dict(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4
         )
     return Qwen2Config(
         vocab_size=vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=256,
-        tie_word_embeddings=True,
+        tie_word_embeddings=not larger,
         dtype="float32",
+        **sizes,
     )
 
 
