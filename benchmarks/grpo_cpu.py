@@ -54,6 +54,7 @@ class Workload:
     """Everything both sides share; printed with the results so a figure carries its settings."""
 
     model_dir: str
+    dataset_dir: str  # GSM8K-style taskset directory (subset main, split train)
     prompts: int  # tasks per step
     group: int  # responses per task (GRPO group size; TRL num_generations)
     response_len: int  # max new tokens per response
@@ -139,6 +140,7 @@ def prepare_workload(args: argparse.Namespace, demo_dir: Path) -> Workload:
     table = pq.read_table(paths.train_path).to_pydict()
     workload = Workload(
         model_dir=str(paths.model_dir),
+        dataset_dir=str(paths.dataset_dir),
         prompts=args.prompts,
         group=args.group,
         response_len=args.response_len,
@@ -389,6 +391,118 @@ def run_trl(
 
 
 # ---------------------------------------------------------------------------------------------
+# `trinity run` (Ray actors), optional
+# ---------------------------------------------------------------------------------------------
+
+TRINITY_WHAT = (
+    "trinity run, mode both on Ray (explorer + trainer actors, nccl/gloo sync every step): "
+    "wall time between consecutive trainer steps"
+)
+
+
+def trinity_config(w: Workload, root: Path) -> dict[str, Any]:
+    """The workload as a Trinity YAML (written as JSON, which YAML reads)."""
+    fmt = {"prompt_key": "question", "response_key": "answer", "system_prompt": w.system_prompt}
+    return {
+        "project": "bench",
+        "name": "grpo_cpu",
+        "checkpoint_root_dir": str(root / "checkpoints"),
+        "continue_from_checkpoint": False,
+        "mode": "both",
+        "algorithm": {
+            "algorithm_type": "grpo",
+            "repeat_times": w.group,
+            "optimizer": {"lr": w.lr},
+            "kl_loss_fn": "k3",
+            "kl_loss_fn_args": {"kl_coef": w.kl_coef},
+        },
+        "model": {
+            "model_path": w.model_dir,
+            "max_response_tokens": w.response_len,
+            "max_model_len": 128 + w.response_len,
+            "temperature": w.temperature,
+        },
+        "cluster": {"node_num": 1, "gpu_per_node": 0},
+        "buffer": {
+            "batch_size": w.prompts,
+            "total_steps": w.total_steps,
+            "explorer_input": {
+                "taskset": {
+                    "name": "bench",
+                    "storage_type": "file",
+                    "path": w.dataset_dir,
+                    "subset_name": "main",
+                    "split": "train",
+                    "format": fmt,
+                    "rollout_args": {"temperature": w.temperature},
+                    "default_workflow_type": "math_workflow",
+                    "default_reward_fn_type": "math_reward",
+                }
+            },
+            "trainer_input": {"experience_buffer": {"name": "bench", "storage_type": "queue"}},
+        },
+        "explorer": {
+            "eval_on_startup": False,
+            "rollout_model": {"engine_type": "hf", "dtype": "float32"},
+        },
+        "synchronizer": {"sync_method": "nccl", "sync_interval": 1},
+        "trainer": {
+            "save_interval": 0,
+            "save_hf_checkpoint": "never",
+            "micro_batch_size_per_gpu": w.prompts * w.group,
+        },
+    }
+
+
+def run_trinity(w: Workload) -> SideResult:
+    """``trinity run`` on the workload in a child process; seconds per step from the trainer's
+    metric timestamps (``monitor/trainer_metrics.jsonl``)."""
+    import subprocess
+
+    with tempfile.TemporaryDirectory(prefix="grpo_bench_trinity_") as tmp:
+        root = Path(tmp)
+        config = root / "bench.yaml"
+        config.write_text(json.dumps(trinity_config(w, root), indent=2))
+        cmd = [sys.executable, "-m", "rft_core.cli", "run", "--config", str(config)]
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        if proc.returncode != 0:
+            raise SystemExit(f"trinity run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        monitor = root / "checkpoints" / "bench" / "grpo_cpu" / "monitor"
+        rows = {
+            role: [
+                json.loads(line)
+                for line in (monitor / f"{role}_metrics.jsonl").read_text().splitlines()
+            ]
+            for role in ("explorer", "trainer")
+        }
+    stamps = [row["time"] for row in rows["trainer"] if "time/train_step" in row]
+    # the actors' own timers, as medians over the steps after the first
+    phases = {
+        f"{role}:{key}": statistics.median(values)
+        for role, role_rows in rows.items()
+        for key in sorted({k for r in role_rows for k in r if k.startswith("time/")})
+        if (values := [r[key] for r in role_rows if key in r and r["step"] > 1])
+    }
+    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]  # gap k ends step k + 2
+    skip = max(0, w.warmup - 1)
+    for step, seconds in enumerate(gaps, start=2):
+        _progress("trinity run", step - 1, w, seconds)
+    return SideResult(
+        "trinity run",
+        TRINITY_WHAT,
+        gaps[skip:],
+        gaps[:skip],
+        {
+            "process_wall_seconds": wall,
+            "torch_threads": "the launcher's (every core)",
+            "median_phase_seconds": phases,
+        },
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 # Output
 # ---------------------------------------------------------------------------------------------
 
@@ -435,6 +549,10 @@ def report(w: Workload, results: list[SideResult]) -> dict[str, Any]:
             f"ratio TRL/rft_core: {ratio:.2f}x (TRL s/step ÷ rft_core s/step, medians; "
             f"{verdict} the 2x goal)"
         )
+    if "trinity run" in by_name and "TRL" in by_name:
+        ratio = by_name["TRL"].median / by_name["trinity run"].median
+        out["ratio_trl_over_trinity_run"] = ratio
+        print(f"ratio TRL/trinity run: {ratio:.2f}x")
     print(f"load average during the run: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return out
 
@@ -467,6 +585,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="interleaved",
         help="interleaved (default): alternate one TRL step and one rft_core step, so both see "
         "the same machine load; sequential: all rft_core steps, then all TRL steps",
+    )
+    p.add_argument(
+        "--trinity-run",
+        action="store_true",
+        help="also time `trinity run` (Ray actors) on the workload, after the two sides",
     )
     p.add_argument("--json", help="also write the figures to this JSON file")
     args = p.parse_args(argv)
@@ -505,6 +628,9 @@ def run(args: argparse.Namespace, demo_dir: Path) -> int:
             hook = rft.step if args.schedule == "interleaved" else None
             results.append(run_trl(w, between_steps=hook))
         results.insert(0, rft.result())
+    if args.trinity_run:
+        print(f"trinity run: {TRINITY_WHAT}", flush=True)
+        results.append(run_trinity(w))
     figures = report(w, results)
     figures["schedule"] = args.schedule if args.only is None else f"only {args.only}"
     if args.json:
