@@ -225,8 +225,13 @@ def convert_step(
         if not (base / "config.json").is_file():
             raise ConvertError(f"--base-model-dir {base_model_dir}: no config.json there")
         config_dir = base
-    config_json = json.loads((config_dir / "config.json").read_text())
-    cfg = AutoConfig.from_pretrained(config_dir)
+    try:
+        config_json = json.loads((config_dir / "config.json").read_text())
+        cfg = AutoConfig.from_pretrained(config_dir)
+    except (ValueError, KeyError) as err:
+        raise ConvertError(
+            f"{config_dir / 'config.json'} cannot be read as a model config: {err}"
+        ) from err
 
     weights = open_actor_weights(actor, cfg)
     outcome.format = weights.format_name

@@ -144,10 +144,19 @@ def _dtensor_type() -> type | None:
 
 
 def _merge_dtensors(parts: list[Any]) -> Tensor:
-    """Reassemble a DTensor from every rank's copy: walk the device mesh, concatenating along
-    ``Shard(d)`` mesh dims and taking index 0 of ``Replicate``/``Partial`` dims."""
+    """Reassemble a DTensor from every rank's copy: walk the device mesh (1-D FSDP, 2-D HSDP),
+    concatenating along ``Shard(d)`` mesh dims and taking index 0 of ``Replicate`` dims.
+    Strided shards (FSDP combined with tensor parallelism) and ``Partial`` sums are refused."""
+    from torch.distributed.tensor import Shard
+
     first = parts[0]
     placements = first.placements
+    for placement in placements:
+        if not (type(placement) is Shard or placement.is_replicate()):
+            raise CheckpointError(
+                f"DTensor placement {placement} (mesh {first.device_mesh.mesh_dim_names}) is not "
+                "supported: only Shard(d) and Replicate, as FSDP and HSDP save them"
+            )
     by_rank = dict(enumerate(parts))  # parts come in global rank order; the mesh holds ranks
 
     def assemble(mesh_slice: Tensor, dim: int) -> Tensor:

@@ -304,3 +304,12 @@ def test_state_dict_only_safetensors_converts(tmp_path, larger, tokenizer):
     report = convert_checkpoints(tmp_path)
     assert report.ok and report.converted[0].format == "safetensors"
     assert_same_logits(actor / "huggingface", larger, tokenizer)
+
+
+def test_unreadable_config_fails_that_step_with_the_file_named(tmp_path, model, tokenizer):
+    bad = save_job_step(tmp_path, 1, model, tokenizer)
+    save_job_step(tmp_path, 2, model, tokenizer)
+    (hf_dir(bad) / "config.json").write_text("{not json")
+    report = convert_checkpoints(tmp_path)
+    assert [o.step for o in report.converted] == [2]
+    assert "global_step_1/actor/huggingface/config.json cannot be read" in report.failed[0].reason
