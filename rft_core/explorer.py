@@ -299,7 +299,7 @@ class Explorer:
                 and self.step == 0
             ):
                 self.evaluate(0)
-            pending_sync = False
+            pending_sync = pending_eval = False
             while True:
                 total = cfg.buffer.total_steps
                 tasks = (
@@ -307,6 +307,9 @@ class Explorer:
                 )
                 if not tasks:
                     break
+                # an eval due at the last step is left to the closing eval on the final weights
+                if pending_eval:
+                    self.evaluate(self.step)
                 if pending_sync:
                     target = trainer_version_for_explorer_sync(self.step, sync.sync_offset)
                     self.sync_weights(target)
@@ -315,10 +318,9 @@ class Explorer:
                 pending_sync = self._receiver is not None and explorer_syncs_after(
                     self.step, sync.sync_interval, sync.sync_offset
                 )
-                if eval_interval and self.step % eval_interval == 0:
-                    self.evaluate(self.step)
+                pending_eval = bool(eval_interval) and self.step % eval_interval == 0
                 self._save_meta()
-            self._finish()
+            self._finish(pending_eval)
             return self.summary()
         except BaseException as err:
             self.monitor.status("failed", f"{self.role}: {err}")
@@ -327,17 +329,20 @@ class Explorer:
                 self._buffer.close()
             raise
 
-    def _finish(self) -> None:
+    def _finish(self, eval_due: bool) -> None:
         if self._buffer is not None:
             self._buffer.close()  # end of data: the trainer drains what is left
+        has_eval = bool(self.cfg.buffer.explorer_input.eval_tasksets)
         if self._receiver is not None:
             import ray
 
             ray.get(self.synchronizer.explorer_finished.remote())
-            if self.cfg.buffer.explorer_input.eval_tasksets:
+            if has_eval:
                 # closing eval on the trained policy: wait for the trainer's final weights
                 self.sync_weights(10**12, final=True)
                 self.evaluate(self.step)
+        elif eval_due and has_eval:
+            self.evaluate(self.step)
         self._save_meta()
         self.monitor.status("finished", f"{self.role} finished at step {self.step}")
 

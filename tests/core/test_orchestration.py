@@ -163,6 +163,11 @@ def test_colocate_hands_weights_over_in_memory_every_step(demo, local_ray, tmp_p
     cfg = _config(demo, tmp_path, "colocate", synchronizer={"sync_method": "memory"})
     cfg["mode"] = "colocate"
     cfg["buffer"]["total_steps"] = 3
+    cfg["buffer"]["explorer_input"]["eval_tasksets"] = [_taskset(demo, "test", "held-out")]
+    cfg["explorer"]["eval_interval"] = 2
     result = run_experiment(load_config_from_dict(cfg)).last
     assert [tuple(sv) for sv in result.explorer["model_versions"]] == [(1, 0), (2, 1), (3, 2)]
     assert result.trainer["steps"] == 3
+    # eval at step 2 (every 2 steps) and the closing eval on the final weights at step 3
+    assert sorted(result.explorer["eval"]) == ["2", "3"]
+    assert result.explorer["final_model_version"] == 3
