@@ -19,9 +19,13 @@ One step is, on each side:
   ``math_reward``), the reference model's log-probs, the loss and the optimizer step, timed
   from ``on_step_begin`` to ``on_step_end``.
 
-The first ``--warmup`` steps of each side are discarded. The ratio printed is TRL s/step ÷
-rft_core s/step (above 1: rft_core is faster). Only the wall clock is compared; nothing here
-checks that either side learns.
+The two sides are interleaved by default (one TRL step, then one rft_core step from TRL's
+``on_step_end`` callback, outside TRL's timing) so that both see the same load on a shared
+machine; ``--schedule sequential`` runs them one after the other. The first ``--warmup`` steps
+of each side are discarded; figures are medians of the measured steps. The ratio printed is
+TRL s/step ÷ rft_core s/step (above 1: rft_core is faster). ``--trinity-run`` adds the wall
+time per step of a full ``trinity run`` (Ray actors) on the same workload. Only the wall clock
+is compared; nothing here checks that either side learns.
 """
 
 from __future__ import annotations
@@ -316,10 +320,10 @@ def run_trl(
             self.times: list[float] = []
             self._start = 0.0
 
-        def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001
+        def on_step_begin(self, args, state, control, **kwargs):
             self._start = time.perf_counter()
 
-        def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
+        def on_step_end(self, args, state, control, **kwargs):
             self.times.append(time.perf_counter() - self._start)
             _progress("TRL", len(self.times) - 1, w, self.times[-1])
             if between_steps is not None:
