@@ -6,6 +6,16 @@ the last ``R + 1`` positions (``logits_to_keep``), ``R`` being the longest respo
 micro-batch: prompt logits are never computed. Per-token tensors (log-probs, advantages,
 masks) are [B, R] with each response right-aligned.
 
+SHARED PREFIX. The responses of a GRPO group share one prompt. When prompts repeat in a
+micro-batch, ``collate`` also builds a ``SharedPrefix`` layout: each distinct prompt minus its
+last token is LEFT-padded once ([U, P]); its KV cache is expanded to the B rows; each row then
+runs a block of ``last prompt token + response``, LEFT-padded to ``R + 1`` columns, on top of it.
+The block is exactly the tail the plain layout asks logits for, so both layouts give the same
+right-aligned [B, R] per-token tensors. A row's padding sits between its prefix and its block,
+so the block's attention mask is the row's prefix mask followed by its block mask, and its
+position ids continue from the prompt. Which layout runs is the trainer's choice
+(``rft_core.trainer.policy``); the plain tensors are always there (the critic uses them).
+
 Micro-batches are cut from the batch sorted by length, so rows of similar length pad together;
 each micro-batch is padded to its own longest row, never to ``max_model_len``. ``loss_weight``
 scales a micro-batch's aggregated loss so that the accumulated gradient equals the one of the
@@ -23,6 +33,19 @@ from rft_core.buffer.experience import Experience
 
 
 @dataclass
+class SharedPrefix:
+    """The micro-batch with each distinct prompt computed once (see the module docstring)."""
+
+    input_ids: torch.Tensor  # [U, P] distinct prompts without their last token, left-padded
+    attention_mask: torch.Tensor  # [U, P]
+    position_ids: torch.Tensor  # [U, P]
+    prefix_of_row: torch.Tensor  # [B] long: which of the U prefixes each row extends
+    block_ids: torch.Tensor  # [B, R + 1] last prompt token + response, left-padded
+    block_attention_mask: torch.Tensor  # [B, P + R + 1]: the row's prefix mask, then its block's
+    block_position_ids: torch.Tensor  # [B, R + 1]
+
+
+@dataclass
 class MicroBatch:
     rows: list[int]  # indices into the step's experience list
     input_ids: torch.Tensor  # [B, S] left-padded
@@ -30,6 +53,7 @@ class MicroBatch:
     position_ids: torch.Tensor  # [B, S]
     targets: torch.Tensor  # [B, R] the response tokens (right-aligned; pad elsewhere)
     mask: torch.Tensor  # [B, R] float: 1 on trained response tokens
+    shared_prefix: SharedPrefix | None = None  # when prompts repeat and sharing saves tokens
 
     @property
     def response_width(self) -> int:
@@ -71,6 +95,54 @@ def collate(
         position_ids=positions.to(device),
         targets=input_ids[:, seq_len - width :].to(device),
         mask=mask.to(device),
+        shared_prefix=shared_prefix(sequences, width, pad_token_id, device),
+    )
+
+
+def shared_prefix(
+    sequences: Sequence[tuple[list[int], list[int], list[int]]],
+    width: int,
+    pad_token_id: int,
+    device: torch.device,
+) -> SharedPrefix | None:
+    """The shared-prefix layout of ``sequences`` (responses padded to ``width``), or None when
+    no prompt repeats, a prompt is a single token, or it would not run fewer padded tokens."""
+    index: dict[tuple[int, ...], int] = {}
+    prefix_of_row = []
+    for prompt, _, _ in sequences:
+        if len(prompt) < 2:
+            return None
+        prefix_of_row.append(index.setdefault(tuple(prompt[:-1]), len(index)))
+    batch, distinct = len(sequences), len(index)
+    prefix_len = max(len(p) for p in index)
+    plain_tokens = batch * max(len(p) + len(r) for p, r, _ in sequences)
+    if distinct == batch or distinct * prefix_len + batch * (width + 1) >= plain_tokens:
+        return None
+    input_ids = torch.full((distinct, prefix_len), pad_token_id, dtype=torch.long)
+    attention = torch.zeros((distinct, prefix_len), dtype=torch.long)
+    for u, prefix in enumerate(index):
+        input_ids[u, prefix_len - len(prefix) :] = torch.tensor(prefix, dtype=torch.long)
+        attention[u, prefix_len - len(prefix) :] = 1
+    block_ids = torch.full((batch, width + 1), pad_token_id, dtype=torch.long)
+    block_attention = torch.zeros((batch, width + 1), dtype=torch.long)
+    block_positions = torch.zeros((batch, width + 1), dtype=torch.long)
+    for i, (prompt, response, _) in enumerate(sequences):
+        block = [prompt[-1], *response]
+        block_ids[i, width + 1 - len(block) :] = torch.tensor(block, dtype=torch.long)
+        block_attention[i, width + 1 - len(block) :] = 1
+        # the last prompt token sits at position len(prompt) - 1, as in the plain layout
+        block_positions[i, width + 1 - len(block) :] = torch.arange(
+            len(prompt) - 1, len(prompt) + len(response)
+        )
+    rows_prefix = torch.tensor(prefix_of_row, dtype=torch.long)
+    return SharedPrefix(
+        input_ids=input_ids.to(device),
+        attention_mask=attention.to(device),
+        position_ids=(attention.cumsum(-1) - 1).clamp(min=0).to(device),
+        prefix_of_row=rows_prefix.to(device),
+        block_ids=block_ids.to(device),
+        block_attention_mask=torch.cat([attention[rows_prefix], block_attention], -1).to(device),
+        block_position_ids=block_positions.to(device),
     )
 
 

@@ -81,6 +81,7 @@ class PolicyTrainer:
         seed: int = 0,
         max_token_len: int | None = None,
         critic_model_path: str | None = None,
+        share_prompt_prefix: bool = True,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -90,6 +91,8 @@ class PolicyTrainer:
         self.algo = AlgorithmSettings.from_config(algorithm_cfg)
         self.micro_batch_size = micro_batch_size
         self.max_token_len = max_token_len
+        # run a prompt shared by several rows once (batching.SharedPrefix); off: the plain layout
+        self.share_prompt_prefix = share_prompt_prefix
         self.grad_clip = grad_clip
         self.total_steps = total_steps
         self.temperature = temperature if temperature > 0 else 1.0
@@ -170,13 +173,37 @@ class PolicyTrainer:
             dtype=self.autocast_dtype or torch.bfloat16,
             enabled=self.autocast_dtype is not None,
         ):
-            out = model(
-                input_ids=mb.input_ids,
-                attention_mask=mb.attention_mask,
-                position_ids=mb.position_ids,
-                use_cache=False,
-                logits_to_keep=mb.response_width + 1,
-            )
+            prefix = mb.shared_prefix
+            if prefix is not None and self.share_prompt_prefix and shares_prefix(model):
+                from transformers import DynamicCache
+
+                # each distinct prompt once; its KV cache (not detached: the gradient of every
+                # row flows back into it) expanded to the rows, then every row's block on top
+                cache = DynamicCache(config=model.config)
+                model(
+                    input_ids=prefix.input_ids,
+                    attention_mask=prefix.attention_mask,
+                    position_ids=prefix.position_ids,
+                    past_key_values=cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
+                cache.batch_select_indices(prefix.prefix_of_row)
+                out = model(
+                    input_ids=prefix.block_ids,
+                    attention_mask=prefix.block_attention_mask,
+                    position_ids=prefix.block_position_ids,
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+            else:
+                out = model(
+                    input_ids=mb.input_ids,
+                    attention_mask=mb.attention_mask,
+                    position_ids=mb.position_ids,
+                    use_cache=False,
+                    logits_to_keep=mb.response_width + 1,
+                )
         return out.logits[:, :-1]
 
     def _logprobs(self, model: Any, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -553,6 +580,21 @@ class PolicyTrainer:
         _restore_rng(extra.get("rng") or {})
         self.global_step = ckpt.step
         return ckpt.step
+
+
+def shares_prefix(model: Any) -> bool:
+    """Whether ``model`` can run a micro-batch's shared-prompt layout: a KV cache of plain
+    full-attention layers (sliding-window and recurrent layers keep no exact prefix), and no
+    gradient checkpointing while training (transformers drops the cache under it)."""
+    if model.training and getattr(model, "is_activation_checkpointing", False):
+        return False
+    if getattr(model, "_is_stateful", False):
+        return False
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    cache = DynamicCache(config=model.config)
+    return bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)
 
 
 def _restore_rng(rng: dict[str, Any]) -> None:

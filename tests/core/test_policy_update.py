@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -11,7 +12,7 @@ from tiny_lm import build_tiny_model
 from rft_core.buffer.experience import Experience
 from rft_core.config.schema import AlgorithmConfig, OptimizerConfig
 from rft_core.rollout import SamplingParams, build_engine
-from rft_core.trainer.policy import PolicyTrainer, experiences_from_messages
+from rft_core.trainer.policy import PolicyTrainer, experiences_from_messages, shares_prefix
 from rft_core.trainer.settings import lr_factor
 
 CONVERSATIONS = [
@@ -265,3 +266,121 @@ def test_weights_sync_into_the_engine(model_dir):
     torch.testing.assert_close(
         torch.tensor(out[0][0].logprobs), torch.tensor(new), atol=1e-4, rtol=0
     )
+
+
+def mixed_prompt_batch(model_dir: str) -> list[Experience]:
+    """Groups of 4 (three prompts of different lengths) plus two prompts that appear once;
+    responses cut to different lengths, one with masked tokens."""
+    experiences = rollout(model_dir, n=4)
+    engine = build_engine("hf", model_dir, seed=2)
+    singles = engine.chat(
+        [
+            [{"role": "user", "content": "a much longer single question: 7*8+1=?"}],
+            [CONVERSATIONS[0][0] | {"content": "19-4=?"}],
+        ],
+        SamplingParams(n=1, temperature=0.8, max_tokens=12),
+    )
+    for group in singles:
+        gen = group[0]
+        experiences.append(
+            Experience(gen.prompt_ids, gen.response_ids, gen.logprobs, advantage=0.5)
+        )
+    for i, exp in enumerate(experiences):
+        keep = 12 - (i * 5) % 11  # 12, 7, 2, 8, ... tokens
+        exp.response_ids, exp.logprobs = exp.response_ids[:keep], exp.logprobs[:keep]
+        exp.advantage = [0.5, -1.0, 2.0, -0.3][i % 4]
+    experiences[1].action_mask = [1, 0] * (len(experiences[1].response_ids) // 2) + [1] * (
+        len(experiences[1].response_ids) % 2
+    )
+    return experiences
+
+
+def test_shared_prompt_prefix_gives_the_plain_logprobs_and_gradients(model_dir):
+    experiences = mixed_prompt_batch(model_dir)
+    trainer = PolicyTrainer(model_dir, algorithm(), temperature=0.8, micro_batch_size=None)
+    (mb,) = trainer._micro_batches(experiences)
+    prefix = mb.shared_prefix
+    assert prefix is not None and shares_prefix(trainer.model)
+    assert prefix.input_ids.shape[0] == 5 < len(experiences) == 14  # 3 groups + 2 single prompts
+    assert len({len(e.prompt_ids) for e in experiences}) == 5
+    assert len({len(e.response_ids) for e in experiences}) > 3
+    plain = dataclasses.replace(mb, shared_prefix=None)
+    weights = torch.linspace(-1.0, 1.0, mb.mask.numel()).view_as(mb.mask)
+    results = []
+    for batch in (plain, mb):
+        trainer.model.zero_grad()
+        logp, _ = trainer._logprobs(trainer.model, batch)
+        (logp * batch.mask * weights).sum().backward()
+        grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters()}
+        results.append((logp.detach() * batch.mask, grads))
+    (logp_plain, grads_plain), (logp_shared, grads_shared) = results
+    torch.testing.assert_close(logp_shared, logp_plain, atol=2e-6, rtol=0)
+    for name, grad in grads_plain.items():
+        assert grad.abs().sum() > 0, name
+        torch.testing.assert_close(grads_shared[name], grad, atol=1e-6, rtol=1e-4)
+    # the engine's log-probs, per row, on the shared layout
+    for b, row in enumerate(mb.rows):
+        n = len(experiences[row].response_ids)
+        got = logp_shared[b, mb.response_width - n :] * mb.mask[b, mb.response_width - n :]
+        want = torch.tensor(experiences[row].logprobs) * mb.mask[b, mb.response_width - n :]
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
+
+
+def test_train_step_is_the_same_with_and_without_the_shared_prefix(model_dir):
+    experiences = mixed_prompt_batch(model_dir)
+    cfg = dict(
+        kl_loss_fn_args={"kl_coef": 0.1},
+        entropy_loss_fn_args={"entropy_coef": 0.01},
+        # SGD: Adam's g / sqrt(v) turns a 1e-7 gradient difference on a ~0 gradient into lr
+        optimizer={"optimizer_type": "sgd", "weight_decay": 0.0},
+    )
+    outcomes = []
+    for share in (False, True):
+        trainer = PolicyTrainer(
+            model_dir,
+            algorithm(lr=0.5, **cfg),
+            temperature=0.8,
+            micro_batch_size=8,
+            share_prompt_prefix=share,
+        )
+        shared = [mb.shared_prefix is not None for mb in trainer._micro_batches(experiences)]
+        assert shared == [True, True]  # 14 rows, micro-batches of 8
+        first = trainer.train_step(experiences)
+        second = trainer.train_step(experiences)  # policy != reference now: a real KL term
+        outcomes.append((first, second, trainer.state_dict_for_sync()))
+    (f_plain, s_plain, w_plain), (f_shared, s_shared, w_shared) = outcomes
+    assert s_plain["actor/kl_loss"] > 1e-6
+    for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm"):
+        for plain, shared in ((f_plain, f_shared), (s_plain, s_shared)):
+            assert shared[key] == pytest.approx(plain[key], rel=1e-4, abs=1e-6), key
+    for name, tensor in w_plain.items():
+        torch.testing.assert_close(w_shared[name], tensor, atol=1e-5, rtol=1e-4)
+
+
+def test_the_plain_layout_serves_unique_prompts_and_checkpointed_models(model_dir, tmp_path):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    experiences = rollout(model_dir, n=1)  # three different prompts
+    trainer = PolicyTrainer(model_dir, algorithm(), gradient_checkpointing=True)
+    (mb,) = trainer._micro_batches(experiences)
+    assert mb.shared_prefix is None
+    (mb,) = trainer._micro_batches(rollout(model_dir, n=2))
+    assert mb.shared_prefix is not None
+    trainer.model.train()
+    assert not shares_prefix(trainer.model)  # transformers drops the cache under checkpointing
+    trainer.model.eval()
+    assert shares_prefix(trainer.model)
+    metrics = trainer.train_step(rollout(model_dir, n=2))
+    assert metrics["actor/pg_clipfrac"] == 0.0
+    sliding = Qwen2Config(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        use_sliding_window=True,
+        sliding_window=8,
+        max_window_layers=0,
+    )
+    assert not shares_prefix(Qwen2ForCausalLM(sliding).eval())
