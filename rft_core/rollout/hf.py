@@ -1,10 +1,12 @@
 """The ``hf`` rollout engine: batched sampling with plain transformers, on CPU or one GPU.
 
-All prompts × ``n`` samples go through one left-padded batch; decoding is our own short loop
-over ``model(..., past_key_values=cache, use_cache=True)`` rather than ``model.generate``,
-because we need the log-prob of every sampled token under an exact convention, a private RNG
-(a seeded call never touches the global torch RNG), and rows that stop early are dropped from
-the batch (and the KV cache) instead of being decoded until the longest row ends.
+Each distinct prompt is prefilled once (left-padded with the others); its KV cache and
+last-position logits are then expanded to its ``n`` samples, and all prompts × ``n`` rows decode
+as one batch. Decoding is our own short loop over ``model(..., past_key_values=cache,
+use_cache=True)`` rather than ``model.generate``, because we need the log-prob of every sampled
+token under an exact convention, a private RNG (a seeded call never touches the global torch
+RNG), and rows that stop early are dropped from the batch (and the KV cache) instead of being
+decoded until the longest row ends.
 
 LOG-PROB CONVENTION (the trainer uses the same, so the on-policy ratio is 1 up to numerics):
 the log-prob of a sampled token is ``log_softmax(logits / temperature)[token]``, computed in
@@ -266,30 +268,11 @@ class HFRolloutEngine(PromptEncoding):
     def _decode(self, rows: list[_Row], params: SamplingParams, max_new: int) -> None:
         gen = self._generator(params.seed)
         greedy = params.temperature <= 0
-        longest = max(len(r.prompt_ids) for r in rows)
-        input_ids = torch.full((len(rows), longest), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(rows), longest), dtype=torch.long)
-        for i, r in enumerate(rows):
-            input_ids[i, longest - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
-            attention[i, longest - len(r.prompt_ids) :] = 1
-        input_ids = input_ids.to(self.device)
-        attention = attention.to(self.device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        logits, cache, attention, positions = self._prefill(rows)
         eos = torch.tensor(sorted(self.eos_token_ids), device=self.device)
 
         alive = list(range(len(rows)))  # batch row → index into ``rows``
-        cache = None
         for step in range(max_new):
-            out = self.model(
-                input_ids=input_ids,
-                attention_mask=attention,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
-            cache = out.past_key_values
-            logits = out.logits[:, -1, :].float()
             if greedy:
                 tokens = logits.argmax(-1)
                 logps = token_logprobs(logits, tokens, 1.0)
@@ -324,3 +307,42 @@ class HFRolloutEngine(PromptEncoding):
                     attention[index],
                 )
                 alive = [alive[b] for b in keep]
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=attention,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            logits = out.logits[:, -1, :].float()
+
+    def _prefill(self, rows: list[_Row]) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
+        """Run each distinct prompt once (left-padded), then expand its KV cache and last-position
+        logits to every row that samples from it; returns (logits [B, V] fp32, cache,
+        attention mask [B, S], position ids [B, S])."""
+        distinct: dict[tuple[int, ...], int] = {}
+        prompt_of_row = [distinct.setdefault(tuple(r.prompt_ids), len(distinct)) for r in rows]
+        longest = max(len(p) for p in distinct)
+        input_ids = torch.full((len(distinct), longest), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(distinct), longest), dtype=torch.long)
+        for i, prompt in enumerate(distinct):
+            input_ids[i, longest - len(prompt) :] = torch.tensor(prompt)
+            attention[i, longest - len(prompt) :] = 1
+        input_ids = input_ids.to(self.device)
+        attention = attention.to(self.device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache = out.past_key_values
+        logits = out.logits[:, -1, :].float()
+        if prompt_of_row != list(range(len(distinct))):
+            index = torch.tensor(prompt_of_row, device=self.device)
+            cache.batch_select_indices(index)
+            logits, attention, positions = logits[index], attention[index], positions[index]
+        return logits, cache, attention, positions

@@ -146,3 +146,30 @@ def test_vllm_missing_is_a_clear_error(model_dir):
     assert isinstance(build_engine("auto", str(model_dir)), HFRolloutEngine)
     with pytest.raises(ConfigError, match="engine_type"):
         build_engine("sglang", str(model_dir))
+
+
+def test_each_distinct_prompt_is_prefilled_once(engine):
+    prompts = [engine.encode_chat(c) for c in CONVERSATIONS]
+    prompts.append(prompts[0])  # the same prompt twice in one call: one prefill row
+    batch_sizes = []
+    hook = engine.model.register_forward_pre_hook(
+        lambda module, args, kwargs: batch_sizes.append(kwargs["input_ids"].shape), with_kwargs=True
+    )
+    try:
+        params = SamplingParams(n=3, temperature=1.0, max_tokens=6, seed=5)
+        groups = engine.generate_ids(prompts, params)
+    finally:
+        hook.remove()
+    assert batch_sizes[0] == (3, max(len(p) for p in prompts))  # 3 distinct prompts, prefilled
+    assert batch_sizes[1] == (12, 1)  # then 4 prompts × 3 samples decode one token at a time
+    assert [len(g) for g in groups] == [3, 3, 3, 3]
+    assert len({tuple(g.response_ids) for grp in groups for g in grp}) > 6
+    for group, prompt in zip(groups, prompts, strict=True):
+        for gen in group:
+            assert gen.prompt_ids == prompt
+            expected = teacher_forced_logprobs(engine, gen.prompt_ids, gen.response_ids, 1.0)
+            torch.testing.assert_close(torch.tensor(gen.logprobs), expected, atol=1e-4, rtol=0)
+    again = engine.generate_ids(prompts, params)
+    assert [[g.response_ids for g in grp] for grp in again] == [
+        [g.response_ids for g in grp] for grp in groups
+    ]
