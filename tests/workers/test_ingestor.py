@@ -17,9 +17,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def run_stream(tmp_path, monkeypatch, redis_url, redis_client, unique_id):
-    """Five events of run ``unique_id`` written through build_monitor's Redis sink."""
+    """Six events of run ``unique_id`` written through build_monitor's Redis sink: the
+    heartbeat it sends at start, then five the test writes."""
     monkeypatch.setenv("RFT_EVENTS_REDIS_URL", redis_url)
     monkeypatch.setenv("RFT_RUN_ID", unique_id)
+    monkeypatch.setenv("RFT_HEARTBEAT_S", "3600")
     redis_client.test_keys.append(stream_key(unique_id))
     monitor = build_monitor("tensorboard", {}, tmp_path, role="trainer", run_name="demo")
     monitor.status("running")
@@ -39,18 +41,19 @@ def _ingestor(redis_url, run_id, group):
 
 def test_it_stores_each_stream_entry_as_one_row(run_stream, redis_url):
     ingestor = _ingestor(redis_url, run_stream, f"g-{run_stream}")
-    assert ingestor.poll(block_ms=100) == 5
+    assert ingestor.poll(block_ms=100) == 6
     rows = list(RunEvent.objects.filter(run_key=run_stream).order_by("pk"))
     assert [(r.kind, r.step) for r in rows] == [
+        ("heartbeat", None),
         ("status", None),
         ("metric", 1),
         ("metric", 2),
         ("checkpoint", 2),
         ("status", None),
     ]
-    assert rows[1].payload == {"actor/pg_loss": 0.5, "actor/ppo_kl": 0.25}
-    assert rows[3].payload == {"path": "/ckpt/global_step_2"}
-    assert rows[0].role == "trainer"
+    assert rows[2].payload == {"actor/pg_loss": 0.5, "actor/ppo_kl": 0.25}
+    assert rows[4].payload == {"path": "/ckpt/global_step_2"}
+    assert {r.role for r in rows} == {"trainer"}
 
 
 def test_it_acks_so_a_second_poll_handles_nothing(run_stream, redis_url, redis_client):
@@ -64,8 +67,8 @@ def test_it_acks_so_a_second_poll_handles_nothing(run_stream, redis_url, redis_c
 def test_a_replayed_stream_writes_no_duplicate_rows(run_stream, redis_url):
     _ingestor(redis_url, run_stream, f"g1-{run_stream}").poll(block_ms=100)
     # A second consumer group reads the whole stream again from the start: same entries, same ids.
-    assert _ingestor(redis_url, run_stream, f"g2-{run_stream}").poll(block_ms=100) == 5
-    assert RunEvent.objects.filter(run_key=run_stream).count() == 5
+    assert _ingestor(redis_url, run_stream, f"g2-{run_stream}").poll(block_ms=100) == 6
+    assert RunEvent.objects.filter(run_key=run_stream).count() == 6
 
 
 def test_it_fans_new_events_out_to_the_run_group(run_stream, redis_url):
@@ -76,21 +79,22 @@ def test_it_fans_new_events_out_to_the_run_group(run_stream, redis_url):
         channel = await layer.new_channel()
         await layer.group_add(group, channel)
         await sync_to_async(ingest)()
-        messages = [await layer.receive(channel) for _ in range(5)]
+        messages = [await layer.receive(channel) for _ in range(6)]
         await layer.group_discard(group, channel)
         return messages
 
     ingestor = _ingestor(redis_url, run_stream, f"g-{run_stream}")
     messages = async_to_sync(listen_while)(lambda: ingestor.poll(block_ms=100))
     assert [m["event"]["kind"] for m in messages] == [
+        "heartbeat",
         "status",
         "metric",
         "metric",
         "checkpoint",
         "status",
     ]
-    assert messages[1]["event"]["data"] == {"actor/pg_loss": 0.5, "actor/ppo_kl": 0.25}
-    assert messages[1]["event"]["id"] == RunEvent.objects.get(run_key=run_stream, step=1).pk
+    assert messages[2]["event"]["data"] == {"actor/pg_loss": 0.5, "actor/ppo_kl": 0.25}
+    assert messages[2]["event"]["id"] == RunEvent.objects.get(run_key=run_stream, step=1).pk
 
 
 def test_it_recovers_entries_a_crashed_consumer_left_unacked(run_stream, redis_url, redis_client):
@@ -100,7 +104,7 @@ def test_it_recovers_entries_a_crashed_consumer_left_unacked(run_stream, redis_u
     ingestor.discover()
     # Simulate a crash: the entries are delivered to consumer-a but never stored nor acked.
     redis_client.xreadgroup(group, "consumer-a", {key: ">"}, count=10)
-    assert redis_client.xpending(key, group)["pending"] == 5
-    assert _ingestor(redis_url, run_stream, group).recover_own_pending() == 5
-    assert RunEvent.objects.filter(run_key=run_stream).count() == 5
+    assert redis_client.xpending(key, group)["pending"] == 6
+    assert _ingestor(redis_url, run_stream, group).recover_own_pending() == 6
+    assert RunEvent.objects.filter(run_key=run_stream).count() == 6
     assert redis_client.xpending(key, group)["pending"] == 0
