@@ -15,9 +15,11 @@ from rft_core.demo import build_demo
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_CONFIG = ROOT / "examples" / "demo" / "grpo_demo.yaml"
 ACCURACY = "eval/arithmetic-eval/accuracy/mean@1"
-# Measured on the 2-core machine (see the orchestration report): held-out greedy accuracy
-# went from MEASURED_START at the end of SFT warmup to MEASURED_END after 40 GRPO steps.
-MARGIN = 0.05
+# Measured on the 2-core machine (2026-12-02, demo format 2, seed 0): held-out greedy accuracy
+# 0.630 at the end of SFT warmup (eval at GRPO step 0), 0.887 / 0.900 / 0.900 after 10 / 20 / 30
+# GRPO steps; wall 26 min with the machine shared (SFT 1298 s, GRPO 240 s). A margin of 0.10 is
+# well under the measured +0.27 and far above eval noise on 300 questions.
+MARGIN = 0.10
 
 
 def _evals(job_dir: Path) -> list[tuple[int, float]]:
