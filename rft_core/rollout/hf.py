@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from rft_core.errors import DataError, RFTError
 from rft_core.rollout.base import Generation, SamplingParams
@@ -99,6 +100,56 @@ class _Row:
     tokens: list[int]
     logprobs: list[float]
     finish_reason: str = "length"
+
+
+class PreallocatedLayer(DynamicLayer):
+    """A full-attention KV cache layer whose keys and values live in a buffer sized for the whole
+    decode: ``update`` writes the new positions in place, where ``DynamicLayer`` concatenates
+    (copying the whole cache at every decoded token, a third of a CPU rollout's time).
+    ``keys``/``values`` are views of the filled part, so everything that reads them (masks,
+    attention, ``get_seq_length``) works unchanged."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        super().lazy_initialization(key_states, value_states)
+        batch, heads, _, _ = key_states.shape
+        self.key_buffer = key_states.new_empty((batch, heads, self.capacity, key_states.shape[-1]))
+        self.value_buffer = value_states.new_empty(
+            (batch, heads, self.capacity, value_states.shape[-1])
+        )
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        if end > self.capacity:
+            raise RuntimeError(f"KV cache capacity {self.capacity} exceeded ({end} positions)")
+        self.key_buffer[:, :, self.length : end] = key_states
+        self.value_buffer[:, :, self.length : end] = value_states
+        self.length = end
+        self._expose()
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            self.key_buffer = self.key_buffer[indices]
+            self.value_buffer = self.value_buffer[indices]
+            self._expose()
+
+    def _expose(self) -> None:
+        self.keys = self.key_buffer[:, :, : self.length]
+        self.values = self.value_buffer[:, :, : self.length]
+
+    def _unsupported(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError("the hf engine's KV cache only grows and drops rows")
+
+    crop = reset = reorder_cache = batch_repeat_interleave = _unsupported
 
 
 class PromptEncoding:
@@ -268,7 +319,7 @@ class HFRolloutEngine(PromptEncoding):
     def _decode(self, rows: list[_Row], params: SamplingParams, max_new: int) -> None:
         gen = self._generator(params.seed)
         greedy = params.temperature <= 0
-        logits, cache, attention, positions = self._prefill(rows)
+        logits, cache, attention, positions = self._prefill(rows, max_new)
         eos = torch.tensor(sorted(self.eos_token_ids), device=self.device)
 
         alive = list(range(len(rows)))  # batch row → index into ``rows``
@@ -317,10 +368,13 @@ class HFRolloutEngine(PromptEncoding):
             )
             logits = out.logits[:, -1, :].float()
 
-    def _prefill(self, rows: list[_Row]) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
-        """Run each distinct prompt once (left-padded), then expand its KV cache and last-position
-        logits to every row that samples from it; returns (logits [B, V] fp32, cache,
-        attention mask [B, S], position ids [B, S])."""
+    def _prefill(
+        self, rows: list[_Row], max_new: int
+    ) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
+        """Run each distinct prompt once (left-padded) into a KV cache with room for ``max_new``
+        more tokens (``PreallocatedLayer`` where the model is full-attention), then expand the
+        cache and the last-position logits to every row that samples from the prompt; returns
+        (logits [B, V] fp32, cache, attention mask [B, S], position ids [B, S])."""
         distinct: dict[tuple[int, ...], int] = {}
         prompt_of_row = [distinct.setdefault(tuple(r.prompt_ids), len(distinct)) for r in rows]
         longest = max(len(p) for p in distinct)
@@ -332,10 +386,16 @@ class HFRolloutEngine(PromptEncoding):
         input_ids = input_ids.to(self.device)
         attention = attention.to(self.device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        cache = None  # stateful (recurrent) models bring their own
+        if not getattr(self.model, "_is_stateful", False):
+            cache = DynamicCache(config=self.model.config)
+            if cache.layers and all(type(layer) is DynamicLayer for layer in cache.layers):
+                cache.layers = [PreallocatedLayer(longest + max_new) for _ in cache.layers]
         out = self.model(
             input_ids=input_ids,
             attention_mask=attention,
             position_ids=positions,
+            past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
         )

@@ -8,13 +8,15 @@ masks) are [B, R] with each response right-aligned.
 
 SHARED PREFIX. The responses of a GRPO group share one prompt. When prompts repeat in a
 micro-batch, ``collate`` also builds a ``SharedPrefix`` layout: each distinct prompt minus its
-last token is LEFT-padded once ([U, P]); its KV cache is expanded to the B rows; each row then
-runs a block of ``last prompt token + response``, LEFT-padded to ``R + 1`` columns, on top of it.
-The block is exactly the tail the plain layout asks logits for, so both layouts give the same
-right-aligned [B, R] per-token tensors. A row's padding sits between its prefix and its block,
-so the block's attention mask is the row's prefix mask followed by its block mask, and its
-position ids continue from the prompt. Which layout runs is the trainer's choice
-(``rft_core.trainer.policy``); the plain tensors are always there (the critic uses them).
+last token is LEFT-padded once ([U, P]); its KV cache is expanded to the rows; each row then
+runs ``last prompt token + response``, LEFT-padded to ``W + 1`` columns, on top of it. That is
+exactly the tail the plain layout asks logits for, so both layouts give the same right-aligned
+per-token tensors. A row's padding sits between its prefix and its response, so its attention
+mask is its prefix mask followed by its response mask, and its position ids continue from the
+prompt. On a CPU the rows are cut into a few ``ResponseBlock``s of similar response length
+(``W`` is each block's longest), since there compute follows padded tokens. Which layout runs
+is the trainer's choice (``rft_core.trainer.policy``); the plain tensors are always there (the
+critic uses them).
 
 Micro-batches are cut from the batch sorted by length, so rows of similar length pad together;
 each micro-batch is padded to its own longest row, never to ``max_model_len``. ``loss_weight``
@@ -33,16 +35,28 @@ from rft_core.buffer.experience import Experience
 
 
 @dataclass
+class ResponseBlock:
+    """Rows of a micro-batch that run together on top of their (expanded) prefixes."""
+
+    rows: list[int]  # positions in the micro-batch
+    prefix_of_row: torch.Tensor  # [b] long: which of the U prefixes each row extends
+    input_ids: torch.Tensor  # [b, W + 1] last prompt token + response, left-padded
+    attention_mask: torch.Tensor  # [b, P + W + 1]: the row's prefix mask, then its block's
+    position_ids: torch.Tensor  # [b, W + 1]
+
+    @property
+    def response_width(self) -> int:
+        return self.input_ids.shape[1] - 1
+
+
+@dataclass
 class SharedPrefix:
     """The micro-batch with each distinct prompt computed once (see the module docstring)."""
 
     input_ids: torch.Tensor  # [U, P] distinct prompts without their last token, left-padded
     attention_mask: torch.Tensor  # [U, P]
     position_ids: torch.Tensor  # [U, P]
-    prefix_of_row: torch.Tensor  # [B] long: which of the U prefixes each row extends
-    block_ids: torch.Tensor  # [B, R + 1] last prompt token + response, left-padded
-    block_attention_mask: torch.Tensor  # [B, P + R + 1]: the row's prefix mask, then its block's
-    block_position_ids: torch.Tensor  # [B, R + 1]
+    blocks: list[ResponseBlock]  # one, or (CPU) a few of rows with similar response lengths
 
 
 @dataclass
@@ -123,27 +137,67 @@ def shared_prefix(
     for u, prefix in enumerate(index):
         input_ids[u, prefix_len - len(prefix) :] = torch.tensor(prefix, dtype=torch.long)
         attention[u, prefix_len - len(prefix) :] = 1
-    block_ids = torch.full((batch, width + 1), pad_token_id, dtype=torch.long)
-    block_attention = torch.zeros((batch, width + 1), dtype=torch.long)
-    block_positions = torch.zeros((batch, width + 1), dtype=torch.long)
-    for i, (prompt, response, _) in enumerate(sequences):
-        block = [prompt[-1], *response]
-        block_ids[i, width + 1 - len(block) :] = torch.tensor(block, dtype=torch.long)
-        block_attention[i, width + 1 - len(block) :] = 1
-        # the last prompt token sits at position len(prompt) - 1, as in the plain layout
-        block_positions[i, width + 1 - len(block) :] = torch.arange(
-            len(prompt) - 1, len(prompt) + len(response)
+    # on a CPU compute follows the padded token count, so rows of much shorter responses run
+    # as a block of their own; on a GPU padding is cheap next to another forward's overhead
+    lengths = [len(r) for _, r, _ in sequences]
+    groups = response_blocks(lengths, max_blocks=4 if device.type == "cpu" else 1)
+    blocks = []
+    for rows in groups:
+        block_width = max(lengths[i] for i in rows)
+        ids = torch.full((len(rows), block_width + 1), pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), block_width + 1), dtype=torch.long)
+        positions = torch.zeros((len(rows), block_width + 1), dtype=torch.long)
+        for b, i in enumerate(rows):
+            prompt, response, _ = sequences[i]
+            start = block_width - len(response)
+            ids[b, start:] = torch.tensor([prompt[-1], *response], dtype=torch.long)
+            mask[b, start:] = 1
+            # the last prompt token sits at position len(prompt) - 1, as in the plain layout
+            positions[b, start:] = torch.arange(len(prompt) - 1, len(prompt) + len(response))
+        prefixes = torch.tensor([prefix_of_row[i] for i in rows], dtype=torch.long)
+        blocks.append(
+            ResponseBlock(
+                rows=rows,
+                prefix_of_row=prefixes.to(device),
+                input_ids=ids.to(device),
+                attention_mask=torch.cat([attention[prefixes], mask], -1).to(device),
+                position_ids=positions.to(device),
+            )
         )
-    rows_prefix = torch.tensor(prefix_of_row, dtype=torch.long)
     return SharedPrefix(
         input_ids=input_ids.to(device),
         attention_mask=attention.to(device),
         position_ids=(attention.cumsum(-1) - 1).clamp(min=0).to(device),
-        prefix_of_row=rows_prefix.to(device),
-        block_ids=block_ids.to(device),
-        block_attention_mask=torch.cat([attention[rows_prefix], block_attention], -1).to(device),
-        block_position_ids=block_positions.to(device),
+        blocks=blocks,
     )
+
+
+def response_blocks(
+    lengths: Sequence[int], max_blocks: int = 4, overhead_tokens: int = 64
+) -> list[list[int]]:
+    """Row indices split into at most ``max_blocks`` groups of similar response length, each
+    padded to its own longest response: a split is made where it saves more padded tokens than
+    ``overhead_tokens`` (the cost of one more forward). One group keeps the rows' order."""
+    if max_blocks <= 1:
+        return [list(range(len(lengths)))]
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
+    spans = [(0, len(order))]  # [start, end) in ``order``; a span pads to its first row
+    while len(spans) < max_blocks:
+        best_saving, best = float(overhead_tokens), None
+        for k, (start, end) in enumerate(spans):
+            head = lengths[order[start]] + 1
+            for cut in range(start + 1, end):
+                saving = (end - cut) * (head - lengths[order[cut]] - 1)
+                if saving > best_saving:
+                    best_saving, best = saving, (k, cut)
+        if best is None:
+            break
+        k, cut = best
+        start, end = spans[k]
+        spans[k : k + 1] = [(start, cut), (cut, end)]
+    if len(spans) == 1:
+        return [list(range(len(lengths)))]
+    return [order[start:end] for start, end in spans]
 
 
 def right_aligned(values: Sequence[Sequence[float]], width: int) -> torch.Tensor:

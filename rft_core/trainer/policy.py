@@ -45,6 +45,7 @@ from rft_core.errors import ConfigError
 from rft_core.rollout.hf import resolve_device, resolve_dtype, token_logprobs
 from rft_core.trainer.batching import (
     MicroBatch,
+    SharedPrefix,
     collate,
     loss_weight,
     micro_batches,
@@ -175,36 +176,57 @@ class PolicyTrainer:
         ):
             prefix = mb.shared_prefix
             if prefix is not None and self.share_prompt_prefix and shares_prefix(model):
-                from transformers import DynamicCache
-
-                # each distinct prompt once; its KV cache (not detached: the gradient of every
-                # row flows back into it) expanded to the rows, then every row's block on top
-                cache = DynamicCache(config=model.config)
-                model(
-                    input_ids=prefix.input_ids,
-                    attention_mask=prefix.attention_mask,
-                    position_ids=prefix.position_ids,
-                    past_key_values=cache,
-                    use_cache=True,
-                    logits_to_keep=1,
-                )
-                cache.batch_select_indices(prefix.prefix_of_row)
-                out = model(
-                    input_ids=prefix.block_ids,
-                    attention_mask=prefix.block_attention_mask,
-                    position_ids=prefix.block_position_ids,
-                    past_key_values=cache,
-                    use_cache=True,
-                )
-            else:
-                out = model(
-                    input_ids=mb.input_ids,
-                    attention_mask=mb.attention_mask,
-                    position_ids=mb.position_ids,
-                    use_cache=False,
-                    logits_to_keep=mb.response_width + 1,
-                )
+                return self._shared_prefix_logits(model, prefix, mb.response_width)
+            out = model(
+                input_ids=mb.input_ids,
+                attention_mask=mb.attention_mask,
+                position_ids=mb.position_ids,
+                use_cache=False,
+                logits_to_keep=mb.response_width + 1,
+            )
         return out.logits[:, :-1]
+
+    def _shared_prefix_logits(self, model: Any, prefix: SharedPrefix, width: int) -> torch.Tensor:
+        """``_logits_tail`` on the shared-prefix layout: each distinct prompt runs once; its KV
+        cache (not detached: every row's gradient flows back into it) is expanded to the rows of
+        each response block, which run on top of it."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=model.config)
+        model(
+            input_ids=prefix.input_ids,
+            attention_mask=prefix.attention_mask,
+            position_ids=prefix.position_ids,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        parts = []
+        for block in prefix.blocks:
+            if len(prefix.blocks) == 1:
+                block_cache = cache
+                block_cache.batch_select_indices(block.prefix_of_row)
+            else:
+                block_cache = DynamicCache(config=model.config)
+                for source, target in zip(cache.layers, block_cache.layers, strict=True):
+                    index = block.prefix_of_row
+                    target.update(source.keys[index], source.values[index])
+            out = model(
+                input_ids=block.input_ids,
+                attention_mask=block.attention_mask,
+                position_ids=block.position_ids,
+                past_key_values=block_cache,
+                use_cache=True,
+            )
+            logits = out.logits[:, :-1]
+            # right-align into the micro-batch's width; the zeros sit under mask 0
+            parts.append(torch.nn.functional.pad(logits, (0, 0, width - logits.shape[1], 0)))
+        if len(parts) == 1:
+            return parts[0]
+        order = [row for block in prefix.blocks for row in block.rows]
+        inverse = torch.empty(len(order), dtype=torch.long)
+        inverse[order] = torch.arange(len(order))
+        return torch.cat(parts)[inverse.to(parts[0].device)]
 
     def _logprobs(self, model: Any, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
         logits = self._logits_tail(model, mb)

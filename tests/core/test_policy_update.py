@@ -12,6 +12,7 @@ from tiny_lm import build_tiny_model
 from rft_core.buffer.experience import Experience
 from rft_core.config.schema import AlgorithmConfig, OptimizerConfig
 from rft_core.rollout import SamplingParams, build_engine
+from rft_core.trainer.batching import response_blocks
 from rft_core.trainer.policy import PolicyTrainer, experiences_from_messages, shares_prefix
 from rft_core.trainer.settings import lr_factor
 
@@ -270,23 +271,21 @@ def test_weights_sync_into_the_engine(model_dir):
 
 def mixed_prompt_batch(model_dir: str) -> list[Experience]:
     """Groups of 4 (three prompts of different lengths) plus two prompts that appear once;
-    responses cut to different lengths, one with masked tokens."""
-    experiences = rollout(model_dir, n=4)
+    responses cut to lengths from 11 to 40 tokens, one with masked tokens."""
+    experiences = rollout(model_dir, n=4, max_tokens=40)
     engine = build_engine("hf", model_dir, seed=2)
     singles = engine.chat(
         [
             [{"role": "user", "content": "a much longer single question: 7*8+1=?"}],
             [CONVERSATIONS[0][0] | {"content": "19-4=?"}],
         ],
-        SamplingParams(n=1, temperature=0.8, max_tokens=12),
+        SamplingParams(n=1, temperature=0.8, max_tokens=40),
     )
     for group in singles:
         gen = group[0]
-        experiences.append(
-            Experience(gen.prompt_ids, gen.response_ids, gen.logprobs, advantage=0.5)
-        )
+        experiences.append(Experience(gen.prompt_ids, gen.response_ids, gen.logprobs))
     for i, exp in enumerate(experiences):
-        keep = 12 - (i * 5) % 11  # 12, 7, 2, 8, ... tokens
+        keep = 40 - (i * 13) % 30  # 40, 27, 14, 31, 18, ... tokens
         exp.response_ids, exp.logprobs = exp.response_ids[:keep], exp.logprobs[:keep]
         exp.advantage = [0.5, -1.0, 2.0, -0.3][i % 4]
     experiences[1].action_mask = [1, 0] * (len(experiences[1].response_ids) // 2) + [1] * (
@@ -304,6 +303,7 @@ def test_shared_prompt_prefix_gives_the_plain_logprobs_and_gradients(model_dir):
     assert prefix.input_ids.shape[0] == 5 < len(experiences) == 14  # 3 groups + 2 single prompts
     assert len({len(e.prompt_ids) for e in experiences}) == 5
     assert len({len(e.response_ids) for e in experiences}) > 3
+    assert len(prefix.blocks) > 1  # rows of short responses run as a block of their own
     plain = dataclasses.replace(mb, shared_prefix=None)
     weights = torch.linspace(-1.0, 1.0, mb.mask.numel()).view_as(mb.mask)
     results = []
@@ -344,7 +344,7 @@ def test_train_step_is_the_same_with_and_without_the_shared_prefix(model_dir):
             share_prompt_prefix=share,
         )
         shared = [mb.shared_prefix is not None for mb in trainer._micro_batches(experiences)]
-        assert shared == [True, True]  # 14 rows, micro-batches of 8
+        assert shared == [True, False]  # 14 rows in micro-batches of 8: one on each layout
         first = trainer.train_step(experiences)
         second = trainer.train_step(experiences)  # policy != reference now: a real KL term
         outcomes.append((first, second, trainer.state_dict_for_sync()))
@@ -384,3 +384,17 @@ def test_the_plain_layout_serves_unique_prompts_and_checkpointed_models(model_di
         max_window_layers=0,
     )
     assert not shares_prefix(Qwen2ForCausalLM(sliding).eval())
+
+
+def test_response_blocks_split_where_padding_outweighs_a_forward():
+    lengths = [1, 4, 9, 21, 33, 40, 46] + [48] * 10
+    # longest first, one block pads every row to 49. Cutting before length L saves
+    # (rows from there on) × (48 - L): 46 → 7·2, 40 → 6·8, 33 → 5·15, 21 → 4·27, 9 → 3·39 = 117,
+    # 4 → 2·44, 1 → 1·47. The best, 117, beats the overhead of 64; no cut inside either part
+    # saves more than 30 (33 → 2·15 in the first, 4 → 2·5 in the second).
+    expected = [list(range(7, 17)) + [6, 5, 4, 3], [2, 1, 0]]
+    assert response_blocks(lengths, max_blocks=4, overhead_tokens=64) == expected
+    assert response_blocks(lengths, max_blocks=4, overhead_tokens=120) == [list(range(17))]
+    assert response_blocks(lengths, max_blocks=1) == [list(range(17))]
+    assert response_blocks([12, 11, 12, 10], overhead_tokens=64) == [[0, 1, 2, 3]]
+    assert len(response_blocks(lengths, max_blocks=4, overhead_tokens=0)) == 4
