@@ -122,6 +122,14 @@ def test_rerun_resumes_from_the_checkpoint_not_from_zero(demo, local_ray, tmp_pa
     assert ckpt4.extra_state["global_step"] == 4
     # and the weights changed from step 2 to step 4
     assert any(not torch.equal(ckpt2.state_dict[k], ckpt4.state_dict[k]) for k in ckpt2.state_dict)
+    # bench mode on the same job dir evaluates every full checkpoint in order
+    bench = _config(demo, tmp_path, "resume", synchronizer={"sync_method": "checkpoint"})
+    bench["mode"] = "bench"
+    bench["buffer"]["explorer_input"]["eval_tasksets"] = [_taskset(demo, "test", "held-out")]
+    bench["buffer"]["explorer_input"]["eval_tasksets"][0]["rollout_args"] = {"temperature": 0.0}
+    r3 = run_experiment(load_config_from_dict(bench)).last
+    assert list(r3.bench) == ["2", "4"]
+    assert all("bench/held-out/accuracy/mean@1" in m for m in r3.bench.values())
 
 
 @pytest.mark.slow
@@ -147,15 +155,6 @@ def test_a_failing_actor_stops_the_run_with_a_non_zero_exit(demo, tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("trinity run: error:") and "failed" in last
     assert "model_world_size_1_rank_0.pt" in last or "log/" in last
-
-    # bench mode on the same job dir evaluates every full checkpoint in order
-    bench = _config(demo, tmp_path, "resume")
-    bench["mode"] = "bench"
-    bench["buffer"]["explorer_input"]["eval_tasksets"] = [_taskset(demo, "test", "held-out")]
-    bench["buffer"]["explorer_input"]["eval_tasksets"][0]["rollout_args"] = {"temperature": 0.0}
-    r3 = run_experiment(load_config_from_dict(bench)).last
-    assert list(r3.bench) == ["2", "4"]
-    assert all("bench/held-out/accuracy/mean@1" in m for m in r3.bench.values())
 
 
 @pytest.mark.slow
