@@ -176,8 +176,11 @@ class WeightSender(_WeightEnd):
                 self.synchronizer.wait_receiver.remote(version, self.sync_timeout),
                 timeout=self.sync_timeout + 30,
             )
-            if not joined:
-                return  # the explorer finished or will pick a later version
+            if not joined:  # the explorer finished, or did not come within sync_timeout
+                log.warning(
+                    "weights version %d: no explorer joined the broadcast; not sent", version
+                )
+                return
             if self.group is None:
                 self.group = BroadcastGroup(
                     self.rendezvous["addr"],
