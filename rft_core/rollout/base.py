@@ -41,7 +41,9 @@ class RolloutEngine(Protocol):
     def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Generation]]:
         """Sample ``params.n`` responses for each already-rendered prompt string."""
 
-    def chat(self, conversations: list[list[dict]], params: SamplingParams) -> list[list[Generation]]:
+    def chat(
+        self, conversations: list[list[dict]], params: SamplingParams
+    ) -> list[list[Generation]]:
         """Render each conversation with the chat template (generation prompt on) and sample."""
 
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
