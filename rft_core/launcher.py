@@ -223,6 +223,8 @@ def start_ray(cfg: Any) -> bool:
                 f"{err}; start one with `ray start --head` or unset RAY_ADDRESS to run on a local Ray"
             ) from err
         return True
+    # Ray starts workers at nice 15 by default; the actors are the run, so give them normal priority
+    os.environ.setdefault("RAY_worker_niceness", "0")
     ray.init(
         num_cpus=max(2, os.cpu_count() or 2),
         include_dashboard=False,

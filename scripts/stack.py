@@ -168,7 +168,12 @@ def run_ray() -> int:
         "--disable-usage-stats",
     ]  # fmt: skip
     # No 30 s drain on SIGTERM: nothing else schedules on this one-node head.
-    env = {**os.environ, "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
+    # Actors at normal priority (Ray's default nice 15 starves them next to the web and worker).
+    env = {
+        **os.environ,
+        "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+        "RAY_worker_niceness": os.environ.get("RAY_worker_niceness", "0"),
+    }
     head = subprocess.Popen(cmd, env=env)
     import psutil
 
