@@ -17,12 +17,15 @@ fp32 BEFORE top-k/top-p filtering, as verl's actor recomputes it. With ``tempera
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers import AttentionInterface
 from transformers.cache_utils import DynamicCache, DynamicLayer
+from transformers.masking_utils import AttentionMaskInterface
 
 from rft_core.errors import DataError, RFTError
 from rft_core.rollout.base import Generation, SamplingParams
@@ -102,54 +105,154 @@ class _Row:
     finish_reason: str = "length"
 
 
-class PreallocatedLayer(DynamicLayer):
-    """A full-attention KV cache layer whose keys and values live in a buffer sized for the whole
-    decode: ``update`` writes the new positions in place, where ``DynamicLayer`` concatenates
-    (copying the whole cache at every decoded token, a third of a CPU rollout's time).
-    ``keys``/``values`` are views of the filled part, so everything that reads them (masks,
-    attention, ``get_seq_length``) works unchanged."""
+class SharedPrefixLayer(DynamicLayer):
+    """A full-attention KV cache layer for sampling several responses per prompt: each distinct
+    prompt's keys/values once ([U, H, P, D], from the prefill), and the tokens decoded after it
+    per row in a buffer sized for the whole decode ([B, H, max_new, D], written in place where
+    ``DynamicLayer`` would concatenate a copy of the whole cache at every token). Decoding
+    attends through ``shared_prefix_attention``, which reads each prompt's keys once per step
+    instead of once per sample."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, max_new: int) -> None:
         super().__init__()
-        self.capacity = capacity
-        self.length = 0
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        super().lazy_initialization(key_states, value_states)
-        batch, heads, _, _ = key_states.shape
-        self.key_buffer = key_states.new_empty((batch, heads, self.capacity, key_states.shape[-1]))
-        self.value_buffer = value_states.new_empty(
-            (batch, heads, self.capacity, value_states.shape[-1])
-        )
+        self.max_new = max_new
+        self.length = 0  # decoded positions held per row
+        self.prefix_keys: torch.Tensor | None = None
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        if self.prefix_keys is None:  # the prefill: attention runs as usual
+            self.prefix_keys, self.prefix_values = key_states, value_states
+            return key_states, value_states
+        if self.length == 0:
+            shape = (key_states.shape[0], key_states.shape[1], self.max_new)
+            self.key_buffer = key_states.new_empty((*shape, key_states.shape[-1]))
+            self.value_buffer = value_states.new_empty((*shape, value_states.shape[-1]))
         end = self.length + key_states.shape[-2]
-        if end > self.capacity:
-            raise RuntimeError(f"KV cache capacity {self.capacity} exceeded ({end} positions)")
+        if end > self.max_new:
+            raise RuntimeError(f"KV cache room for {self.max_new} decoded tokens exceeded")
         self.key_buffer[:, :, self.length : end] = key_states
         self.value_buffer[:, :, self.length : end] = value_states
         self.length = end
-        self._expose()
+        self.keys = self.key_buffer[:, :, :end]
+        self.values = self.value_buffer[:, :, :end]
         return self.keys, self.values
 
+    def get_seq_length(self) -> int:
+        prefix = 0 if self.prefix_keys is None else self.prefix_keys.shape[-2]
+        return prefix + self.length
+
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        if self.is_initialized:
+        if self.length:
             self.key_buffer = self.key_buffer[indices]
             self.value_buffer = self.value_buffer[indices]
-            self._expose()
-
-    def _expose(self) -> None:
-        self.keys = self.key_buffer[:, :, : self.length]
-        self.values = self.value_buffer[:, :, : self.length]
+            self.keys = self.key_buffer[:, :, : self.length]
+            self.values = self.value_buffer[:, :, : self.length]
 
     def _unsupported(self, *args: Any, **kwargs: Any) -> None:
         raise NotImplementedError("the hf engine's KV cache only grows and drops rows")
 
     crop = reset = reorder_cache = batch_repeat_interleave = _unsupported
+
+
+@dataclass
+class _PrefixRows:
+    """Which prompt each decoding row extends, as runs of consecutive rows (rows are laid out
+    prompt by prompt and dropping finished rows keeps their order)."""
+
+    cache: Any  # the DynamicCache of SharedPrefixLayers
+    prefix_mask: torch.Tensor  # [U, P] bool: the prompts' padding
+    prefix_of_row: list[int]
+    run_prefix: torch.Tensor  # [runs] long: the prompt of each run
+    run_of_row: torch.Tensor  # [B] long
+    slot_of_row: torch.Tensor  # [B] long: the row's place within its run
+    longest_run: int
+
+    @classmethod
+    def of(cls, cache: Any, prefix_mask: torch.Tensor, prefix_of_row: list[int]) -> _PrefixRows:
+        runs: list[int] = []
+        run_of_row, slot_of_row, slot = [], [], 0
+        for i, prefix in enumerate(prefix_of_row):
+            if i == 0 or prefix != prefix_of_row[i - 1]:
+                runs.append(prefix)
+                slot = 0
+            run_of_row.append(len(runs) - 1)
+            slot_of_row.append(slot)
+            slot += 1
+        device = prefix_mask.device
+        return cls(
+            cache,
+            prefix_mask,
+            list(prefix_of_row),
+            torch.tensor(runs, device=device),
+            torch.tensor(run_of_row, device=device),
+            torch.tensor(slot_of_row, device=device),
+            max(slot_of_row) + 1,
+        )
+
+    def keep(self, rows: list[int]) -> _PrefixRows:
+        """The layout after dropping every row not in ``rows``."""
+        return _PrefixRows.of(self.cache, self.prefix_mask, [self.prefix_of_row[b] for b in rows])
+
+
+_DECODING: contextvars.ContextVar[_PrefixRows] = contextvars.ContextVar("hf_engine_decoding")
+SHARED_PREFIX_ATTENTION = "rft_shared_prefix"
+
+
+def shared_prefix_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """One decoding step's attention (query [B, Hq, 1, D]) over each row's prompt, read once per
+    run of rows that share it, and the row's own decoded tokens (``key``/``value``); one softmax
+    over both, as plain attention over the concatenation."""
+    rows = _DECODING.get()
+    layer = rows.cache.layers[module.layer_idx]
+    batch, q_heads, _, dim = query.shape
+    kv_heads = key.shape[1]
+    group = q_heads // kv_heads
+    scale = scaling if scaling is not None else dim**-0.5
+    runs, slots = len(rows.run_prefix), rows.longest_run
+    q = query.reshape(batch, kv_heads, group, dim)
+    prefix_keys = layer.prefix_keys[rows.run_prefix]  # [runs, Hkv, P, D]; U rows when unique
+    prefix_values = layer.prefix_values[rows.run_prefix]
+    # queries of a run side by side: [runs, Hkv, slots * group, D]
+    by_run = q.new_zeros((runs, slots, kv_heads, group, dim))
+    by_run[rows.run_of_row, rows.slot_of_row] = q
+    by_run = by_run.permute(0, 2, 1, 3, 4).reshape(runs, kv_heads, slots * group, dim)
+    prefix_scores = torch.matmul(by_run, prefix_keys.transpose(-1, -2)) * scale
+    prefix_len = prefix_scores.shape[-1]
+    prefix_scores = prefix_scores.masked_fill(
+        ~rows.prefix_mask[rows.run_prefix][:, None, None, :], float("-inf")
+    )
+    prefix_scores = prefix_scores.view(runs, kv_heads, slots, group, prefix_len).permute(
+        0, 2, 1, 3, 4
+    )[rows.run_of_row, rows.slot_of_row]  # [B, Hkv, group, P]
+    own_scores = torch.matmul(q, key.transpose(-1, -2)) * scale  # [B, Hkv, group, t]
+    probs = torch.softmax(torch.cat([prefix_scores, own_scores], -1), dim=-1)
+    out = torch.matmul(probs[..., prefix_len:], value)  # [B, Hkv, group, D]
+    prefix_probs = probs.new_zeros((runs, slots, kv_heads, group, prefix_len))
+    prefix_probs[rows.run_of_row, rows.slot_of_row] = probs[..., :prefix_len]
+    prefix_probs = prefix_probs.permute(0, 2, 1, 3, 4).reshape(
+        runs, kv_heads, slots * group, prefix_len
+    )
+    from_prefix = torch.matmul(prefix_probs, prefix_values)  # [runs, Hkv, slots * group, D]
+    from_prefix = from_prefix.view(runs, kv_heads, slots, group, dim).permute(0, 2, 1, 3, 4)
+    out = out + from_prefix[rows.run_of_row, rows.slot_of_row]
+    return out.reshape(batch, 1, q_heads, dim), None
+
+
+AttentionInterface.register(SHARED_PREFIX_ATTENTION, shared_prefix_attention)
+# decoding needs no mask: prompt padding is masked above, and one query sees all its own tokens
+AttentionMaskInterface.register(SHARED_PREFIX_ATTENTION, lambda *args, **kwargs: None)
 
 
 class PromptEncoding:
@@ -319,62 +422,75 @@ class HFRolloutEngine(PromptEncoding):
     def _decode(self, rows: list[_Row], params: SamplingParams, max_new: int) -> None:
         gen = self._generator(params.seed)
         greedy = params.temperature <= 0
-        logits, cache, attention, positions = self._prefill(rows, max_new)
+        logits, cache, attention, positions, shared = self._prefill(rows, max_new)
         eos = torch.tensor(sorted(self.eos_token_ids), device=self.device)
-
-        alive = list(range(len(rows)))  # batch row → index into ``rows``
-        for step in range(max_new):
-            if greedy:
-                tokens = logits.argmax(-1)
-                logps = token_logprobs(logits, tokens, 1.0)
-            else:
-                scaled = logits / params.temperature
-                filtered = filter_logits(scaled, params.top_k, params.top_p)
-                probs = torch.softmax(filtered, dim=-1)
-                tokens = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
-                logps = token_logprobs(scaled, tokens, 1.0)
-            finished = torch.isin(tokens, eos)
-            tok_list, lp_list, fin_list = tokens.tolist(), logps.tolist(), finished.tolist()
-            for b, row_index in enumerate(alive):
-                row = rows[row_index]
-                row.tokens.append(tok_list[b])
-                row.logprobs.append(lp_list[b])
-                if fin_list[b]:
-                    row.finish_reason = "stop"
-            if step == max_new - 1:
-                break
-            keep = [b for b, f in enumerate(fin_list) if not f]
-            if not keep:
-                break
-            input_ids = tokens.unsqueeze(-1)
-            positions = positions[:, -1:] + 1
-            attention = torch.cat([attention, attention.new_ones((len(alive), 1))], dim=-1)
-            if len(keep) < len(alive):
-                index = torch.tensor(keep, device=self.device)
-                cache.batch_select_indices(index)
-                input_ids, positions, attention = (
-                    input_ids[index],
-                    positions[index],
-                    attention[index],
+        config = self.model.config
+        attention_implementation = config._attn_implementation
+        if shared is not None:
+            config._attn_implementation = SHARED_PREFIX_ATTENTION
+            decoding = _DECODING.set(shared)
+        try:
+            alive = list(range(len(rows)))  # batch row → index into ``rows``
+            for step in range(max_new):
+                if greedy:
+                    tokens = logits.argmax(-1)
+                    logps = token_logprobs(logits, tokens, 1.0)
+                else:
+                    scaled = logits / params.temperature
+                    filtered = filter_logits(scaled, params.top_k, params.top_p)
+                    probs = torch.softmax(filtered, dim=-1)
+                    tokens = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+                    logps = token_logprobs(scaled, tokens, 1.0)
+                finished = torch.isin(tokens, eos)
+                tok_list, lp_list, fin_list = tokens.tolist(), logps.tolist(), finished.tolist()
+                for b, row_index in enumerate(alive):
+                    row = rows[row_index]
+                    row.tokens.append(tok_list[b])
+                    row.logprobs.append(lp_list[b])
+                    if fin_list[b]:
+                        row.finish_reason = "stop"
+                if step == max_new - 1:
+                    break
+                keep = [b for b, f in enumerate(fin_list) if not f]
+                if not keep:
+                    break
+                input_ids = tokens.unsqueeze(-1)
+                positions = positions[:, -1:] + 1
+                attention = torch.cat([attention, attention.new_ones((len(alive), 1))], dim=-1)
+                if len(keep) < len(alive):
+                    index = torch.tensor(keep, device=self.device)
+                    cache.batch_select_indices(index)
+                    input_ids, positions, attention = (
+                        input_ids[index],
+                        positions[index],
+                        attention[index],
+                    )
+                    alive = [alive[b] for b in keep]
+                    if shared is not None:
+                        shared = shared.keep(keep)
+                        _DECODING.set(shared)
+                out = self.model(
+                    input_ids=input_ids,
+                    attention_mask=attention,
+                    position_ids=positions,
+                    past_key_values=cache,
+                    use_cache=True,
+                    logits_to_keep=1,
                 )
-                alive = [alive[b] for b in keep]
-            out = self.model(
-                input_ids=input_ids,
-                attention_mask=attention,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
-            logits = out.logits[:, -1, :].float()
+                logits = out.logits[:, -1, :].float()
+        finally:
+            if shared is not None:
+                config._attn_implementation = attention_implementation
+                _DECODING.reset(decoding)
 
     def _prefill(
         self, rows: list[_Row], max_new: int
-    ) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
-        """Run each distinct prompt once (left-padded) into a KV cache with room for ``max_new``
-        more tokens (``PreallocatedLayer`` where the model is full-attention), then expand the
-        cache and the last-position logits to every row that samples from the prompt; returns
-        (logits [B, V] fp32, cache, attention mask [B, S], position ids [B, S])."""
+    ) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor, _PrefixRows | None]:
+        """Run each distinct prompt once (left-padded) and expand the last-position logits to
+        every row that samples from it. A full-attention model keeps the prompts' keys once
+        (``SharedPrefixLayer``) and decodes with ``shared_prefix_attention``; any other gets its
+        own cache expanded to the rows. Returns (logits [B, V] fp32, cache, attention mask
+        [B, S], position ids [B, S], the rows' prompts when shared)."""
         distinct: dict[tuple[int, ...], int] = {}
         prompt_of_row = [distinct.setdefault(tuple(r.prompt_ids), len(distinct)) for r in rows]
         longest = max(len(p) for p in distinct)
@@ -386,11 +502,12 @@ class HFRolloutEngine(PromptEncoding):
         input_ids = input_ids.to(self.device)
         attention = attention.to(self.device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        cache = None  # stateful (recurrent) models bring their own
+        cache, shared = None, None  # stateful (recurrent) models bring their own cache
         if not getattr(self.model, "_is_stateful", False):
             cache = DynamicCache(config=self.model.config)
             if cache.layers and all(type(layer) is DynamicLayer for layer in cache.layers):
-                cache.layers = [PreallocatedLayer(longest + max_new) for _ in cache.layers]
+                cache.layers = [SharedPrefixLayer(max_new) for _ in cache.layers]
+                shared = _PrefixRows.of(cache, attention.bool(), prompt_of_row)
         out = self.model(
             input_ids=input_ids,
             attention_mask=attention,
@@ -403,6 +520,7 @@ class HFRolloutEngine(PromptEncoding):
         logits = out.logits[:, -1, :].float()
         if prompt_of_row != list(range(len(distinct))):
             index = torch.tensor(prompt_of_row, device=self.device)
-            cache.batch_select_indices(index)
+            if shared is None:
+                cache.batch_select_indices(index)
             logits, attention, positions = logits[index], attention[index], positions[index]
-        return logits, cache, attention, positions
+        return logits, cache, attention, positions, shared
