@@ -166,10 +166,12 @@ class _PrefixRows:
     cache: Any  # the DynamicCache of SharedPrefixLayers
     prefix_mask: torch.Tensor  # [U, P] bool: the prompts' padding
     prefix_of_row: list[int]
-    run_prefix: torch.Tensor  # [runs] long: the prompt of each run
+    run_prefix: torch.Tensor | None  # [runs] long: the prompt of each run; None: run u is prompt u
+    masked_out: torch.Tensor  # [runs, 1, 1, P] bool: padding of each run's prompt
     run_of_row: torch.Tensor  # [B] long
     slot_of_row: torch.Tensor  # [B] long: the row's place within its run
     longest_run: int
+    grid: bool  # every run holds ``longest_run`` rows: rows → runs is a reshape
 
     @classmethod
     def of(cls, cache: Any, prefix_mask: torch.Tensor, prefix_of_row: list[int]) -> _PrefixRows:
@@ -183,19 +185,45 @@ class _PrefixRows:
             slot_of_row.append(slot)
             slot += 1
         device = prefix_mask.device
+        run_prefix = None if runs == list(range(len(prefix_mask))) else torch.tensor(runs)
+        if run_prefix is not None:
+            run_prefix = run_prefix.to(device)
+        longest = max(slot_of_row) + 1
         return cls(
             cache,
             prefix_mask,
             list(prefix_of_row),
-            torch.tensor(runs, device=device),
+            run_prefix,
+            ~(prefix_mask if run_prefix is None else prefix_mask[run_prefix])[:, None, None, :],
             torch.tensor(run_of_row, device=device),
             torch.tensor(slot_of_row, device=device),
-            max(slot_of_row) + 1,
+            longest,
+            len(runs) * longest == len(prefix_of_row),
         )
 
     def keep(self, rows: list[int]) -> _PrefixRows:
         """The layout after dropping every row not in ``rows``."""
         return _PrefixRows.of(self.cache, self.prefix_mask, [self.prefix_of_row[b] for b in rows])
+
+    def to_runs(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, Hkv, group, X] per row → [runs, Hkv, slots * group, X], a run's rows side by side
+        (zeros in the slots of a shorter run)."""
+        batch, heads, group, width = x.shape
+        runs = len(self.masked_out)
+        if self.grid:
+            by_run = x.view(runs, self.longest_run, heads, group, width)
+        else:
+            by_run = x.new_zeros((runs, self.longest_run, heads, group, width))
+            by_run[self.run_of_row, self.slot_of_row] = x
+        return by_run.permute(0, 2, 1, 3, 4).reshape(runs, heads, -1, width)
+
+    def to_rows(self, x: torch.Tensor, group: int) -> torch.Tensor:
+        """The inverse of ``to_runs``: [runs, Hkv, slots * group, X] → [B, Hkv, group, X]."""
+        runs, heads, _, width = x.shape
+        by_run = x.view(runs, heads, self.longest_run, group, width).permute(0, 2, 1, 3, 4)
+        if self.grid:
+            return by_run.reshape(-1, heads, group, width)
+        return by_run[self.run_of_row, self.slot_of_row]
 
 
 _DECODING: contextvars.ContextVar[_PrefixRows] = contextvars.ContextVar("hf_engine_decoding")
@@ -219,34 +247,17 @@ def shared_prefix_attention(
     batch, q_heads, _, dim = query.shape
     kv_heads = key.shape[1]
     group = q_heads // kv_heads
-    scale = scaling if scaling is not None else dim**-0.5
-    runs, slots = len(rows.run_prefix), rows.longest_run
-    q = query.reshape(batch, kv_heads, group, dim)
-    prefix_keys = layer.prefix_keys[rows.run_prefix]  # [runs, Hkv, P, D]; U rows when unique
-    prefix_values = layer.prefix_values[rows.run_prefix]
-    # queries of a run side by side: [runs, Hkv, slots * group, D]
-    by_run = q.new_zeros((runs, slots, kv_heads, group, dim))
-    by_run[rows.run_of_row, rows.slot_of_row] = q
-    by_run = by_run.permute(0, 2, 1, 3, 4).reshape(runs, kv_heads, slots * group, dim)
-    prefix_scores = torch.matmul(by_run, prefix_keys.transpose(-1, -2)) * scale
+    q = query.reshape(batch, kv_heads, group, dim) * (scaling or dim**-0.5)
+    prefix_keys, prefix_values = layer.prefix_keys, layer.prefix_values  # [U, Hkv, P, D]
+    if rows.run_prefix is not None:
+        prefix_keys, prefix_values = prefix_keys[rows.run_prefix], prefix_values[rows.run_prefix]
+    prefix_scores = torch.matmul(rows.to_runs(q), prefix_keys.transpose(-1, -2))
+    prefix_scores = rows.to_rows(prefix_scores.masked_fill(rows.masked_out, float("-inf")), group)
+    own_scores = torch.matmul(q, key.transpose(-1, -2))  # [B, Hkv, group, t]
     prefix_len = prefix_scores.shape[-1]
-    prefix_scores = prefix_scores.masked_fill(
-        ~rows.prefix_mask[rows.run_prefix][:, None, None, :], float("-inf")
-    )
-    prefix_scores = prefix_scores.view(runs, kv_heads, slots, group, prefix_len).permute(
-        0, 2, 1, 3, 4
-    )[rows.run_of_row, rows.slot_of_row]  # [B, Hkv, group, P]
-    own_scores = torch.matmul(q, key.transpose(-1, -2)) * scale  # [B, Hkv, group, t]
     probs = torch.softmax(torch.cat([prefix_scores, own_scores], -1), dim=-1)
-    out = torch.matmul(probs[..., prefix_len:], value)  # [B, Hkv, group, D]
-    prefix_probs = probs.new_zeros((runs, slots, kv_heads, group, prefix_len))
-    prefix_probs[rows.run_of_row, rows.slot_of_row] = probs[..., :prefix_len]
-    prefix_probs = prefix_probs.permute(0, 2, 1, 3, 4).reshape(
-        runs, kv_heads, slots * group, prefix_len
-    )
-    from_prefix = torch.matmul(prefix_probs, prefix_values)  # [runs, Hkv, slots * group, D]
-    from_prefix = from_prefix.view(runs, kv_heads, slots, group, dim).permute(0, 2, 1, 3, 4)
-    out = out + from_prefix[rows.run_of_row, rows.slot_of_row]
+    from_prefix = torch.matmul(rows.to_runs(probs[..., :prefix_len]), prefix_values)
+    out = torch.matmul(probs[..., prefix_len:], value) + rows.to_rows(from_prefix, group)
     return out.reshape(batch, 1, q_heads, dim), None
 
 

@@ -173,3 +173,24 @@ def test_each_distinct_prompt_is_prefilled_once(engine):
     assert [[g.response_ids for g in grp] for grp in again] == [
         [g.response_ids for g in grp] for grp in groups
     ]
+
+
+def test_rows_that_stop_early_leave_the_others_exact(engine):
+    prompts = [engine.encode_chat(c) for c in CONVERSATIONS]
+    prompts.append(prompts[1])  # runs of rows: prompts 0, 1, 2, then 1 again
+    params = SamplingParams(n=3, temperature=1.0, max_tokens=10, seed=7)
+    free = engine.generate_ids(prompts, params)
+    # stop at tokens that some samples draw early: rows leave the batch at different steps
+    counts: dict[int, int] = {}
+    for group in free:
+        for gen in group:
+            for token in set(gen.response_ids[:6]):
+                counts[token] = counts.get(token, 0) + 1
+    engine.eos_token_ids = set(sorted(counts, key=counts.get)[-3:])
+    groups = engine.generate_ids(prompts, params)
+    lengths = [len(g.response_ids) for grp in groups for g in grp]
+    assert len(set(lengths)) > 3 and max(lengths) == 10, lengths
+    for group, prompt in zip(groups, prompts, strict=True):
+        for gen in group:
+            expected = teacher_forced_logprobs(engine, prompt, gen.response_ids, 1.0)
+            torch.testing.assert_close(torch.tensor(gen.logprobs), expected, atol=1e-4, rtol=0)
