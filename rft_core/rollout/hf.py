@@ -105,6 +105,15 @@ class _Row:
     finish_reason: str = "length"
 
 
+def full_attention_cache(model: Any) -> bool:
+    """Whether ``model`` keeps a plain full-attention KV cache (no sliding-window, recurrent or
+    other layer kinds), so that a prompt's cache can be shared by several rows exactly."""
+    if getattr(model, "_is_stateful", False):
+        return False
+    layers = DynamicCache(config=model.config).layers
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+
+
 class SharedPrefixLayer(DynamicLayer):
     """A full-attention KV cache layer for sampling several responses per prompt: each distinct
     prompt's keys/values once ([U, H, P, D], from the prefill), and the tokens decoded after it
@@ -480,15 +489,7 @@ class HFRolloutEngine(PromptEncoding):
                     if shared is not None:
                         shared = shared.keep(keep)
                         _DECODING.set(shared)
-                out = self.model(
-                    input_ids=input_ids,
-                    attention_mask=attention,
-                    position_ids=positions,
-                    past_key_values=cache,
-                    use_cache=True,
-                    logits_to_keep=1,
-                )
-                logits = out.logits[:, -1, :].float()
+                logits, cache = self._forward(input_ids, attention, positions, cache)
         finally:
             if shared is not None:
                 config._attn_implementation = attention_implementation
@@ -513,12 +514,23 @@ class HFRolloutEngine(PromptEncoding):
         input_ids = input_ids.to(self.device)
         attention = attention.to(self.device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        cache, shared = None, None  # stateful (recurrent) models bring their own cache
-        if not getattr(self.model, "_is_stateful", False):
+        cache, shared = None, None  # other models bring their own cache
+        if full_attention_cache(self.model):
             cache = DynamicCache(config=self.model.config)
-            if cache.layers and all(type(layer) is DynamicLayer for layer in cache.layers):
-                cache.layers = [SharedPrefixLayer(max_new) for _ in cache.layers]
-                shared = _PrefixRows.of(cache, attention.bool(), prompt_of_row)
+            cache.layers = [SharedPrefixLayer(max_new) for _ in cache.layers]
+            shared = _PrefixRows.of(cache, attention.bool(), prompt_of_row)
+        logits, cache = self._forward(input_ids, attention, positions, cache)
+        if prompt_of_row != list(range(len(distinct))):
+            index = torch.tensor(prompt_of_row, device=self.device)
+            if shared is None:
+                cache.batch_select_indices(index)
+            logits, attention, positions = logits[index], attention[index], positions[index]
+        return logits, cache, attention, positions, shared
+
+    def _forward(
+        self, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any
+    ) -> tuple[torch.Tensor, Any]:
+        """One forward on the cache: (last-position logits [B, V] fp32, the cache)."""
         out = self.model(
             input_ids=input_ids,
             attention_mask=attention,
@@ -527,11 +539,4 @@ class HFRolloutEngine(PromptEncoding):
             use_cache=True,
             logits_to_keep=1,
         )
-        cache = out.past_key_values
-        logits = out.logits[:, -1, :].float()
-        if prompt_of_row != list(range(len(distinct))):
-            index = torch.tensor(prompt_of_row, device=self.device)
-            if shared is None:
-                cache.batch_select_indices(index)
-            logits, attention, positions = logits[index], attention[index], positions[index]
-        return logits, cache, attention, positions, shared
+        return out.logits[:, -1, :].float(), out.past_key_values

@@ -42,7 +42,12 @@ from rft_core.algorithms.kl import apply_kl_penalty, kl_loss
 from rft_core.algorithms.policy_losses import dpo_loss, ppo_clip_loss, sft_loss
 from rft_core.buffer.experience import Experience
 from rft_core.errors import ConfigError
-from rft_core.rollout.hf import resolve_device, resolve_dtype, token_logprobs
+from rft_core.rollout.hf import (
+    full_attention_cache,
+    resolve_device,
+    resolve_dtype,
+    token_logprobs,
+)
 from rft_core.trainer.batching import (
     MicroBatch,
     SharedPrefix,
@@ -605,18 +610,12 @@ class PolicyTrainer:
 
 
 def shares_prefix(model: Any) -> bool:
-    """Whether ``model`` can run a micro-batch's shared-prompt layout: a KV cache of plain
-    full-attention layers (sliding-window and recurrent layers keep no exact prefix), and no
-    gradient checkpointing while training (transformers drops the cache under it)."""
+    """Whether ``model`` can run a micro-batch's shared-prompt layout: a plain full-attention KV
+    cache (sliding-window and recurrent layers keep no exact prefix), and no gradient
+    checkpointing while training (transformers drops the cache under it)."""
     if model.training and getattr(model, "is_activation_checkpointing", False):
         return False
-    if getattr(model, "_is_stateful", False):
-        return False
-    from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
-
-    cache = DynamicCache(config=model.config)
-    return bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)
+    return full_attention_cache(model)
 
 
 def _restore_rng(rng: dict[str, Any]) -> None:
