@@ -147,14 +147,8 @@ def _dataset_problems(cfg: Any) -> list[tuple[str, str]]:
     preset = get_preset(cfg.algorithm.algorithm_type)
     if cfg.mode in ("both", "explore", "colocate", "bench") and preset.use_rollout:
         ei = cfg.buffer.explorer_input
-        named = [
-            (f"buffer.explorer_input.tasksets[{i}]", ts, False) for i, ts in enumerate(cfg.tasksets)
-        ]
-        named += [
-            (f"buffer.explorer_input.eval_tasksets[{i}]", ts, True)
-            for i, ts in enumerate(ei.eval_tasksets)
-        ]
-        for _path, ts, is_eval in named:
+        checks = [(ts, False) for ts in cfg.tasksets] + [(ts, True) for ts in ei.eval_tasksets]
+        for ts, is_eval in checks:
             try:
                 load_taskset(ts, is_eval=is_eval)
             except RFTError as err:
