@@ -191,9 +191,9 @@ def _probe_ray_address(address: str, timeout_s: float = 5.0) -> None:
         ) from err
 
 
-def start_ray(cfg: Any) -> bool:
-    """Join the given Ray cluster or start a local one. Returns True when this call started
-    (and so must stop) Ray."""
+def start_ray(cfg: Any, min_cpus: int = 0) -> bool:
+    """Join the given Ray cluster or start a local one (with at least ``min_cpus`` logical
+    CPUs). Returns True when this call started (and so must stop) Ray."""
     import ray
 
     if ray.is_initialized():
@@ -220,7 +220,10 @@ def start_ray(cfg: Any) -> bool:
     # Ray starts workers at nice 15 by default; the actors are the run, so give them normal priority
     os.environ.setdefault("RAY_worker_niceness", "0")
     ray.init(
-        num_cpus=max(2, os.cpu_count() or 2),
+        # "local": a new Ray of our own even when `ray start` left a cluster address on this
+        # machine (ray.init() would join that one, and refuse num_cpus)
+        address="local",
+        num_cpus=max(2, os.cpu_count() or 2, min_cpus),
         include_dashboard=False,
         namespace=namespace,
         runtime_env=runtime_env,
@@ -236,13 +239,28 @@ def _actor(cls: type, name: str, cfg: Any, num_gpus: float = 0) -> Any:
 
 
 def _gpu_split(cfg: Any) -> tuple[float, float]:
-    """(explorer GPUs, trainer GPUs) for mode both."""
+    """(explorer actor GPUs, trainer GPUs) for mode both. With ``engine_num > 1`` the engines'
+    placement group (``rft_core/rollout/pool.py``) holds the rollout GPUs, not the explorer."""
     total = cfg.cluster.gpu_per_node * cfg.cluster.node_num
     if total == 0:
         return 0, 0
     rm = cfg.explorer.rollout_model
-    explorer = min(total - 1, rm.engine_num * rm.tensor_parallel_size) if total > 1 else 0.5
-    return explorer, total - explorer if total > 1 else 0.5
+    rollout = min(total - 1, rm.engine_num * rm.tensor_parallel_size) if total > 1 else 0.5
+    trainer = total - rollout if total > 1 else 0.5
+    return (0 if rm.engine_num > 1 else rollout), trainer
+
+
+def _engine_pool_cpus(stages: list[Any]) -> int:
+    """CPUs the engine pools of ``stages`` reserve on a CPU-only local Ray (one per engine; the
+    other actors reserve none), so a local Ray can place them all instead of waiting forever."""
+    return max(
+        (
+            s.explorer.rollout_model.engine_num
+            for s in stages
+            if s.explorer.rollout_model.engine_num > 1 and s.cluster.gpu_per_node == 0
+        ),
+        default=0,
+    )
 
 
 def _wait_all(refs: dict[str, Any], actors: dict[str, Any], progress: Any) -> dict[str, Any]:
@@ -451,7 +469,7 @@ def run_experiment(cfg: Any) -> RunResult:
     stages = resolve_stages(cfg)
     for i, stage in enumerate(stages):
         preflight(stage, check_model=i == 0)
-    own_ray = start_ray(cfg)
+    own_ray = start_ray(cfg, min_cpus=_engine_pool_cpus(stages))
     try:
         previous_hf: Path | None = None
         for stage in stages:
