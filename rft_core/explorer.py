@@ -109,15 +109,31 @@ class Explorer:
         cfg = self.cfg
         rm = cfg.explorer.rollout_model
         device = "cuda" if cfg.cluster.gpu_per_node > 0 and torch.cuda.is_available() else "cpu"
-        self._engine = build_engine(
-            rm.engine_type,
-            cfg.model.model_path,
-            dtype=rm.dtype,
-            device=device,
-            seed=rm.seed,
-            max_model_len=cfg.model.max_model_len,
-        )
+        kwargs = {"dtype": rm.dtype, "seed": rm.seed, "max_model_len": cfg.model.max_model_len}
+        if rm.engine_num > 1:  # engines in their own Ray actors; see rft_core/rollout/pool.py
+            from rft_core.rollout.pool import EnginePool
+
+            self.close_engine()
+            gpu = cfg.cluster.gpu_per_node > 0
+            self._engine = EnginePool(
+                rm.engine_type,
+                cfg.model.model_path,
+                engine_num=rm.engine_num,
+                tensor_parallel_size=rm.tensor_parallel_size,
+                use_gpu=gpu,
+                node_num=cfg.cluster.node_num,
+                device="cuda" if gpu else "cpu",
+                **kwargs,
+            )
+            return device
+        self._engine = build_engine(rm.engine_type, cfg.model.model_path, device=device, **kwargs)
         return device
+
+    def close_engine(self) -> None:
+        """Release an engine pool's actors and placement group (no-op for one engine)."""
+        close = getattr(self._engine, "close", None)
+        if close is not None:
+            close()
 
     def _build(self, start_step: int, start_version: int, weights_from: str | None) -> None:
         from rft_core.buffer import build_buffer
@@ -236,6 +252,7 @@ class Explorer:
                 self._engine.model_version = step
             metrics = self.evaluate(step, prefix="bench")
             results[str(step)] = metrics
+        self.close_engine()
         self.monitor.status("finished", f"bench over steps {[s for s, _ in steps] or [0]}")
         return results
 
@@ -328,6 +345,8 @@ class Explorer:
             if self._buffer is not None:
                 self._buffer.close()
             raise
+        finally:
+            self.close_engine()
 
     def _finish(self, eval_due: bool) -> None:
         if self._buffer is not None:
