@@ -132,6 +132,18 @@ def preflight(cfg: Any, check_model: bool = True) -> None:
                     "cluster.gpu_per_node: 0 to run on CPU, or point RAY_ADDRESS at a GPU cluster",
                 )
             )
+    rm = cfg.explorer.rollout_model
+    if cfg.mode == "both" and rm.engine_num > 1 and gpus_needed > 0:
+        if cfg.synchronizer.sync_method == "nccl":
+            # the broadcast reaches the explorer process, which holds no GPU beside its engines
+            problems.append(
+                (
+                    "synchronizer.sync_method",
+                    f"nccl weight sync into explorer.rollout_model.engine_num={rm.engine_num} GPU "
+                    "engines is not supported yet; set synchronizer.sync_method: checkpoint "
+                    "(every engine then loads each saved state dict), or engine_num: 1",
+                )
+            )
     if not problems:
         return
     if len(problems) == 1:
