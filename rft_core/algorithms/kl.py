@@ -4,7 +4,10 @@ sampled tokens (Schulman's k1/k2/k3). Used two ways:
 - as a loss (``algorithm.kl_loss_fn``, GRPO default ``k2`` with ``kl_coef`` 0.001):
   :func:`kl_loss` adds ``kl_coef * aggregate(KL)`` to the policy loss;
 - as a reward penalty (``algorithm.kl_penalty_fn``): :func:`apply_kl_penalty` subtracts
-  ``coef * KL`` from the token-level rewards before advantages are computed.
+  ``coef * KL`` from the token-level rewards before advantages are computed;
+  :func:`kl_penalized_rewards` is the same penalty summed over each response, the one reward
+  per response that group advantage fns (rloo) take. Which algorithm types apply it:
+  ``rft_core.algorithms.presets`` (``applies_kl_penalty``).
 
 With ``d = lp - ref``: k1 = d; k2 = d²/2; k3 = exp(-d) - 1 + d;
 low_var_kl = k3 with ``d`` clamped to ±20 and the result clamped to ±10 (verl's stable form).
@@ -96,3 +99,21 @@ def apply_kl_penalty(
     kl = kl * mask.to(kl.dtype)
     metrics = {"kl_penalty": float(masked_mean(kl, mask).detach()), "kl_coef": float(kl_coef)}
     return token_rewards - kl_coef * kl, metrics
+
+
+def kl_penalized_rewards(
+    rewards: torch.Tensor,
+    logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    kl_fn: str = "k1",
+    kl_coef: float = 0.001,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """``r_i - kl_coef * sum_t KL_it`` over the unmasked tokens of each response ([B] from
+    [B] rewards and [B, T] log-probs): the outcome reward on the last token after
+    :func:`apply_kl_penalty`, summed over the response as Trinity's rloo (verl's outcome
+    advantages) sums token-level rewards. Metrics as :func:`apply_kl_penalty`."""
+    penalty, metrics = apply_kl_penalty(
+        torch.zeros_like(logprobs), logprobs, ref_logprobs, mask, kl_fn, kl_coef
+    )
+    return rewards.to(penalty.dtype) + penalty.sum(dim=-1), metrics

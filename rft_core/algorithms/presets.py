@@ -6,6 +6,12 @@ Defaults follow Trinity-RFT 0.6, except one deliberate fix: group algorithms def
 group (GRPO 8, RLOO 4) instead of Trinity's silent groups of 1/2, and ``group_algorithm`` lets the
 validator reject ``repeat_times < 2`` for them. DPO uses no separate KL loss (its ``beta``
 already ties the policy to the reference).
+
+``kl_penalty_fn`` (KL subtracted from the rewards) follows Trinity-RFT: it applies where Trinity
+computes advantages in the trainer, after the reference log-probs (``ppo``, ``reinforceplusplus``,
+``rloo``: ``compute_advantage_in_trainer`` in Trinity's ``trinity/algorithm/algorithm.py``), and is
+ignored elsewhere (``grpo``: advantages come from the explorer's raw rewards; ``sft``, ``dpo``: no
+rewards). Trinity ignores it there silently; we say so (:func:`ignored_kl_penalty`).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ class AlgorithmPreset:
     kl_coef: float = 0.0
     kl_penalty_fn: str = "none"  # KL subtracted from token rewards
     kl_penalty_coef: float = 0.0
+    applies_kl_penalty: bool = False  # the trainer applies kl_penalty_fn before advantages
     entropy_coef: float = 0.0
     loss_agg_mode: str = "token-mean"
     use_reference: bool = False
@@ -61,6 +68,7 @@ PRESETS: dict[str, AlgorithmPreset] = {
         policy_loss_fn_args=dict(_PPO_CLIP_ARGS),
         kl_loss_fn="k2",
         kl_coef=0.001,
+        applies_kl_penalty=True,
         use_reference=True,
         group_algorithm=True,
         repeat_times=4,
@@ -73,6 +81,7 @@ PRESETS: dict[str, AlgorithmPreset] = {
         policy_loss_fn_args=dict(_PPO_CLIP_ARGS),
         kl_loss_fn="k2",
         kl_coef=0.001,
+        applies_kl_penalty=True,
         use_reference=True,
         repeat_times=2,
         compute_advantage_in_trainer=True,
@@ -85,6 +94,7 @@ PRESETS: dict[str, AlgorithmPreset] = {
         policy_loss_fn_args=dict(_PPO_CLIP_ARGS),
         kl_loss_fn="k2",
         kl_coef=0.001,
+        applies_kl_penalty=True,
         use_reference=True,
         use_critic=True,
         repeat_times=1,
@@ -107,6 +117,28 @@ PRESETS: dict[str, AlgorithmPreset] = {
 }
 
 ALGORITHM_TYPES = tuple(PRESETS)
+
+
+def ignored_kl_penalty(algorithm_type: str, kl_penalty_fn: str | None) -> str | None:
+    """The warning for a ``kl_penalty_fn`` that ``algorithm_type`` ignores (None: it applies, or
+    none is set)."""
+    if kl_penalty_fn is None or str(kl_penalty_fn).lower() == "none":
+        return None
+    preset = get_preset(algorithm_type)
+    if preset.applies_kl_penalty:
+        return None
+    why = (
+        "its advantages come from the explorer's raw rewards, before the trainer has reference "
+        "log-probs"
+        if preset.advantage_fn
+        else "it trains on a dataset, without rewards"
+    )
+    return (
+        f"algorithm.kl_penalty_fn: {kl_penalty_fn!r} is ignored for algorithm_type "
+        f"{preset.algorithm_type} ({why}; Trinity-RFT ignores it there too). To keep the policy "
+        "near the reference model use algorithm.kl_loss_fn (k2, k3 or low_var_kl) with "
+        "kl_loss_fn_args.kl_coef; set kl_penalty_fn: none to silence this warning"
+    )
 
 
 def get_preset(algorithm_type: str) -> AlgorithmPreset:

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from rft_core.algorithms.presets import get_preset
+from rft_core.algorithms.presets import get_preset, ignored_kl_penalty
 from rft_core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,7 @@ class AlgorithmSettings:
     loss_agg_mode: str
     use_critic: bool
     optimizer: dict[str, Any] = field(default_factory=dict)
+    applies_kl_penalty: bool = True  # False: the preset ignores kl_penalty_fn (grpo, as Trinity)
 
     @classmethod
     def from_config(cls, cfg: Any) -> AlgorithmSettings:
@@ -47,6 +48,9 @@ class AlgorithmSettings:
         kl_loss_args = dict(pick("kl_loss_fn_args", {}))
         kl_penalty_args = dict(pick("kl_penalty_fn_args", {}))
         entropy_args = dict(pick("entropy_loss_fn_args", {}))
+        warning = ignored_kl_penalty(preset.algorithm_type, pick("kl_penalty_fn", None))
+        if warning:
+            log.warning(warning)  # in the trainer's log (job_dir/log/trainer.log)
         opt = getattr(cfg, "optimizer", None)
         optimizer = {
             key: getattr(opt, key, default)
@@ -75,6 +79,7 @@ class AlgorithmSettings:
             loss_agg_mode=pick("loss_agg_mode", preset.loss_agg_mode),
             use_critic=preset.use_critic,
             optimizer=optimizer,
+            applies_kl_penalty=preset.applies_kl_penalty,
         )
 
     @property
@@ -83,7 +88,7 @@ class AlgorithmSettings:
 
     @property
     def uses_kl_penalty(self) -> bool:
-        return self.kl_penalty_fn != "none" and self.kl_penalty_coef > 0
+        return self.applies_kl_penalty and self.kl_penalty_fn != "none" and self.kl_penalty_coef > 0
 
     @property
     def needs_reference(self) -> bool:
