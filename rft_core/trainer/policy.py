@@ -16,8 +16,9 @@ Where things come from:
 - advantages: group algorithms (grpo, rloo) use ``Experience.advantage`` computed by the
   explorer; only when it is None does the trainer compute it here from rewards and group ids
   with the same registry function. Token-level ones (reinforceplusplus, ppo/gae) are computed
-  here over the whole batch; ``kl_penalty_fn`` applies to these token rewards (group
-  advantages are final when they arrive, so a KL penalty does not apply to them);
+  here over the whole batch; ``kl_penalty_fn`` applies to these token rewards, and for rloo
+  to each response's reward, after which the trainer recomputes its group advantages (as
+  Trinity, which computes rloo in the trainer); grpo ignores it, as Trinity (see presets);
 - reference model: loaded once from ``model_path`` when a KL term or DPO needs it.
 
 Devices: fp32 on CPU; on CUDA fp32 master weights with bf16 autocast (``dtype: auto``), and
@@ -38,7 +39,7 @@ import torch
 from rft_core.algorithms import advantages as adv
 from rft_core.algorithms.aggregation import aggregate_loss, masked_mean
 from rft_core.algorithms.entropy import entropy_from_logits
-from rft_core.algorithms.kl import apply_kl_penalty, kl_loss
+from rft_core.algorithms.kl import apply_kl_penalty, kl_loss, kl_penalized_rewards
 from rft_core.algorithms.policy_losses import dpo_loss, ppo_clip_loss, sft_loss
 from rft_core.buffer.experience import Experience
 from rft_core.errors import ConfigError
@@ -321,7 +322,10 @@ class PolicyTrainer:
         fn = adv.get_advantage_fn(algo.advantage_fn) if algo.advantage_fn else None
         rewards = torch.tensor([e.reward for e in experiences], dtype=torch.float32)
         if fn is None or fn.level == "group":
-            if all(e.advantage is not None for e in experiences):
+            penalize = fn is not None and algo.uses_kl_penalty  # rloo: penalty, then the group fn
+            if penalize:
+                rewards = self._kl_penalized_rewards(rewards, mbs, old, ref, metrics)
+            if not penalize and all(e.advantage is not None for e in experiences):
                 seq_adv, keep = torch.tensor([float(e.advantage) for e in experiences]), None
             elif fn is None:
                 raise ConfigError(
@@ -376,6 +380,33 @@ class PolicyTrainer:
         else:
             token_adv = fn(token_rewards, mask, **args)
         return [token_adv[mb.rows, width - mb.response_width :] for mb in mbs], critic_inputs
+
+    def _kl_penalized_rewards(
+        self,
+        rewards: torch.Tensor,
+        mbs: list[MicroBatch],
+        old: list[torch.Tensor],
+        ref: list[torch.Tensor | None],
+        metrics: dict[str, float],
+    ) -> torch.Tensor:
+        """Each response's reward minus kl_coef x its summed token KL (old vs reference), for a
+        group advantage fn; the explorer's advantages came from the raw rewards."""
+        algo = self.algo
+        out, kl_sum, tokens = rewards.clone(), 0.0, 0.0
+        for mb, o, r in zip(mbs, old, ref, strict=True):
+            penalized, km = kl_penalized_rewards(
+                rewards[mb.rows].to(o.device),
+                o,
+                r,
+                mb.mask,
+                algo.kl_penalty_fn,
+                algo.kl_penalty_coef,
+            )
+            out[mb.rows] = penalized.cpu()
+            n = float(mb.mask.sum())
+            kl_sum, tokens = kl_sum + km["kl_penalty"] * n, tokens + n
+        metrics["actor/kl_penalty"] = kl_sum / max(tokens, 1.0)
+        return out
 
     def _policy_backward(self, experiences: list[Experience]) -> dict[str, float]:
         algo = self.algo
