@@ -27,7 +27,7 @@ import importlib.util
 import logging
 from pathlib import PurePosixPath
 
-from rft_core.algorithms.presets import get_preset
+from rft_core.algorithms.presets import get_preset, ignored_kl_penalty
 from rft_core.config.schema import (
     Config,
     ExperienceBufferConfig,
@@ -202,6 +202,8 @@ def _derive_algorithm(cfg: Config) -> None:
     a.kl_penalty_fn = a.kl_penalty_fn or p.kl_penalty_fn
     if a.kl_penalty_fn != "none":
         a.kl_penalty_fn_args.setdefault("kl_coef", p.kl_penalty_coef or 0.001)
+    if warning := ignored_kl_penalty(a.algorithm_type, a.kl_penalty_fn):
+        log.warning(warning)
     a.entropy_loss_fn = a.entropy_loss_fn or "default"
     a.entropy_loss_fn_args.setdefault("entropy_coef", p.entropy_coef)
     a.loss_agg_mode = a.loss_agg_mode or p.loss_agg_mode
