@@ -28,11 +28,14 @@ from rft_core.config.fields import default_value, strip_optional
 from rft_core.config.schema import Config
 from rft_core.errors import ConfigError
 
-# Keys that older Trinity versions accepted and that moved: the error says where they went.
+# Keys that older Trinity versions accepted and that moved: the error says where they went. An
+# entry "section.key" matches that path only (list indices dropped); a bare "key" matches anywhere.
 MOVED_KEYS = {
     "sft_warmup_dataset": "SFT warmup is a stage now: add `stages: [{stage_name: sft_warmup, mode: train, algorithm: {algorithm_type: sft}, buffer: {...}}, {stage_name: rft}]` (see examples/grpo_gsm8k/gsm8k_sft_warmup.yaml)",
     "sft_warmup_steps": "SFT warmup is a stage now: set buffer.total_steps inside an sft_warmup stage (see examples/grpo_gsm8k/gsm8k_sft_warmup.yaml)",
-    "runner_num": "renamed to explorer.runner_per_model",
+    "algorithm_type": "moved to algorithm.algorithm_type",
+    "synchronizer.sync_iteration_interval": "renamed to synchronizer.sync_interval",
+    "data": "Trinity-RFT's old `data` section is gone: tasksets live in buffer.explorer_input.taskset (name, path, format, ...) and buffer.batch_size / total_epochs in buffer",
 }
 
 
@@ -200,6 +203,8 @@ def convert(tp: Any, value: Any, path: str, meta: Mapping[str, Any] | None = Non
     if value is None:
         if optional or tp is Any:
             return None
+        if typing.get_origin(tp) is dict:
+            return {}  # Trinity's free-form dicts are Optional[dict]: `kl_loss_fn_args: null`
         if dataclasses.is_dataclass(tp):
             return tp()  # `format:` with nothing under it: the section's defaults
         raise ConfigError(path, f"must be {_type_name(tp)}, got null", value=None)
@@ -302,10 +307,11 @@ def _to_choice(value: str, path: str, meta: Mapping[str, Any]) -> str:
 
 
 def _unknown_key(path: str, key: str, allowed: list[str]) -> ConfigError:
-    if key in MOVED_KEYS:
-        return ConfigError(
-            path, f"unknown key {key!r}: {MOVED_KEYS[key]}", value=key, allowed=allowed
-        )
+    moved = MOVED_KEYS.get(re.sub(r"\[\d+\]", "", path).removeprefix("stages.")) or MOVED_KEYS.get(
+        key
+    )
+    if moved:
+        return ConfigError(path, f"unknown key {key!r}: {moved}", value=key, allowed=allowed)
     hint = _closest(key, allowed)
     msg = f"unknown key {key!r}"
     if hint:

@@ -5,7 +5,9 @@ Every field carries its metadata once, beside its default (``field(metadata=...)
 - ``help``: one line shown in the reference YAML, the JSON schema and the web forms;
 - ``choices``: allowed values of an enum-like string (matched case-insensitively);
 - ``aliases``: other spellings users write (``sync_method: online`` means ``nccl``);
-- ``level``: ``beginner`` (shown in the simple web form) or ``expert``.
+- ``level``: ``beginner`` (shown in the simple web form) or ``expert``;
+- ``unimplemented``: accepted so that Trinity-RFT users' configs load, not acted on; a
+  non-default value logs a warning (``rft_core.config.trinity_compat``).
 
 A default of ``None`` on a field whose help says "derived" means "decided by the validator from
 the rest of the config" (``rft_core.config.validate``); after ``load_config`` those fields hold
@@ -15,14 +17,25 @@ concrete values. Free-form dicts (``*_args``, ``trainer_config``, ``monitor_args
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rft_core.algorithms.presets import PRESETS
-
-BEGINNER = "beginner"
-EXPERT = "expert"
+from rft_core.config.meta import BEGINNER
+from rft_core.config.meta import config_field as _field
+from rft_core.config.trinity_compat import (
+    DataProcessorConfig,
+    DynamicTimeoutConfig,
+    ExternalModelConfig,
+    LogConfig,
+    LoRAConfig,
+    MegatronParallelConfig,
+    OverRolloutConfig,
+    ReplayBufferConfig,
+    ServiceConfig,
+    TinkerConfig,
+)
 
 MODES = ["both", "explore", "train", "bench", "serve", "colocate"]
 ALGORITHM_TYPES = list(PRESETS)
@@ -33,25 +46,6 @@ LOSS_AGG_MODES = [
     "seq-mean-token-mean",
     "seq-mean-token-sum-norm",
 ]
-
-
-def _field(
-    default: Any = None,
-    help: str = "",
-    *,
-    choices: list[str] | None = None,
-    aliases: dict[str, str] | None = None,
-    level: str = EXPERT,
-    factory: Any = None,
-) -> Any:
-    metadata = {"help": help, "level": level}
-    if choices is not None:
-        metadata["choices"] = choices
-    if aliases:
-        metadata["aliases"] = aliases
-    if factory is not None:
-        return field(default_factory=factory, metadata=metadata)
-    return field(default=default, metadata=metadata)
 
 
 # ---------------------------------------------------------------- buffer: tasksets and experiences
@@ -89,6 +83,23 @@ class FormatConfig:
         None,
         "passed to the chat template for models with a thinking switch (None: template default)",
     )
+    tools_key: str = _field(
+        "tools", "column holding the tools of a tool-call task", unimplemented=True
+    )
+    image_key: str | None = _field(
+        None, "column holding images (multi-modal data)", unimplemented=True
+    )
+    video_key: str | None = _field(
+        None, "column holding videos (multi-modal data)", unimplemented=True
+    )
+    reply_prefix: str | None = _field(
+        None, "text every assistant reply starts with", unimplemented=True
+    )
+    enable_concatenated_multi_turn: bool = _field(
+        False,
+        "multi-turn SFT: one sample per conversation, every assistant turn trained",
+        unimplemented=True,
+    )
 
 
 @dataclass
@@ -120,6 +131,12 @@ class DataSelectorConfig:
         choices=["sequential", "shuffle"],
     )
     seed: int = _field(42, "seed of the shuffle")
+    feature_keys: list[str] = _field(
+        help="columns a selector estimates from", factory=list, unimplemented=True
+    )
+    kwargs: dict[str, Any] = _field(
+        help="free-form selector arguments", factory=dict, unimplemented=True
+    )
 
 
 @dataclass
@@ -165,6 +182,11 @@ class TasksetConfig:
         False, "show a progress bar (per file) while reading the dataset"
     )
     index: int = _field(0, "start offset (tasks to skip); resume sets it from the checkpoint")
+    task_selector: DataSelectorConfig | None = _field(
+        None, "deprecated spelling of data_selector (read as data_selector, with a warning)"
+    )
+    max_retry_times: int = _field(3, "sql storage: retries of a failed read", unimplemented=True)
+    max_retry_interval: int = _field(1, "sql storage: seconds between retries", unimplemented=True)
 
 
 @dataclass
@@ -193,6 +215,14 @@ class ExperienceBufferConfig:
         False, "show a progress bar (per file) while reading the dataset"
     )
     index: int = _field(0, "start offset of a dataset read in train mode")
+    replay_buffer: ReplayBufferConfig | None = _field(
+        help="priority replay of queue experiences", factory=ReplayBufferConfig, unimplemented=True
+    )
+    max_retry_times: int = _field(3, "sql storage: retries of a failed read", unimplemented=True)
+    max_retry_interval: int = _field(1, "sql storage: seconds between retries", unimplemented=True)
+    data_selector: DataSelectorConfig = _field(
+        help="order of a dataset read in train mode", factory=DataSelectorConfig, unimplemented=True
+    )
 
 
 @dataclass
@@ -228,6 +258,11 @@ class TrainerInput:
         "trainer input (derived in both/colocate: a queue named experience_buffer)",
         level=BEGINNER,
     )
+    auxiliary_buffers: dict[str, Any] = _field(
+        help="extra experience buffers by name (data mixing, e.g. SFT data in mix_chord)",
+        factory=dict,
+        unimplemented=True,
+    )
 
 
 @dataclass
@@ -246,6 +281,12 @@ class BufferConfig:
     )
     explorer_input: ExplorerInput = _field(help="tasksets", factory=ExplorerInput)
     trainer_input: TrainerInput = _field(help="experience buffer", factory=TrainerInput)
+    max_retry_times: int | None = _field(
+        None, "old key (now on each taskset / experience_buffer): no effect, logs a warning"
+    )
+    max_retry_interval: int | None = _field(
+        None, "old key (now on each taskset / experience_buffer): no effect, logs a warning"
+    )
 
 
 # ---------------------------------------------------------------- algorithm
@@ -266,6 +307,9 @@ class OptimizerConfig:
     betas: list[float] = _field(help="Adam betas", factory=lambda: [0.9, 0.999])
     weight_decay: float = _field(0.01, "weight decay")
     clip_grad: float = _field(1.0, "gradient norm clip (trainer.grad_clip overrides it when set)")
+    warmup_style: str | None = _field(
+        None, "deprecated spelling of lr_scheduler_type (read as it, with a warning)"
+    )
 
 
 @dataclass
@@ -285,6 +329,11 @@ class AlgorithmConfig:
     optimizer: OptimizerConfig = _field(help="optimizer and LR schedule", factory=OptimizerConfig)
     sample_strategy: str | None = _field(
         None, "how the trainer samples experiences (None: in order)"
+    )
+    sample_strategy_args: dict[str, Any] = _field(
+        help="free-form arguments of the sample strategy (e.g. expert_data_ratio)",
+        factory=dict,
+        unimplemented=True,
     )
     advantage_fn: str | None = _field(
         None,
@@ -318,6 +367,17 @@ class AlgorithmConfig:
         None,
         "how token losses are averaged (derived from algorithm_type: token-mean)",
         choices=LOSS_AGG_MODES,
+    )
+    enable_router_replay: bool = _field(
+        False, "MoE models: replay the rollout's expert routing", unimplemented=True
+    )
+    bypass_old_logprobs: bool = _field(
+        True,
+        "old log-probs are the rollout engine's (False: recomputed by the trainer)",
+        unimplemented=True,
+    )
+    rollout_correction: dict[str, Any] | None = _field(
+        None, "off-policy correction (importance weights, rejection sampling)", unimplemented=True
     )
 
 
@@ -356,6 +416,28 @@ class ModelConfig:
         "trainer weights dtype (auto: bfloat16 on GPU, float32 on CPU)",
         choices=["auto", "bfloat16", "float16", "float32"],
         aliases={"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"},
+    )
+    min_response_tokens: int = _field(0, "shortest response", unimplemented=True)
+    enable_prompt_truncation: bool = _field(
+        True, "truncate prompts to max_prompt_tokens (RFT Studio always does)", unimplemented=True
+    )
+    repetition_penalty: float = _field(1.0, "rollout repetition penalty", unimplemented=True)
+    lora_configs: list[LoRAConfig] | None = _field(
+        None, "LoRA adapters of the rollout model", unimplemented=True
+    )
+    fully_sharded_loras: bool = _field(False, "vLLM: shard LoRA computation", unimplemented=True)
+    max_cpu_loras: int | None = _field(
+        None, "vLLM: LoRA adapters kept in CPU memory", unimplemented=True
+    )
+    rope_scaling: dict[str, Any] | None = _field(None, "RoPE scaling override", unimplemented=True)
+    rope_theta: float | None = _field(None, "RoPE theta override", unimplemented=True)
+    tinker: TinkerConfig = _field(
+        help="training through the Tinker service", factory=TinkerConfig, unimplemented=True
+    )
+    external_model: ExternalModelConfig = _field(
+        help="rollouts from an OpenAI-compatible API",
+        factory=ExternalModelConfig,
+        unimplemented=True,
     )
 
 
@@ -398,6 +480,53 @@ class RolloutModelConfig:
     extra_engine_args: dict[str, Any] = _field(
         help="free-form engine keyword arguments", factory=dict
     )
+    max_model_len: int | None = _field(
+        None,
+        "rollout prompt + response tokens (None: model's; fills model.max_model_len when that is unset)",
+    )
+    max_prompt_tokens: int | None = _field(
+        None,
+        "longest rollout prompt (None: model's; fills model.max_prompt_tokens when that is unset)",
+    )
+    max_response_tokens: int | None = _field(
+        None,
+        "longest rollout response (None: model's; fills model.max_response_tokens when that is unset)",
+    )
+    chat_template: str | None = _field(
+        None,
+        "chat template of rollouts (None: model's; fills model.custom_chat_template when that is unset)",
+    )
+    enable_thinking: bool | None = _field(
+        None,
+        "thinking switch of rollouts (None: model's; fills model.enable_thinking when that is unset)",
+    )
+    trust_remote_code: bool = _field(False, "allow model code (true sets model.trust_remote_code)")
+    name: str | None = _field(None, "model name for AgentScope workflows", unimplemented=True)
+    data_parallel_size: int = _field(1, "data parallel size per engine", unimplemented=True)
+    pipeline_parallel_size: int = _field(1, "pipeline parallel size per engine", unimplemented=True)
+    enable_expert_parallel: bool = _field(False, "expert parallelism (MoE)", unimplemented=True)
+    min_response_tokens: int | None = _field(None, "shortest rollout response", unimplemented=True)
+    enable_prompt_truncation: bool | None = _field(
+        None, "truncate rollout prompts", unimplemented=True
+    )
+    repetition_penalty: float | None = _field(
+        None, "rollout repetition penalty", unimplemented=True
+    )
+    ignore_eos: bool = _field(False, "generate past the end-of-sequence token", unimplemented=True)
+    enable_multimodal: bool = _field(False, "multi-modal inputs", unimplemented=True)
+    enable_history: bool = _field(False, "record the engine's request history", unimplemented=True)
+    enable_openai_api: bool = _field(
+        False, "serve an OpenAI-compatible API for workflows", unimplemented=True
+    )
+    enable_log_requests: bool = _field(False, "log requests of the API server", unimplemented=True)
+    base_port: int | None = _field(None, "first port of the API servers", unimplemented=True)
+    api_key: str = _field("EMPTY", "API key of the API servers", unimplemented=True)
+    enable_auto_tool_choice: bool = _field(False, "API: automatic tool choice", unimplemented=True)
+    tool_call_parser: str | None = _field(None, "API: tool-call parser", unimplemented=True)
+    reasoning_parser: str | None = _field(None, "API: reasoning parser", unimplemented=True)
+    weight_sync_buffer_size: int = _field(
+        1024, "MB per NCCL weight-sync bucket", unimplemented=True
+    )
 
 
 @dataclass
@@ -410,6 +539,48 @@ class ExplorerConfig:
     eval_on_startup: bool = _field(True, "evaluate at step 0", level=BEGINNER)
     bench_on_latest_checkpoint: bool = _field(False, "bench mode: only the latest checkpoint")
     rollout_model: RolloutModelConfig = _field(help="rollout engines", factory=RolloutModelConfig)
+    runner_num: int | None = _field(
+        None, "deprecated in Trinity-RFT: no effect, logs a warning (use runner_per_model)"
+    )
+    runner_prepare_concurrency: int = _field(
+        128, "concurrent runner preparations", unimplemented=True
+    )
+    runner_prepare_max_retries: int = _field(
+        3, "retries of a failed runner preparation", unimplemented=True
+    )
+    env_vars: dict[str, Any] = _field(
+        help="environment variables of workflow runners", factory=dict, unimplemented=True
+    )
+    concurrent_mode: str = _field(
+        "sequential",
+        "how a runner runs a group: sequential, asynchronous, multi-threading",
+        unimplemented=True,
+    )
+    max_repeat_times_per_runner: int | None = _field(
+        None, "runs of one task per runner", unimplemented=True
+    )
+    auxiliary_models: list[RolloutModelConfig] = _field(
+        help="extra models for custom workflows (judges, tools)", factory=list, unimplemented=True
+    )
+    proxy_port: int = _field(8010, "serve mode: proxy port", unimplemented=True)
+    listen_address: str = _field("0.0.0.0", "serve mode: listen address", unimplemented=True)
+    service_status_check_interval: int = _field(
+        60, "serve mode: seconds between checks", unimplemented=True
+    )
+    min_running_model_num: int = _field(1, "serve mode: models kept running", unimplemented=True)
+    db_url: str | None = _field(None, "serve mode: history database", unimplemented=True)
+    over_rollout: OverRolloutConfig = _field(
+        help="over-rollout", factory=OverRolloutConfig, unimplemented=True
+    )
+    dynamic_timeout: DynamicTimeoutConfig = _field(
+        help="per-step timeout from task times", factory=DynamicTimeoutConfig, unimplemented=True
+    )
+    runner_state_report_interval: int = _field(
+        0, "seconds between runner reports (0: off)", unimplemented=True
+    )
+    max_inflight_batches: int = _field(
+        2, "train batches held by the rollout coordinator", unimplemented=True
+    )
 
 
 @dataclass
@@ -430,6 +601,14 @@ class SynchronizerConfig:
     sync_interval: int = _field(1, "sync every N steps (1: on-policy)", level=BEGINNER)
     sync_offset: int = _field(0, "explorer steps run before the first sync")
     sync_timeout: int = _field(3600, "seconds to wait for a sync")
+    explorer_sync_interval: int | None = _field(
+        None, "explorer's own sync_interval", unimplemented=True
+    )
+    trainer_sync_interval: int | None = _field(
+        None, "trainer's own sync_interval", unimplemented=True
+    )
+    group_name: str = _field("rollout_weight_sync", "NCCL process group name", unimplemented=True)
+    wait_for_checkpoint: bool = _field(False, "wait for the latest checkpoint", unimplemented=True)
 
 
 @dataclass
@@ -462,6 +641,42 @@ class TrainerConfig:
         None, "stop training after this trainer step (None: end of data)"
     )
     trainer_config: dict[str, Any] = _field(help="free-form backend overrides", factory=dict)
+    ppo_max_token_len_per_gpu: int | None = _field(
+        None, "old name of max_token_len_per_gpu (read as it, with a warning)"
+    )
+    trainer_type: str = _field(
+        "verl", "Trinity's trainer backend (RFT Studio has its own)", unimplemented=True
+    )
+    trainer_config_path: str = _field(
+        "", "verl config file (deprecated in Trinity-RFT; use trainer_config)", unimplemented=True
+    )
+    enable_preview: bool = _field(True, "rollout preview in wandb", unimplemented=True)
+    use_dynamic_bsz: bool = _field(
+        True,
+        "micro-batches by token count (RFT Studio always packs by max_token_len_per_gpu)",
+        unimplemented=True,
+    )
+    use_remove_padding: bool = _field(
+        True, "remove padding in the trainer forward", unimplemented=True
+    )
+    balance_batch: bool = _field(
+        True, "balance tokens across data-parallel ranks", unimplemented=True
+    )
+    critic_warmup: int = _field(0, "steps that update only the critic", unimplemented=True)
+    ulysses_sequence_parallel_size: int = _field(1, "sequence parallel size", unimplemented=True)
+    fix_actor_microbatch_loss_scale: bool = _field(
+        False, "micro-batch loss scale fix", unimplemented=True
+    )
+    param_offload: bool = _field(False, "offload parameters to CPU", unimplemented=True)
+    optimizer_offload: bool = _field(False, "offload optimizer state to CPU", unimplemented=True)
+    grad_offload: bool = _field(False, "offload gradients to CPU", unimplemented=True)
+    offload_policy: bool = _field(False, "FSDP2 offload policy", unimplemented=True)
+    save_strategy: str = _field(
+        "unrestricted", "concurrency of checkpoint saving", unimplemented=True
+    )
+    megatron: MegatronParallelConfig = _field(
+        help="Megatron parallelism", factory=MegatronParallelConfig, unimplemented=True
+    )
 
 
 @dataclass
@@ -473,6 +688,7 @@ class MonitorConfig:
     )
     monitor_args: dict[str, Any] = _field(help="free-form arguments for the sink", factory=dict)
     detailed_stats: bool = _field(False, "also log std of eval metrics")
+    enable_ray_timeline: bool = _field(False, "write a Ray timeline profile", unimplemented=True)
 
 
 # ---------------------------------------------------------------- stages and the root
@@ -495,6 +711,9 @@ class StageConfig:
         None, "replaces the global synchronizer section"
     )
     trainer: TrainerConfig | None = _field(None, "replaces the global trainer section")
+    data_processor: DataProcessorConfig | None = _field(
+        None, "replaces the global data_processor section", unimplemented=True
+    )
 
 
 @dataclass
@@ -517,6 +736,21 @@ class Config:
         True, "resume from the latest checkpoint in the job dir", level=BEGINNER
     )
     stage_name: str | None = _field(None, "set by resolve_stages on each stage's config")
+    ray_namespace: str = _field(
+        "", "Ray namespace of the job (empty: derived from the job)", unimplemented=True
+    )
+    ignore_validator_suggestions: bool = _field(
+        False, "skip GPU-memory suggestions", unimplemented=True
+    )
+    data_processor: DataProcessorConfig = _field(
+        help="task and experience pipelines (Data-Juicer)",
+        factory=DataProcessorConfig,
+        unimplemented=True,
+    )
+    service: ServiceConfig = _field(
+        help="outside services", factory=ServiceConfig, unimplemented=True
+    )
+    log: LogConfig = _field(help="actor logging", factory=LogConfig, unimplemented=True)
     algorithm: AlgorithmConfig = _field(help="algorithm", factory=AlgorithmConfig)
     model: ModelConfig = _field(help="model", factory=ModelConfig)
     cluster: ClusterConfig = _field(help="cluster", factory=ClusterConfig)

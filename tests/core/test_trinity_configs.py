@@ -1,0 +1,314 @@
+"""Other users' Trinity-RFT configs: real example configs from Trinity-RFT repositories
+(``trinity_configs/``, each naming its source repo, path and commit on its first line) load and
+validate with our schema, or fail with one clear message that names the YAML path and what is
+supported. Model and data paths in them do not exist on this machine; loading never touches them
+(they are checked when the run starts). Keys Trinity accepts but RFT Studio does not implement
+load with a warning, never silently, and deprecated spellings map onto their current keys."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rft_core.config import check_registered_names, load_config, load_config_from_dict
+from rft_core.config.fields import iter_fields
+from rft_core.errors import ConfigError
+
+CORPUS = Path(__file__).parent / "trinity_configs"
+FILES = sorted(CORPUS.glob("*.yaml"))
+SOURCE = re.compile(r"^# source: [\w.-]+/Trinity-RFT examples/\S+\.yaml @ [0-9a-f]{40}$")
+
+# stem -> None (loads and its workflows/rewards are registered) or (YAML path, text of the error)
+EXPECTED: dict[str, tuple[str, str] | None] = {
+    "grpo_gsm8k": None,
+    "grpo_lora_gsm8k": None,
+    "grpo_gsm8k_task_pipeline": None,
+    "rloo_gsm8k": None,
+    "reinforceplusplus_gsm8k": None,
+    "dpo_humanlike": None,
+    "async_gsm8k_explorer": None,
+    # algorithms we do not implement: the error lists the ones we do
+    "opmd_gsm8k": ("algorithm.algorithm_type", "'opmd' is not one of grpo, rloo"),
+    "gspo_gsm8k": ("algorithm.algorithm_type", "'gspo' is not one of grpo, rloo"),
+    "mix_chord": ("algorithm.algorithm_type", "'mix_chord' is not one of grpo, rloo"),
+    # workflows and reward functions we do not have: the error lists the registered ones
+    "grpo_alfworld": (
+        "buffer.explorer_input.taskset.default_workflow_type",
+        "unknown workflow 'alfworld_workflow'",
+    ),
+    "grpo_toolcall": (
+        "buffer.explorer_input.taskset.default_workflow_type",
+        "unknown workflow 'toolcall_workflow'",
+    ),
+    "grpo_frozen_lake": (
+        "buffer.explorer_input.taskset.default_workflow_type",
+        "unknown workflow 'frozen_lake_workflow'",
+    ),
+    "grpo_gsm8k_openjudge": (
+        "buffer.explorer_input.taskset.default_workflow_type",
+        "unknown workflow 'math_rm_workflow'",
+    ),
+    "ppo_countdown": (
+        "buffer.explorer_input.taskset.default_reward_fn_type",
+        "unknown reward function 'countdown_reward'",
+    ),
+    # deliberate differences (TRINITY_COMPAT.md: train_batch_size is required for sft and train mode)
+    "sft_mot": ("buffer.train_batch_size", "required with algorithm_type sft"),
+    "async_gsm8k_trainer": ("buffer.train_batch_size", "required with mode train"),
+    # a token budget smaller than one sequence cannot train it
+    "grpo_vlm": ("trainer.max_token_len_per_gpu", "must be >= 20480, got 16384"),
+    # keys Trinity-RFT 0.6 rejects as well: the error says what to write instead
+    "dapo_math": ("buffer.explorer_input.taskset.subset", "did you mean 'subset_name'?"),
+    "grpo_math_top_level_algorithm_type": ("algorithm_type", "moved to algorithm.algorithm_type"),
+    "grpo_gsm8k_v0.1_data_section": ("data", "buffer.explorer_input.taskset"),
+}
+
+
+@pytest.fixture
+def trinity_env(monkeypatch, tmp_path):
+    """The env variables Trinity's examples read: unset, except the taskset path two of them need."""
+    for var in ("TRINITY_CHECKPOINT_ROOT_DIR", "TRINITY_MODEL_PATH", "TRINITY_SFT_DATASET_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TRINITY_TASKSET_PATH", str(tmp_path / "no_such_taskset"))
+
+
+def _load_and_check(path: Path):
+    cfg = load_config(path)
+    check_registered_names(cfg)
+    return cfg
+
+
+def test_the_corpus_names_its_sources_and_expectations():
+    assert len(FILES) >= 20
+    assert {f.stem for f in FILES} == set(EXPECTED)
+    for f in FILES:
+        first = f.read_text().splitlines()[0]
+        assert SOURCE.match(first), (
+            f"{f.name}: first line must be '# source: <repo> <path> @ <commit>'"
+        )
+    assert sum(v is None for v in EXPECTED.values()) >= 7
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
+def test_trinity_config_loads_or_names_what_is_not_supported(trinity_env, path: Path):
+    expected = EXPECTED[path.stem]
+    if expected is None:
+        cfg = _load_and_check(path)
+        assert cfg.model.model_path
+        return
+    where, text = expected
+    with pytest.raises(ConfigError) as info:
+        _load_and_check(path)
+    message = str(info.value)
+    assert info.value.path == where, message
+    assert message.startswith(f"{where}: ") and "\n" not in message
+    assert text in message, message
+
+
+def test_the_seed_like_config_keeps_its_values(trinity_env):
+    cfg = load_config(CORPUS / "grpo_gsm8k.yaml")
+    assert cfg.algorithm.repeat_times == 8 and cfg.buffer.batch_size == 96
+    assert cfg.trainer.max_token_len_per_gpu == 16384
+    assert cfg.explorer.rollout_model.gpu_memory_utilization == 0.7
+    assert cfg.trainer.trainer_type == "verl" and cfg.trainer.ulysses_sequence_parallel_size == 1
+
+
+def test_unimplemented_settings_warn_and_defaults_stay_quiet(trinity_env, caplog):
+    with caplog.at_level(logging.WARNING, logger="rft_core.config"):
+        load_config(CORPUS / "grpo_gsm8k.yaml")  # trainer_type verl, use_dynamic_bsz true: defaults
+    assert not [r for r in caplog.records if "does not implement" in r.getMessage()]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="rft_core.config"):
+        cfg = load_config(CORPUS / "grpo_lora_gsm8k.yaml")
+    warned = [r.getMessage() for r in caplog.records if "does not implement" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("model.lora_configs = [{'name': 'lora'")
+    assert cfg.model.lora_configs[0].lora_rank == 16
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="rft_core.config"):
+        load_config(CORPUS / "grpo_gsm8k_task_pipeline.yaml")
+    warned = {r.getMessage().split(" = ")[0] for r in caplog.records}
+    assert {"data_processor", "service", "trainer.trainer_config_path"} <= warned
+
+
+def test_unimplemented_settings_in_stages_and_list_items_are_found(trinity_env):
+    from rft_core.config.trinity_compat import unimplemented_settings
+
+    cfg = load_config(CORPUS / "grpo_gsm8k.yaml")
+    cfg.buffer.explorer_input.eval_tasksets[0].format.image_key = "images"
+    cfg.explorer.rollout_model.enable_openai_api = True
+    found = dict(unimplemented_settings(cfg))
+    assert found == {
+        "buffer.explorer_input.eval_tasksets[0].format.image_key": "images",
+        "explorer.rollout_model.enable_openai_api": True,
+    }
+
+
+def test_deprecated_spellings_map_onto_current_keys(trinity_env, caplog):
+    with caplog.at_level(logging.WARNING, logger="rft_core.config"):
+        cfg = load_config(CORPUS / "dpo_humanlike.yaml")
+    o = cfg.algorithm.optimizer
+    assert o.lr_scheduler_type == "cosine" and o.warmup_style is None and o.betas == [0.9, 0.95]
+    assert (
+        cfg.trainer.max_token_len_per_gpu == 16384 and cfg.trainer.ppo_max_token_len_per_gpu is None
+    )
+    text = caplog.text
+    assert (
+        "warmup_style is deprecated" in text and "ppo_max_token_len_per_gpu is an old name" in text
+    )
+    assert "trainer.use_dynamic_bsz = False" in text  # set, not implemented: said out loud
+
+
+def test_deprecated_spelling_that_contradicts_the_current_key_is_an_error(trinity_env):
+    d = yaml_of("dpo_humanlike.yaml")
+    d["algorithm"]["optimizer"]["lr_scheduler_type"] = "linear"
+    with pytest.raises(ConfigError) as info:
+        load_config_from_dict(d)
+    assert info.value.path == "algorithm.optimizer.warmup_style"
+    assert "contradicts algorithm.optimizer.lr_scheduler_type 'linear'" in str(info.value)
+
+
+def test_runner_num_and_old_buffer_retry_keys_load_with_a_warning(trinity_env, caplog):
+    with caplog.at_level(logging.WARNING, logger="rft_core.config"):
+        cfg = load_config(CORPUS / "async_gsm8k_explorer.yaml")
+    assert cfg.explorer.runner_per_model == 8 and cfg.explorer.runner_num is None
+    assert cfg.explorer.rollout_model.engine_type == "vllm"  # vllm_async is an alias
+    assert "explorer.runner_num = 32 is deprecated" in caplog.text
+    assert "buffer.max_retry_times = 3 is an old key" in caplog.text
+
+
+def test_task_selector_is_read_as_data_selector(trinity_env):
+    d = yaml_of("grpo_gsm8k.yaml")
+    d["buffer"]["explorer_input"]["taskset"]["task_selector"] = {
+        "selector_type": "shuffle",
+        "seed": 7,
+    }
+    cfg = load_config_from_dict(d)
+    ts = cfg.buffer.explorer_input.taskset
+    assert (ts.data_selector.selector_type, ts.data_selector.seed) == ("shuffle", 7)
+    assert ts.task_selector is None
+
+
+def test_rollout_model_lengths_fill_the_model_lengths(trinity_env, caplog):
+    """Trinity lets explorer.rollout_model carry max_prompt_tokens / max_response_tokens (dapo,
+    grpo_math examples); one engine serves rollouts and training here, so they become model's."""
+    d = yaml_of("grpo_gsm8k.yaml")
+    del d["model"]["max_response_tokens"], d["model"]["max_model_len"]
+    d["explorer"]["rollout_model"].update(max_prompt_tokens=1024, max_response_tokens=3072)
+    cfg = load_config_from_dict(d)
+    m = cfg.model
+    assert (m.max_prompt_tokens, m.max_response_tokens, m.max_model_len) == (1024, 3072, 4096)
+    assert cfg.buffer.explorer_input.taskset.rollout_args.max_tokens == 3072
+    d = yaml_of("grpo_gsm8k.yaml")
+    d["explorer"]["rollout_model"]["max_response_tokens"] = 512
+    with caplog.at_level(logging.WARNING, logger="rft_core.config"):
+        cfg = load_config_from_dict(d)
+    assert cfg.model.max_response_tokens == 1024
+    assert (
+        "explorer.rollout_model.max_response_tokens = 512 differs from model.max_response_tokens = 1024"
+        in caplog.text
+    )
+
+
+def test_null_free_form_arguments_mean_none_given(trinity_env):
+    d = yaml_of("grpo_gsm8k.yaml")
+    d["algorithm"]["kl_loss_fn_args"] = None
+    d["monitor"] = {"monitor_args": None}
+    cfg = load_config_from_dict(d)
+    assert cfg.algorithm.kl_loss_fn_args == {"kl_coef": 0.001} and cfg.monitor.monitor_args == {}
+
+
+# Every key of Trinity-RFT's config dataclasses (trinity/common/config.py, agentscope-ai/Trinity-RFT
+# @ 1d7fae4a63f5e3a30e1927559d28a348a2167dd6) that a user may set, i.e. not marked "DO NOT SET".
+TRINITY_KEYS = """
+mode project group name checkpoint_root_dir ray_namespace continue_from_checkpoint
+ignore_validator_suggestions
+algorithm.{algorithm_type,repeat_times,sample_strategy,sample_strategy_args,advantage_fn,advantage_fn_args,kl_penalty_fn,kl_penalty_fn_args,policy_loss_fn,policy_loss_fn_args,kl_loss_fn,kl_loss_fn_args,entropy_loss_fn,entropy_loss_fn_args,loss_agg_mode,enable_router_replay,bypass_old_logprobs,rollout_correction}
+algorithm.optimizer.{lr,lr_warmup_steps,lr_warmup_steps_ratio,min_lr_ratio,warmup_style,lr_scheduler_type,optimizer_type,betas,weight_decay,clip_grad}
+model.{model_path,trust_remote_code,critic_model_path,custom_chat_template,chat_template_path,temperature,top_p,top_k,logprobs,max_model_len,max_prompt_tokens,max_response_tokens,min_response_tokens,enable_prompt_truncation,repetition_penalty,enable_thinking,lora_configs,fully_sharded_loras,max_cpu_loras,rope_scaling,rope_theta,tinker,external_model}
+model.lora_configs[].{name,path,base_model_name,lora_rank,lora_alpha,lora_dtype,target_modules,exclude_modules}
+model.tinker.{enable,rank,seed,train_mlp,train_attn,train_unembed,base_url}
+model.external_model.{enable,base_url_env,api_key_env,model_name}
+cluster.{ray_address,node_num,gpu_per_node}
+buffer.{batch_size,train_batch_size,total_epochs,total_steps,explorer_input,trainer_input}
+buffer.explorer_input.{taskset,tasksets,eval_tasksets,default_workflow_type,default_eval_workflow_type,default_reward_fn_type}
+buffer.explorer_input.taskset.{name,storage_type,path,default_workflow_type,default_reward_fn_type,rollout_args,workflow_args,reward_fn_args,task_selector,data_selector,split,subset_name,format,max_retry_times,max_retry_interval,enable_progress_bar,repeat_times}
+buffer.explorer_input.eval_tasksets[].{name,path,split,repeat_times,rollout_args,data_selector}
+buffer.explorer_input.taskset.rollout_args.{temperature,top_p,top_k,logprobs,max_tokens}
+buffer.explorer_input.taskset.format.{prompt_type,prompt_key,response_key,system_prompt_key,system_prompt,messages_key,tools_key,image_key,video_key,reply_prefix,workflow_key,reward_fn_key,chosen_key,rejected_key,enable_concatenated_multi_turn,chat_template,enable_thinking}
+buffer.explorer_input.taskset.data_selector.{selector_type,seed,feature_keys,kwargs}
+buffer.trainer_input.{experience_buffer,auxiliary_buffers}
+buffer.trainer_input.experience_buffer.{name,storage_type,path,capacity,max_read_timeout,replay_buffer,max_retry_times,max_retry_interval,split,subset_name,format,enable_progress_bar,data_selector}
+buffer.trainer_input.experience_buffer.replay_buffer.{enable,priority_fn,reuse_cooldown_time,priority_fn_args}
+explorer.{name,runner_per_model,runner_prepare_concurrency,runner_prepare_max_retries,max_timeout,max_retry_times,env_vars,concurrent_mode,max_repeat_times_per_runner,runner_num,rollout_model,auxiliary_models,eval_interval,eval_on_startup,bench_on_latest_checkpoint,proxy_port,listen_address,service_status_check_interval,min_running_model_num,db_url,over_rollout,dynamic_timeout,runner_state_report_interval,max_inflight_batches}
+explorer.rollout_model.{name,trust_remote_code,engine_type,engine_num,tensor_parallel_size,data_parallel_size,pipeline_parallel_size,enable_expert_parallel,extra_engine_args,use_v1,enforce_eager,enable_prefix_caching,enable_chunked_prefill,gpu_memory_utilization,dtype,seed,max_model_len,max_prompt_tokens,max_response_tokens,min_response_tokens,enable_prompt_truncation,repetition_penalty,ignore_eos,enable_multimodal,chat_template,enable_thinking,enable_history,enable_openai_api,enable_log_requests,base_port,api_key,enable_auto_tool_choice,tool_call_parser,reasoning_parser,weight_sync_buffer_size}
+explorer.auxiliary_models[].{engine_type,engine_num,tensor_parallel_size,enable_openai_api}
+explorer.over_rollout.{ratio,wait_after_min,return_partial_tasks}
+explorer.dynamic_timeout.{enable,warmup_min_steps,ratio}
+trainer.{name,trainer_type,trainer_strategy,save_interval,enable_preview,total_steps,save_hf_checkpoint,grad_clip,use_dynamic_bsz,use_remove_padding,balance_batch,critic_warmup,max_token_len_per_gpu,ulysses_sequence_parallel_size,fix_actor_microbatch_loss_scale,param_offload,optimizer_offload,grad_offload,offload_policy,save_strategy,max_checkpoints_to_keep,megatron,trainer_config,trainer_config_path}
+trainer.megatron.{tensor_model_parallel_size,pipeline_model_parallel_size,virtual_pipeline_model_parallel_size,expert_model_parallel_size,expert_tensor_parallel_size,context_parallel_size,sequence_parallel}
+monitor.{monitor_type,monitor_args,detailed_stats,enable_ray_timeline}
+synchronizer.{sync_method,sync_style,sync_interval,explorer_sync_interval,trainer_sync_interval,sync_offset,sync_timeout,group_name,wait_for_checkpoint}
+data_processor.{task_pipeline,experience_pipeline}
+data_processor.task_pipeline.{operators,num_process,config_path,inputs,output,target_fields,priority_weights,top_k}
+data_processor.task_pipeline.operators[].{name,args}
+data_processor.experience_pipeline.{operators,save_input,input_save_path,inputs,output}
+service.data_juicer.{server_url,auto_start,port}
+log.{level,group_by_node}
+stages[].{stage_name,mode,algorithm,buffer,data_processor,explorer,trainer}
+"""
+
+
+def _expand(spec: str) -> list[str]:
+    out = []
+    for word in spec.split():
+        head, brace, rest = word.partition("{")
+        out += [head + k for k in rest.rstrip("}").split(",")] if brace else [word]
+    return out
+
+
+def test_every_key_trinity_accepts_is_in_the_schema():
+    ours = {info.path for info in iter_fields()}
+    missing = [key for key in _expand(TRINITY_KEYS) if key not in ours]
+    assert not missing, f"keys Trinity-RFT accepts that the schema lacks: {missing}"
+
+
+def test_unimplemented_help_says_so_in_the_reference():
+    from rft_core.config.meta import UNIMPLEMENTED_NOTE
+
+    flagged = [i for i in iter_fields() if UNIMPLEMENTED_NOTE in i.help]
+    assert len(flagged) > 40
+    assert any(i.path == "model.lora_configs" for i in flagged)
+    assert not any(i.path == "model.model_path" for i in flagged)
+
+
+def test_trinity_run_dry_run_warns_about_unimplemented_keys(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRINITY_")}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rft_core.cli",
+            "run",
+            "--config",
+            str(CORPUS / "grpo_lora_gsm8k.yaml"),
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "model.lora_configs" in proc.stderr and "does not implement" in proc.stderr
+
+
+def yaml_of(name: str) -> dict:
+    import yaml
+
+    return yaml.safe_load((CORPUS / name).read_text())
