@@ -99,6 +99,7 @@ class Explorer:
         self._reader = None
         self._buffer = None
         self._receiver = None
+        self._watch = None  # mode explore: weights the separate train job publishes
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -160,7 +161,12 @@ class Explorer:
         if cfg.mode != "bench":
             eb = buf.trainer_input.experience_buffer
             self._buffer = build_buffer(
-                eb.storage_type, name=eb.name, path=eb.path, job_dir=self.job_dir, role="writer"
+                eb.storage_type,
+                name=eb.name,
+                path=eb.path,
+                job_dir=self.job_dir,
+                role="writer",
+                between_jobs=cfg.mode == "explore",
             )
         if self.synchronizer is not None:
             self._receiver = WeightReceiver(
@@ -170,7 +176,13 @@ class Explorer:
                 cfg.synchronizer.sync_timeout,
                 device,
             )
+        elif cfg.mode == "explore":
+            from rft_core.sync.checkpoint_watch import CheckpointWatch
+
+            self._watch = CheckpointWatch(self.job_dir)
         self.step = start_step
+        if self._watch is not None:
+            self.load_published_weights()  # a rerun starts from the train job's newest weights
 
     # -- one step ----------------------------------------------------------------------------
 
@@ -222,10 +234,30 @@ class Explorer:
         if state_dict is not None and got != self._engine.model_version:
             self._engine.load_weights(state_dict, got)
             self._engine.model_version = got
-        elapsed = time.perf_counter() - start
-        log.info("explorer step %d: loaded weights version %d in %.2fs", self.step, got, elapsed)
-        self.monitor.log({"time/sync_weight": elapsed}, self.step)
+        self._log_sync(got, start)
         return got
+
+    def load_published_weights(self) -> int:
+        """``mode: explore``: load the newest weights the train job published in the job dir
+        when newer than the engine's; never waits for the trainer. Returns the version in use."""
+        start = time.perf_counter()
+        have = self._engine.model_version
+        found = self._watch.newer(have)
+        if found is None:
+            log.info("explorer step %d: nothing newer than version %d published", self.step, have)
+            return have
+        version, state_dict = found
+        self._engine.load_weights(state_dict, version)
+        self._engine.model_version = version
+        self._log_sync(version, start)
+        return version
+
+    def _log_sync(self, version: int, start: float) -> None:
+        elapsed = time.perf_counter() - start
+        log.info(
+            "explorer step %d: loaded weights version %d in %.2fs", self.step, version, elapsed
+        )
+        self.monitor.log({"time/sync_weight": elapsed}, self.step)
 
     # -- evaluation --------------------------------------------------------------------------
 
@@ -327,12 +359,15 @@ class Explorer:
                 # an eval due at the last step is left to the closing eval on the final weights
                 if pending_eval:
                     self.evaluate(self.step)
-                if pending_sync:
+                if pending_sync and self._watch is not None:
+                    self.load_published_weights()
+                elif pending_sync:
                     target = trainer_version_for_explorer_sync(self.step, sync.sync_offset)
                     self.sync_weights(target)
                 self.explore_step(tasks)
                 self._progress["step"] = self.step
-                pending_sync = self._receiver is not None and explorer_syncs_after(
+                syncs = self._receiver is not None or self._watch is not None
+                pending_sync = syncs and explorer_syncs_after(
                     self.step, sync.sync_interval, sync.sync_offset
                 )
                 pending_eval = bool(eval_interval) and self.step % eval_interval == 0

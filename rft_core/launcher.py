@@ -165,8 +165,12 @@ def _dataset_problems(cfg: Any) -> list[tuple[str, str]]:
                 load_taskset(ts, is_eval=is_eval)
             except RFTError as err:
                 out.append(("", str(err)))  # the data layer's message names the YAML path
+    eb = cfg.buffer.trainer_input.experience_buffer
+    if cfg.mode == "explore" and eb is not None and eb.storage_type == "queue" and not eb.path:
+        from rft_core.buffer import QUEUE_BETWEEN_JOBS_NEEDS_PATH
+
+        out.append(("buffer.trainer_input.experience_buffer.path", QUEUE_BETWEEN_JOBS_NEEDS_PATH))
     if not preset.use_rollout or cfg.mode == "train":
-        eb = cfg.buffer.trainer_input.experience_buffer
         if eb is not None and eb.storage_type == "file" and eb.path and not preset.use_rollout:
             if not Path(eb.path).expanduser().exists():
                 out.append(

@@ -18,8 +18,6 @@ path. Decisions (where Trinity is silent or where TRINITY_COMPAT.md asks for a f
   that loads it, so a CPU head node launching a GPU job decides the same way.
 - With ``stages``, each stage is validated as a full config (``resolve_stages``); the global
   sections only serve as what stages inherit.
-- Trinity-RFT keys we accept without implementing them log a warning when set; deprecated
-  spellings are mapped onto their current keys (``rft_core.config.trinity_compat``).
 """
 
 from __future__ import annotations
@@ -30,17 +28,13 @@ import logging
 from pathlib import PurePosixPath
 
 from rft_core.algorithms.presets import get_preset, ignored_kl_penalty
+from rft_core.buffer import QUEUE_BETWEEN_JOBS_NEEDS_PATH
 from rft_core.config.schema import (
     Config,
     ExperienceBufferConfig,
     TasksetConfig,
 )
 from rft_core.config.stages import stage_config
-from rft_core.config.trinity_compat import (
-    apply_deprecated,
-    fold_rollout_model_overrides,
-    warn_unimplemented,
-)
 from rft_core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -53,7 +47,6 @@ def validate(cfg: Config) -> Config:
     """Check ``cfg`` and fill its derived values in place; returns it."""
     if "_written" not in cfg.__dict__:
         cfg._written = copy.deepcopy(cfg)
-        warn_unimplemented(cfg._written)
     if cfg.stages:
         _check_stage_list(cfg)
         for i in range(len(cfg.stages)):
@@ -115,8 +108,6 @@ def _check_stage_list(cfg: Config) -> None:
 
 
 def _derive(cfg: Config) -> None:
-    apply_deprecated(cfg)
-    fold_rollout_model_overrides(cfg)
     _check_top(cfg)
     _derive_lengths(cfg)
     _derive_algorithm(cfg)
@@ -366,8 +357,15 @@ def _derive_taskset(cfg: Config, ts: TasksetConfig, path: str, *, is_eval: bool)
 
 def _derive_experience_buffer(cfg: Config) -> None:
     ti, path = cfg.buffer.trainer_input, "buffer.trainer_input.experience_buffer"
-    reads_dataset = cfg.mode == "train" or not get_preset(cfg.algorithm.algorithm_type).use_rollout
+    supervised = not get_preset(cfg.algorithm.algorithm_type).use_rollout
+    reads_dataset = cfg.mode == "train" or supervised
     if ti.experience_buffer is None:
+        if reads_dataset and not supervised:
+            raise ConfigError(
+                path,
+                "required in mode train: the buffer the explore job writes (name, storage_type sql "
+                "or queue, path sqlite:///experiences.db; the same in both YAMLs)",
+            )
         if reads_dataset:
             raise ConfigError(
                 path,
@@ -378,7 +376,10 @@ def _derive_experience_buffer(cfg: Config) -> None:
     eb._yaml_path = path
     if eb.storage_type is None:
         eb.storage_type = "file" if reads_dataset else "queue"
-    if reads_dataset and eb.storage_type == "queue":
+    if cfg.mode == "train" and not supervised and eb.storage_type == "queue" and not eb.path:
+        # an explore job writes it; the two jobs meet at the queue's path (build_buffer between_jobs)
+        raise ConfigError(f"{path}.path", QUEUE_BETWEEN_JOBS_NEEDS_PATH)
+    if supervised and eb.storage_type == "queue":
         raise ConfigError(
             f"{path}.storage_type",
             f"queue has no writer in mode {cfg.mode} with algorithm_type {cfg.algorithm.algorithm_type}; "

@@ -150,7 +150,9 @@ class _WeightEnd:
 
 
 class WeightSender(_WeightEnd):
-    """The trainer's half: publish weights after a sync step."""
+    """The trainer's half: publish weights after a sync step. Without a synchronizer actor
+    (``mode: train``, the explorer is another job) only ``checkpoint`` applies: the weights land
+    in the job dir, where the explore job's ``CheckpointWatch`` finds them."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -164,7 +166,10 @@ class WeightSender(_WeightEnd):
         elif self.sync_method == "checkpoint":
             from rft_core.trainer.checkpoint import save_state_dict_for_sync
 
-            save_state_dict_for_sync(self.job_dir, version, state_dict)
+            path = save_state_dict_for_sync(self.job_dir, version, state_dict)
+            if self.synchronizer is None:
+                log.info("published weights version %d in %s", version, path / "actor")
+                return
             ray.get(self.synchronizer.publish.remote(version, None))
         elif self.sync_method == "nccl":
             metas = tensor_metas(state_dict)
@@ -195,6 +200,8 @@ class WeightSender(_WeightEnd):
             raise ValueError(f"unknown sync method {self.sync_method!r}")
 
     def send_final(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
+        if self.synchronizer is None:  # the final checkpoint already points at these weights
+            return
         # the final weights always go through the object store (no broadcast partner waits)
         self._final_ref = ray.put({k: v.detach().cpu() for k, v in state_dict.items()})
         ray.get(self.synchronizer.publish.remote(version, [self._final_ref], True))

@@ -119,15 +119,26 @@ class Trainer:
             )
         preset = get_preset(cfg.algorithm.algorithm_type)
         eb = cfg.buffer.trainer_input.experience_buffer
+        # mode train with rollouts: the explorer is a separate ``mode: explore`` job
+        beside_explore_job = cfg.mode == "train" and preset.use_rollout
         if not preset.use_rollout:
             self._source = self._dataset_source(preset.schema)
         else:
             from rft_core.buffer import build_buffer
 
             self._source = build_buffer(
-                eb.storage_type, name=eb.name, path=eb.path, job_dir=self.job_dir, role="reader"
+                eb.storage_type,
+                name=eb.name,
+                path=eb.path,
+                job_dir=self.job_dir,
+                role="reader",
+                between_jobs=beside_explore_job,
             )
-        if self.synchronizer is not None:
+            if beside_explore_job and resume_step is not None:
+                self._resume_buffer_offset(resume_step)
+            if beside_explore_job:
+                log.info("trainer reading experiences from %s %r", eb.storage_type, eb.path)
+        if self.synchronizer is not None or beside_explore_job:
             from rft_core.sync.synchronizer import WeightSender
 
             sync = cfg.synchronizer
@@ -138,6 +149,13 @@ class Trainer:
                 sync.sync_timeout,
                 self.device,
             )
+
+    def _resume_buffer_offset(self, resume_step: int) -> None:
+        """Skip the experiences the checkpoint of ``resume_step`` already trained on."""
+        meta = read_trainer_meta(self.job_dir) or {}
+        if meta.get("latest_iteration") == resume_step and "experience_buffer" in meta:
+            self._source.load_state(meta["experience_buffer"])
+            log.info("experience buffer resumed at %s", meta["experience_buffer"])
 
     def _rollout_temperature(self) -> float:
         # old log-probs were taken at the sampling temperature; the trainer scores the same way
@@ -176,7 +194,12 @@ class Trainer:
         self.policy.save(self.job_dir, self.step, save_hf)
         removed = prune_checkpoints(self.job_dir, self.cfg.trainer.max_checkpoints_to_keep)
         self.saved_steps.append(self.step)
-        meta = {"latest_iteration": self.step, "saved_hf": save_hf, "metrics": self.last_metrics}
+        meta = {
+            "latest_iteration": self.step,
+            "saved_hf": save_hf,
+            "metrics": self.last_metrics,
+            "experience_buffer": self._source.state(),
+        }
         tmp = self.job_dir / (TRAINER_META + ".tmp")
         tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
         tmp.replace(self.job_dir / TRAINER_META)
