@@ -18,6 +18,8 @@ path. Decisions (where Trinity is silent or where TRINITY_COMPAT.md asks for a f
   that loads it, so a CPU head node launching a GPU job decides the same way.
 - With ``stages``, each stage is validated as a full config (``resolve_stages``); the global
   sections only serve as what stages inherit.
+- Trinity-RFT keys we accept without implementing them log a warning when set; deprecated
+  spellings are mapped onto their current keys (``rft_core.config.trinity_compat``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,11 @@ from rft_core.config.schema import (
     TasksetConfig,
 )
 from rft_core.config.stages import stage_config
+from rft_core.config.trinity_compat import (
+    apply_deprecated,
+    fold_rollout_model_overrides,
+    warn_unimplemented,
+)
 from rft_core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -47,6 +54,7 @@ def validate(cfg: Config) -> Config:
     """Check ``cfg`` and fill its derived values in place; returns it."""
     if "_written" not in cfg.__dict__:
         cfg._written = copy.deepcopy(cfg)
+        warn_unimplemented(cfg._written)
     if cfg.stages:
         _check_stage_list(cfg)
         for i in range(len(cfg.stages)):
@@ -108,6 +116,8 @@ def _check_stage_list(cfg: Config) -> None:
 
 
 def _derive(cfg: Config) -> None:
+    apply_deprecated(cfg)
+    fold_rollout_model_overrides(cfg)
     _check_top(cfg)
     _derive_lengths(cfg)
     _derive_algorithm(cfg)
