@@ -27,6 +27,30 @@ def vllm_usable() -> bool:
     return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
 
 
+def engine_settings(cfg: Any) -> dict[str, Any]:
+    """``build_engine`` keyword arguments from a validated config: ``explorer.rollout_model``
+    (dtype, seed, the vLLM engine settings, ``extra_engine_args``), ``model.max_model_len`` and
+    the chat template (``model.custom_chat_template``, ``model.enable_thinking``). The hf engine
+    ignores the vLLM-only ones. ``tensor_parallel_size`` is left to the caller (an engine pool
+    places its engines by it)."""
+    rm, model = cfg.explorer.rollout_model, cfg.model
+    settings: dict[str, Any] = {
+        "dtype": rm.dtype,
+        "seed": rm.seed,
+        "max_model_len": model.max_model_len,
+        "gpu_memory_utilization": rm.gpu_memory_utilization,
+        "enforce_eager": rm.enforce_eager,
+        "enable_prefix_caching": rm.enable_prefix_caching,
+        "enable_chunked_prefill": rm.enable_chunked_prefill,
+        **rm.extra_engine_args,
+    }
+    if model.custom_chat_template:
+        settings["chat_template"] = model.custom_chat_template
+    if model.enable_thinking is not None:
+        settings["chat_template_kwargs"] = {"enable_thinking": model.enable_thinking}
+    return settings
+
+
 def build_engine(
     engine_type: str,
     model_path: str,
@@ -77,5 +101,6 @@ __all__ = [
     "RolloutEngine",
     "SamplingParams",
     "build_engine",
+    "engine_settings",
     "vllm_usable",
 ]

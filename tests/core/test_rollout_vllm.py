@@ -19,11 +19,13 @@ import pytest
 import torch
 from tiny_lm import build_tiny_model
 
+from rft_core.config import load_config
 from rft_core.errors import DataError, EngineUnavailable
-from rft_core.rollout import SamplingParams, build_engine, vllm_usable
+from rft_core.rollout import SamplingParams, build_engine, engine_settings, vllm_usable
 from rft_core.rollout.vllm import LOGPROBS_MODE, WORKER_EXTENSION, finish_reason
 
 FAKE_VLLM = Path(__file__).parent / "fake_vllm"
+SEED = Path(__file__).parents[2] / "examples" / "grpo_gsm8k" / "gsm8k.yaml"
 CONVERSATION = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "1+2=?"}]
 
 
@@ -74,6 +76,29 @@ def test_engine_settings_reach_vllm_llm(fake_vllm, model_dir):
     assert len(engine.llm.workers) == 2  # one worker per tensor-parallel rank
     # our "auto" is bfloat16, not vLLM's auto (which turns an fp32 checkpoint into fp16)
     assert vllm_engine(model_dir).llm.init_kwargs["dtype"] == "bfloat16"
+
+
+def test_yaml_rollout_model_settings_reach_vllm(fake_vllm, model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path))
+    cfg = load_config(
+        SEED,
+        [
+            "explorer.rollout_model.gpu_memory_utilization=0.7",
+            "explorer.rollout_model.enforce_eager=true",
+            "explorer.rollout_model.enable_prefix_caching=false",
+            "explorer.rollout_model.seed=5",
+            "explorer.rollout_model.dtype=bf16",
+            "explorer.rollout_model.extra_engine_args.max_num_seqs=32",
+            "model.enable_thinking=false",
+        ],
+    )
+    engine = vllm_engine(model_dir, tensor_parallel_size=2, **engine_settings(cfg))
+    got = engine.llm.init_kwargs
+    assert (got["gpu_memory_utilization"], got["enforce_eager"], got["seed"]) == (0.7, True, 5)
+    assert got["enable_prefix_caching"] is False and got["dtype"] == "bfloat16"
+    assert got["max_model_len"] == 2048 and got["max_num_seqs"] == 32
+    assert got["tensor_parallel_size"] == 2
+    assert engine.chat_template_kwargs == {"enable_thinking": False}
 
 
 def test_extra_engine_args_pass_through_and_a_typo_fails_like_vllm(fake_vllm, model_dir):
