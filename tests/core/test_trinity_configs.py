@@ -111,6 +111,24 @@ def test_trinity_config_loads_or_names_what_is_not_supported(trinity_env, path: 
     assert text in message, message
 
 
+ACCEPTED = [f for f in FILES if EXPECTED[f.stem] is None]
+
+
+@pytest.mark.parametrize("path", ACCEPTED, ids=[f.stem for f in ACCEPTED])
+def test_missing_model_and_data_are_reported_when_the_run_starts(trinity_env, monkeypatch, path):
+    """The model and dataset paths of these configs do not exist here: ``trinity run``'s checks
+    before any actor starts name them (and the GPUs this machine lacks), in one message."""
+    from rft_core.launcher import preflight
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cfg = load_config(path)
+    with pytest.raises(ConfigError) as info:
+        preflight(cfg)
+    message = str(info.value)
+    assert "model.model_path: " in message and "does not exist; download the model first" in message
+    assert "unknown key" not in message and "\n" not in message
+
+
 def test_the_seed_like_config_keeps_its_values(trinity_env):
     cfg = load_config(CORPUS / "grpo_gsm8k.yaml")
     assert cfg.algorithm.repeat_times == 8 and cfg.buffer.batch_size == 96
