@@ -105,14 +105,14 @@ class Explorer:
 
     def _build_engine(self) -> str:
         """The rollout engine of ``explorer.rollout_model``; returns the device it runs on."""
-        from rft_core.rollout import build_engine
+        from rft_core.rollout import build_engine, engine_settings
 
         cfg = self.cfg
         rm = cfg.explorer.rollout_model
         device = "cuda" if cfg.cluster.gpu_per_node > 0 and torch.cuda.is_available() else "cpu"
-        kwargs = {"dtype": rm.dtype, "seed": rm.seed, "max_model_len": cfg.model.max_model_len}
+        kwargs = engine_settings(cfg)  # dtype, seed, max_model_len, vLLM settings, template
         if rm.engine_num > 1:  # engines in their own Ray actors; see rft_core/rollout/pool.py
-            from rft_core.rollout.pool import EnginePool
+            from rft_core.rollout.pool import EnginePool, engine_pool_name
 
             self.close_engine()
             gpu = cfg.cluster.gpu_per_node > 0
@@ -123,11 +123,18 @@ class Explorer:
                 tensor_parallel_size=rm.tensor_parallel_size,
                 use_gpu=gpu,
                 node_num=cfg.cluster.node_num,
+                name=engine_pool_name(self.job_dir),
                 device="cuda" if gpu else "cpu",
                 **kwargs,
             )
             return device
-        self._engine = build_engine(rm.engine_type, cfg.model.model_path, device=device, **kwargs)
+        self._engine = build_engine(
+            rm.engine_type,
+            cfg.model.model_path,
+            device=device,
+            tensor_parallel_size=rm.tensor_parallel_size,
+            **kwargs,
+        )
         return device
 
     def close_engine(self) -> None:
