@@ -25,6 +25,7 @@ class FieldInfo:
     aliases: dict[str, str]
     level: str
     section: str  # top-level section (algorithm, model, ...) or "general"
+    unimplemented: bool = False  # accepted for Trinity-RFT compatibility, not acted on
 
     @property
     def is_section(self) -> bool:
@@ -63,6 +64,7 @@ def iter_fields(
             level=f.metadata.get("level", BEGINNER),
             section=section
             or (f.name if dataclasses.is_dataclass(tp) or f.name == "stages" else "general"),
+            unimplemented=f.metadata.get("unimplemented", False),
         )
         yield info
         if not recursive:

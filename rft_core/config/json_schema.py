@@ -1,6 +1,7 @@
 """JSON schema of the config (draft 2020-12) for the web forms: per property ``title``,
 ``description`` (the help text), ``default``, ``enum`` (choices), ``x-section``, ``x-level``
-(beginner | expert), ``x-aliases`` and ``x-derived`` (unset means the validator decides)."""
+(beginner | expert), ``x-aliases``, ``x-derived`` (unset means the validator decides) and
+``x-unimplemented`` (accepted for Trinity-RFT compatibility, not acted on)."""
 
 from __future__ import annotations
 
@@ -60,4 +61,6 @@ def _property(info: FieldInfo) -> dict[str, Any]:
     prop["x-path"] = info.path
     if info.derived:
         prop["x-derived"] = True
+    if info.unimplemented:
+        prop["x-unimplemented"] = True  # the forms leave it out: it would have no effect
     return prop

@@ -493,7 +493,13 @@ def _derive_trainer(cfg: Config) -> None:
     _at_least(t.micro_batch_size_per_gpu, "trainer.micro_batch_size_per_gpu", 1)
     if t.max_token_len_per_gpu is None:
         t.max_token_len_per_gpu = 2 * cfg.model.max_model_len
-    _at_least(t.max_token_len_per_gpu, "trainer.max_token_len_per_gpu", cfg.model.max_model_len)
+    written = getattr(cfg, "_written", cfg).trainer
+    key = (
+        "ppo_max_token_len_per_gpu"
+        if written.ppo_max_token_len_per_gpu
+        else "max_token_len_per_gpu"
+    )
+    _at_least(t.max_token_len_per_gpu, f"trainer.{key}", cfg.model.max_model_len)
 
 
 def _at_least(value: int | None, path: str, low: int) -> None:

@@ -16,7 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from rft_core.config import check_registered_names, load_config, load_config_from_dict
+from rft_core.config import (
+    check_registered_names,
+    json_schema,
+    load_config,
+    load_config_from_dict,
+)
 from rft_core.config.fields import iter_fields
 from rft_core.errors import ConfigError
 
@@ -62,7 +67,7 @@ EXPECTED: dict[str, tuple[str, str] | None] = {
     "sft_mot": ("buffer.train_batch_size", "required with algorithm_type sft"),
     "async_gsm8k_trainer": ("buffer.train_batch_size", "required with mode train"),
     # a token budget smaller than one sequence cannot train it
-    "grpo_vlm": ("trainer.max_token_len_per_gpu", "must be >= 20480, got 16384"),
+    "grpo_vlm": ("trainer.ppo_max_token_len_per_gpu", "must be >= 20480, got 16384"),
     # keys Trinity-RFT 0.6 rejects as well: the error says what to write instead
     "dapo_math": ("buffer.explorer_input.taskset.subset", "did you mean 'subset_name'?"),
     "grpo_math_top_level_algorithm_type": ("algorithm_type", "moved to algorithm.algorithm_type"),
@@ -303,6 +308,10 @@ def test_unimplemented_help_says_so_in_the_reference():
     assert len(flagged) > 40
     assert any(i.path == "model.lora_configs" for i in flagged)
     assert not any(i.path == "model.model_path" for i in flagged)
+    assert {i.path for i in flagged} == {i.path for i in iter_fields() if i.unimplemented}
+    props = json_schema()["properties"]["model"]["properties"]
+    assert props["lora_configs"]["x-unimplemented"] is True
+    assert "x-unimplemented" not in props["model_path"]
 
 
 def test_trinity_run_dry_run_warns_about_unimplemented_keys(tmp_path):
