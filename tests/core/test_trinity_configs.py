@@ -339,3 +339,46 @@ def yaml_of(name: str) -> dict:
     import yaml
 
     return yaml.safe_load((CORPUS / name).read_text())
+
+
+def _set(path: str, value):
+    def edit(d: dict) -> None:
+        *parents, key = path.split(".")
+        for p in parents:
+            d = d.setdefault(p, {})
+        d[key] = value
+
+    return edit
+
+
+BAD_TRINITY_VALUES = [
+    ("algorithm.optimizer.warmup_style", "bogus", "'bogus' is not one of constant, cosine, linear"),
+    ("model.lora_configs", 5, "must be a list, got 5 (int)"),
+    ("model.lora_configs", [{"lora_rnk": 8}], "did you mean 'lora_rank'?"),
+    ("buffer.trainer_input.auxiliary_buffers", [1], "must be a mapping"),
+    ("trainer.megatron", {"tensor_parallel_size": 2}, "did you mean 'tensor_model_parallel_size'?"),
+    ("trainer.ppo_max_token_len_per_gpu", 8192, "contradicts trainer.max_token_len_per_gpu 16384"),
+    ("synchronizer.sync_iteration_interval", 3, "renamed to synchronizer.sync_interval"),
+    ("explorer.rollout_model.engine_type", "tinker", "'tinker' is not one of auto, hf, vllm"),
+    ("explorer.runner_num", "many", "must be an integer"),
+]
+
+
+@pytest.mark.parametrize(
+    "path, value, text", BAD_TRINITY_VALUES, ids=[f"{p}={v}" for p, v, _ in BAD_TRINITY_VALUES]
+)
+def test_bad_values_of_trinity_keys_name_their_path(trinity_env, path, value, text):
+    d = yaml_of("grpo_gsm8k.yaml")
+    _set(path, value)(d)
+    with pytest.raises(ConfigError) as info:
+        load_config_from_dict(d)
+    message = str(info.value)
+    assert message.startswith(path) and text in message and "\n" not in message
+
+
+def test_a_stage_section_trinity_accepts_is_warned_about_with_its_stage_path(trinity_env, caplog):
+    d = yaml_of("grpo_gsm8k.yaml")
+    d["stages"] = [{"stage_name": "rft", "data_processor": {"task_pipeline": {"top_k": 5}}}]
+    with caplog.at_level(logging.WARNING, logger="rft_core.config"):
+        load_config_from_dict(d)
+    assert "stages[0].data_processor = {'task_pipeline'" in caplog.text
