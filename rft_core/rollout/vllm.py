@@ -12,7 +12,7 @@ module against (vLLM cannot be installed on the CPU machines this project is tes
   ``top_k=0`` disables top-k (0.10+; ``-1`` is only kept for backward compatibility),
   ``logprobs=0`` returns the log-prob of the sampled token only;
 - ``LLM.generate(prompts, sampling_params, *, use_tqdm)`` with ``vllm.inputs.TokensPrompt``
-  (the ``prompt_token_ids=`` keyword of older versions is gone);
+  (the legacy ``prompt_token_ids=`` keyword is deprecated, and gone in recent versions);
 - ``RequestOutput.outputs[i]`` = ``CompletionOutput(index, text, token_ids,
   cumulative_logprob, logprobs, finish_reason, stop_reason)``; ``logprobs`` is one dict per
   generated token, ``{token_id: Logprob(logprob, rank, decoded_token)}``, holding the sampled
