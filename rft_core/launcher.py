@@ -81,6 +81,9 @@ def setup_actor_logging(cfg: Any, role: str, logger_name: str = "rft_core") -> A
         cfg.monitor.monitor_type, cfg.monitor.monitor_args, job_dir, role, run_name
     )
     logger.addHandler(MonitorLogHandler(monitor))
+    from rft_core.config.trinity_compat import warn_unimplemented
+
+    warn_unimplemented(cfg)  # Trinity keys this run accepts but ignores, in the run's own log
     _use_all_cores(cfg)
     from transformers.utils import logging as hf_logging
 

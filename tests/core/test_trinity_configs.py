@@ -382,3 +382,22 @@ def test_a_stage_section_trinity_accepts_is_warned_about_with_its_stage_path(tri
     with caplog.at_level(logging.WARNING, logger="rft_core.config"):
         load_config_from_dict(d)
     assert "stages[0].data_processor = {'task_pipeline'" in caplog.text
+
+
+def test_unimplemented_keys_are_in_the_run_log_of_each_actor(trinity_env, monkeypatch, tmp_path):
+    """The actors' logs (job_dir/log/<role>.log, also streamed to the dashboard) say which keys
+    of the config this run ignores, not only the terminal that loaded it."""
+    from rft_core.launcher import setup_actor_logging
+
+    monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path))
+    cfg = load_config(CORPUS / "grpo_lora_gsm8k.yaml")
+    logger = logging.getLogger("rft_core")
+    before = list(logger.handlers)
+    monitor = setup_actor_logging(cfg, "explorer")
+    for handler in [h for h in logger.handlers if h not in before]:
+        logger.removeHandler(handler)
+        handler.close()
+    monitor.close()
+    run_log = (Path(cfg.job_dir) / "log" / "explorer.log").read_text()
+    assert "WARNING" in run_log and "model.lora_configs = [{'name': 'lora'" in run_log
+    assert "does not implement" in run_log
