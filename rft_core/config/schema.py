@@ -23,16 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from rft_core.algorithms.presets import PRESETS
-from rft_core.config.buffer_schema import (
-    BufferConfig,
-    DataSelectorConfig,
-    ExperienceBufferConfig,
-    ExplorerInput,
-    FormatConfig,
-    GenerationConfig,
-    TasksetConfig,
-    TrainerInput,
-)
+from rft_core.config.buffer_schema import BufferConfig, TasksetConfig
+from rft_core.config.buffer_schema import DataSelectorConfig as DataSelectorConfig  # re-exported
+from rft_core.config.buffer_schema import ExperienceBufferConfig as ExperienceBufferConfig
+from rft_core.config.buffer_schema import ExplorerInput as ExplorerInput
+from rft_core.config.buffer_schema import FormatConfig as FormatConfig
+from rft_core.config.buffer_schema import GenerationConfig as GenerationConfig
+from rft_core.config.buffer_schema import TrainerInput as TrainerInput
 from rft_core.config.meta import BEGINNER
 from rft_core.config.meta import config_field as _field
 from rft_core.config.trinity_compat import (
@@ -46,30 +43,6 @@ from rft_core.config.trinity_compat import (
     ServiceConfig,
     TinkerConfig,
 )
-
-__all__ = [  # the buffer section's classes live in buffer_schema.py; importers find every section here
-    "AlgorithmConfig",
-    "BufferConfig",
-    "ClusterConfig",
-    "Config",
-    "DataSelectorConfig",
-    "ExperienceBufferConfig",
-    "ExplorerConfig",
-    "ExplorerInput",
-    "FormatConfig",
-    "GenerationConfig",
-    "ModelConfig",
-    "MonitorConfig",
-    "OptimizerConfig",
-    "RolloutModelConfig",
-    "StageConfig",
-    "SynchronizerConfig",
-    "TasksetConfig",
-    "TrainerConfig",
-    "TrainerInput",
-    "BEGINNER",
-    "job_dir",
-]
 
 MODES = ["both", "explore", "train", "bench", "serve", "colocate"]
 ALGORITHM_TYPES = list(PRESETS)
