@@ -18,6 +18,8 @@ import pytest
 
 from rft_core.config import (
     check_registered_names,
+    config_to_dict,
+    config_to_yaml,
     json_schema,
     load_config,
     load_config_from_dict,
@@ -132,6 +134,17 @@ def test_missing_model_and_data_are_reported_when_the_run_starts(trinity_env, mo
     message = str(info.value)
     assert "model.model_path: " in message and "does not exist; download the model first" in message
     assert "unknown key" not in message and "\n" not in message
+
+
+@pytest.mark.parametrize("path", ACCEPTED, ids=[f.stem for f in ACCEPTED])
+def test_resolved_trinity_config_loads_back_to_itself(trinity_env, path):
+    """``trinity run --dry-run`` output (and the dashboard's stored YAML) is a config that loads
+    to the same values: deprecated keys were mapped, Trinity-only sections survive."""
+    import yaml
+
+    cfg = load_config(path)
+    again = load_config_from_dict(yaml.safe_load(config_to_yaml(cfg)))
+    assert config_to_dict(again) == config_to_dict(cfg)
 
 
 def test_the_seed_like_config_keeps_its_values(trinity_env):
