@@ -438,6 +438,10 @@ def _run_stage(cfg: Any) -> StageResult:
             bar.close()
         for actor in actors.values():
             ray.kill(actor)
+        if cfg.explorer.rollout_model.engine_num > 1:
+            from rft_core.rollout.pool import engine_pool_name, remove_engine_pool
+
+            remove_engine_pool(engine_pool_name(job_dir))  # a killed explorer leaves its own
     result.trainer, result.explorer = out.get("trainer"), out.get("explorer")
     if mode == "bench":
         result.bench, result.explorer = result.explorer, None

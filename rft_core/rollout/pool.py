@@ -16,7 +16,9 @@ node, spread over nodes when ``cluster.node_num > 1``.
   taking all of them.
 
 ``close()`` removes the actors and the placement group; an explorer calls it when it finishes
-or fails (Ray also removes both with the explorer actor that created them).
+or fails. A killed explorer cannot, and Ray keeps a placement group until the job ends (its
+actors die with the explorer, its reserved CPUs/GPUs do not), so the launcher removes it by
+name afterwards (``remove_engine_pool``).
 """
 
 from __future__ import annotations
@@ -186,8 +188,6 @@ class EnginePool:
                     placement_group_capture_child_tasks=tensor_parallel_size > 1,
                 ),
             }
-            if name:
-                options["name"] = f"{name}/engine_{rank}"
             kwargs = dict(engine_kwargs, seed=seed + rank)  # distinct sampling streams
             if engine_type == "vllm" or tensor_parallel_size > 1:
                 kwargs["tensor_parallel_size"] = tensor_parallel_size
@@ -276,9 +276,37 @@ class EnginePool:
             self._pg = None
 
 
+def engine_pool_name(job_dir: str | os.PathLike) -> str:
+    """The placement group name of a job dir's pool, for ``remove_engine_pool``."""
+    return f"rft-engines:{os.fspath(job_dir)}"
+
+
+def remove_engine_pool(name: str) -> bool:
+    """Remove the named pool's placement group, and with it its engine actors. A killed
+    explorer never runs ``close()``, and Ray keeps a placement group until the job ends, not
+    until the actor that made it dies. Returns whether there was one to remove."""
+    import ray
+    from ray.util.placement_group import get_placement_group
+
+    try:
+        pg = get_placement_group(name)
+    except ValueError:
+        return False  # closed already, or never made
+    ray.util.remove_placement_group(pg)
+    return True
+
+
 def _resources(resources: dict[str, float]) -> str:
     shown = {k: v for k, v in resources.items() if k in ("CPU", "GPU")}
     return ", ".join(f"{v:g} {k}" for k, v in sorted(shown.items())) or "no CPU/GPU"
 
 
-__all__ = ["EnginePool", "EngineWorker", "placement_bundles", "placement_strategy", "split_evenly"]
+__all__ = [
+    "EnginePool",
+    "EngineWorker",
+    "engine_pool_name",
+    "placement_bundles",
+    "placement_strategy",
+    "remove_engine_pool",
+    "split_evenly",
+]

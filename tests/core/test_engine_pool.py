@@ -14,10 +14,11 @@ from ray.util.placement_group import placement_group_table
 from rft_core.config import load_config_from_dict
 from rft_core.demo import build_demo
 from rft_core.errors import ConfigError, ServiceUnavailable
+from rft_core.explorer import Explorer
 from rft_core.launcher import _engine_pool_cpus, _gpu_split, preflight, run_experiment
 from rft_core.rollout import build_engine
 from rft_core.rollout.base import SamplingParams
-from rft_core.rollout.pool import EnginePool, split_evenly
+from rft_core.rollout.pool import EnginePool, engine_pool_name, remove_engine_pool, split_evenly
 from rft_core.sync.schedule import expected_model_versions
 from tests.core.test_orchestration import _config, _taskset
 
@@ -115,6 +116,23 @@ def test_close_removes_actors_and_placement_group(demo, local_ray):
     assert placement_group_table()[pg_id]["state"] == "REMOVED"
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(actor.identity.remote(), timeout=30)
+
+
+def test_a_killed_explorer_takes_its_pool_with_it(demo, local_ray, tmp_path):
+    cfg = load_config_from_dict(
+        _config(demo, tmp_path, "killed", explorer={"rollout_model": {"engine_num": 2}})
+    )
+    explorer = ray.remote(Explorer).options(num_cpus=0).remote(cfg)
+    ray.get(explorer._build_engine.remote())
+    created = [k for k, pg in placement_group_table().items() if pg["state"] == "CREATED"]
+    assert len(created) == 1 and ray.available_resources().get("CPU", 0) == 0
+    ray.kill(explorer)  # what the launcher does to every actor when one of them fails
+    # Ray keeps the placement group of a killed actor until the job ends: its CPUs stay taken
+    assert placement_group_table()[created[0]]["state"] == "CREATED"
+    assert remove_engine_pool(engine_pool_name(cfg.job_dir))  # the launcher's clean-up
+    assert _cpus_back(2)
+    assert placement_group_table()[created[0]]["state"] == "REMOVED"
+    assert not remove_engine_pool(engine_pool_name(cfg.job_dir))  # nothing left the second time
 
 
 def test_more_engines_than_the_cluster_holds_is_a_clear_error(demo, local_ray):
