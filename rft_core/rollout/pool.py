@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from rft_core.errors import ServiceUnavailable
+from rft_core.errors import RFTError, ServiceUnavailable
 from rft_core.rollout.base import Generation, SamplingParams
 
 log = logging.getLogger("rft_core.rollout.pool")
@@ -82,15 +82,23 @@ class EngineWorker:
         use_gpu: bool,
         engine_kwargs: dict[str, Any],
     ) -> None:
-        from rft_core.rollout import build_engine
-
         if not use_gpu:
             # Ray sets OMP_NUM_THREADS=1 in workers; split this node's cores between its engines
             threads = max(1, _usable_cores() // max(1, engines_on_node))
             torch.set_num_threads(threads)
             engine_kwargs = {**engine_kwargs, "num_threads": threads}
         self.rank = rank
+        self._build = (engine_type, model_path, engine_kwargs)
+        self.engine: Any = None
+
+    def start(self) -> dict[str, Any]:
+        """Build the engine (a method, not ``__init__``: Ray hands a method's exception back
+        as it was raised, e.g. "vLLM is not installed", and a constructor's only as "died")."""
+        from rft_core.rollout import build_engine
+
+        engine_type, model_path, engine_kwargs = self._build
         self.engine = build_engine(engine_type, model_path, **engine_kwargs)
+        return self.identity()
 
     def identity(self) -> dict[str, Any]:
         import ray
@@ -197,7 +205,12 @@ class EnginePool:
                 )
             )
         try:
-            self.identities = ray.get([a.identity.remote() for a in self._actors])
+            self.identities = ray.get([a.start.remote() for a in self._actors])
+        except ray.exceptions.RayTaskError as err:
+            self.close()
+            if isinstance(err.cause, RFTError):  # a user's problem: its own one-line message
+                raise err.cause from err
+            raise
         except BaseException:
             self.close()
             raise

@@ -13,7 +13,7 @@ from ray.util.placement_group import placement_group_table
 
 from rft_core.config import load_config_from_dict
 from rft_core.demo import build_demo
-from rft_core.errors import ConfigError, ServiceUnavailable
+from rft_core.errors import ConfigError, EngineUnavailable, ServiceUnavailable
 from rft_core.explorer import Explorer
 from rft_core.launcher import _engine_pool_cpus, _gpu_split, preflight, run_experiment
 from rft_core.rollout import build_engine
@@ -143,6 +143,13 @@ def test_more_engines_than_the_cluster_holds_is_a_clear_error(demo, local_ray):
     assert "explorer.rollout_model.engine_num=3" in message
     assert "{'CPU': 1.0}" in message and "2 CPU" in message
     assert "REMOVED" in _pg_states() and "PENDING" not in _pg_states()
+
+
+def test_an_engine_that_cannot_start_fails_with_its_own_message(demo, local_ray):
+    # vLLM is not installed here: the engines' error, not Ray's "the actor died"
+    with pytest.raises(EngineUnavailable, match="vLLM is not installed"):
+        EnginePool("vllm", str(demo.model_dir), engine_num=2)
+    assert "CREATED" not in _pg_states() and _cpus_back(2)
 
 
 def test_bad_engine_counts_are_rejected_with_their_yaml_path(demo, tmp_path):
