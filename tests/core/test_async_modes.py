@@ -25,7 +25,7 @@ from rft_core.buffer import BufferTimeout, Experience, build_buffer
 from rft_core.buffer.file import FileBuffer
 from rft_core.buffer.sql import SQLBuffer
 from rft_core.config import load_config, load_config_from_dict
-from rft_core.demo import DEMO_SYSTEM_PROMPT, build_demo
+from rft_core.demo import build_demo
 from rft_core.errors import ConfigError
 from rft_core.launcher import preflight
 from rft_core.sync.checkpoint_watch import CheckpointWatch
@@ -35,6 +35,7 @@ from rft_core.trainer.checkpoint import (
     save_state_dict_for_sync,
     step_dir,
 )
+from tests.core.test_orchestration import _taskset
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_EXPLORER = ROOT / "examples" / "demo" / "async_explorer.yaml"
@@ -177,6 +178,54 @@ def test_explore_mode_queue_without_path_fails_before_ray(demo):
     assert err.value.path == BUFFER_PATH
 
 
+# -- the trainer of a train job, in process -----------------------------------------------------
+
+
+def _step_experiences(step: int, count: int) -> list[Experience]:
+    return [
+        Experience(
+            prompt_ids=[5, 6, 7, 8 + i],
+            response_ids=[9, 10 + i, 11],
+            logprobs=[-1.0, -1.0, -1.0],
+            reward=float(i % 2),
+            advantage=1.0 if i % 2 else -1.0,
+            group_id=f"{step}/0",
+            explorer_step=step,
+        )
+        for i in range(count)
+    ]
+
+
+def test_a_resumed_train_job_skips_the_experiences_its_checkpoint_trained_on(demo, tmp_path):
+    from rft_core.trainer.trainer import Trainer, read_trainer_meta
+
+    per_step = BATCH * REPEAT
+
+    def run_trainer(total_steps: int, resume_step: int | None) -> dict:
+        cfg = _trainer_config(demo, tmp_path)
+        cfg["trainer"].update(save_interval=1, total_steps=total_steps)
+        trainer = Trainer(load_config_from_dict(cfg))
+        try:
+            return trainer.run(resume_step=resume_step)
+        finally:
+            trainer.close()
+
+    job_dir = tmp_path / "async" / "pair"
+    writer = build_buffer("sql", name="pair_buffer", path="sqlite:///pair.db", job_dir=job_dir)
+    for step in (1, 2, 3):
+        writer.put(_step_experiences(step, per_step))
+    assert run_trainer(2, None)["steps"] == 2
+    assert read_trainer_meta(job_dir)["experience_buffer"]["consumed"] == 2 * per_step
+    # the rerun continues at step 3 with the third explorer step's experiences, not the first
+    assert run_trainer(3, 2)["steps"] == 3
+    assert read_trainer_meta(job_dir)["experience_buffer"] == {
+        "consumed": 3 * per_step,
+        "last_id": 3 * per_step,
+    }
+    # and it published its weights for the explore job at every step (sync_interval 1)
+    assert (job_dir / LATEST_STATE_DICT).read_text().strip() == "3"
+
+
 # -- both jobs, real processes -----------------------------------------------------------------
 
 EXPLORER_STEPS = 8
@@ -197,22 +246,7 @@ def _common(demo, root: Path, mode: str) -> dict:
         },
         "cluster": {"gpu_per_node": 0},
         "buffer": {
-            "explorer_input": {
-                "taskset": {
-                    "name": "arithmetic",
-                    "storage_type": "file",
-                    "path": str(demo.dataset_dir),
-                    "subset_name": "main",
-                    "split": "train",
-                    "format": {
-                        "prompt_key": "question",
-                        "response_key": "answer",
-                        "system_prompt": DEMO_SYSTEM_PROMPT,
-                    },
-                    "rollout_args": {"temperature": 1.0},
-                    "default_workflow_type": "math_workflow",
-                }
-            },
+            "explorer_input": {"taskset": _taskset(demo, "train", "arithmetic")},
             "trainer_input": {
                 "experience_buffer": {
                     "name": "pair_buffer",
