@@ -5,8 +5,10 @@
 
 Ray: joins ``RAY_ADDRESS`` / ``cluster.ray_address`` when given, else starts a local Ray for the
 run and shuts it down at the end. Modes: ``both`` (explorer + trainer + synchronizer actors),
-``explore``, ``train``, ``bench`` (evaluate every saved ``global_step_*`` in order) and
-``colocate`` (explorer and trainer share one GPU, weights handed over through memory). Stages run in
+``explore`` + ``train`` (Trinity's async pair: two jobs, one job dir, meeting only at the
+experience buffer's path and the checkpoint tree, so each may have its own Ray; see
+``rft_core.sync.checkpoint_watch``), ``bench`` (evaluate every saved ``global_step_*`` in order)
+and ``colocate`` (explorer and trainer share one GPU, weights handed over through memory). Stages run in
 order, each in its own job dir; stage i+1 starts from stage i's last
 ``global_step_N/actor/huggingface``; a finished stage (``stage_meta.json``) is skipped on rerun.
 
