@@ -192,8 +192,10 @@ class EnginePool:
                 "scheduling_strategy": PlacementGroupSchedulingStrategy(
                     placement_group=self._pg,
                     placement_group_bundle_index=rank,
-                    # vLLM with tensor parallelism starts its own workers inside the bundle
-                    placement_group_capture_child_tasks=tensor_parallel_size > 1,
+                    # not captured: vLLM then runs its tensor-parallel workers as local
+                    # processes on this actor's GPUs (its "mp" backend) instead of asking this
+                    # placement group for one-GPU bundles it does not have
+                    placement_group_capture_child_tasks=False,
                 ),
             }
             kwargs = dict(engine_kwargs, seed=seed + rank)  # distinct sampling streams
