@@ -228,7 +228,7 @@ def test_a_resumed_train_job_skips_the_experiences_its_checkpoint_trained_on(dem
 
 # -- both jobs, real processes -----------------------------------------------------------------
 
-EXPLORER_STEPS = 8
+EXPLORER_STEPS = 10
 BATCH, REPEAT = 2, 2
 
 
