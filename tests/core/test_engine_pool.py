@@ -207,15 +207,18 @@ def test_nccl_sync_into_gpu_engines_is_refused_before_any_actor_starts(demo, tmp
 
 
 @pytest.mark.slow
-def test_run_both_with_two_engines(demo, local_ray, tmp_path):
-    """``trinity run`` path (mode both, gloo broadcast on CPU) with engine_num 2: the model
-    versions follow sync_interval 1, evaluation runs on the pool, and the pool is released."""
+@pytest.mark.parametrize("sync_method", ["nccl", "checkpoint"])
+def test_run_both_with_two_engines(demo, local_ray, tmp_path, sync_method):
+    """``trinity run`` path (mode both; nccl = gloo broadcast on CPU; checkpoint = the way GPU
+    pools sync) with engine_num 2: the model versions follow sync_interval 1, evaluation runs
+    on the pool, and the pool is released."""
     raw = _config(
         demo,
         tmp_path,
         "two_engines",
         buffer={"total_steps": 3, "batch_size": 3},
         explorer={"rollout_model": {"engine_num": 2}, "eval_interval": 2},
+        synchronizer={"sync_method": sync_method},
     )
     # evaluation goes through the pool too: at step 2 and on the final weights
     raw["buffer"]["explorer_input"]["eval_tasksets"] = [_taskset(demo, "test", "held")]
