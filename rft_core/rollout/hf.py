@@ -17,15 +17,18 @@ fp32 BEFORE top-k/top-p filtering, as verl's actor recomputes it. With ``tempera
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from transformers import AttentionInterface
 from transformers.cache_utils import DynamicCache, DynamicLayer
-from transformers.masking_utils import AttentionMaskInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from rft_core.errors import DataError, RFTError
 from rft_core.rollout.base import Generation, SamplingParams
@@ -235,6 +238,63 @@ class _PrefixRows:
         return by_run[self.run_of_row, self.slot_of_row]
 
 
+# causal LMs whose forward is exactly embed_tokens → rotary_emb → decoder layers → norm → lm_head
+# (no embedding scale, no logit soft-capping), so ``DecodeStep`` may run those parts itself
+_PLAIN_DECODERS = frozenset({"llama", "qwen2", "qwen3"})
+_STATIC_ROPE = frozenset({"default", "linear", "llama3"})  # cos/sin depend on the position only
+
+
+class DecodeStep:
+    """One decoding step (one new token per row) of a plain decoder stack on the shared-prefix
+    cache, calling the model's own modules (embedding, decoder layers, norm, lm_head) directly:
+    it skips the forward's wrappers and causal-mask construction (``shared_prefix_attention``
+    takes no mask) and looks each row's rotary cos/sin up in a table built once per call. The
+    arithmetic is the model's (tested against ``model(...)``); ``of`` returns None for any
+    model it does not know to have that plain structure."""
+
+    def __init__(self, model: Any, positions: int) -> None:
+        self.model, self.inner = model, model.model
+        self.layers = self.inner.layers[: model.config.num_hidden_layers]
+        self.cos = self.sin = None
+        rotary = self.inner.rotary_emb
+        if getattr(rotary, "rope_type", None) in _STATIC_ROPE:
+            weight = self.inner.embed_tokens.weight
+            table = torch.arange(positions, device=weight.device)[None]
+            cos, sin = rotary(weight[:1], table)
+            self.cos, self.sin = cos[0], sin[0]
+
+    @classmethod
+    def of(cls, model: Any, positions: int) -> DecodeStep | None:
+        """The step for ``model`` with rotary tables for positions ``< positions``, or None."""
+        inner = getattr(model, "model", None)
+        parts = ("embed_tokens", "layers", "norm", "rotary_emb")
+        if getattr(model.config, "model_type", None) not in _PLAIN_DECODERS:
+            return None
+        if not hasattr(model, "lm_head") or not all(hasattr(inner, p) for p in parts):
+            return None
+        return cls(model, positions)
+
+    def __call__(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, cache: Any
+    ) -> torch.Tensor:
+        """Last-position logits [B, V] fp32 of ``input_ids`` [B, 1] at ``positions`` [B, 1]."""
+        hidden = self.inner.embed_tokens(input_ids)
+        if self.cos is None:
+            rotary = self.inner.rotary_emb(hidden, positions)
+        else:
+            rotary = (self.cos[positions], self.sin[positions])
+        for layer in self.layers:
+            hidden = layer(
+                hidden,
+                attention_mask=None,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                position_embeddings=rotary,
+            )
+        return self.model.lm_head(self.inner.norm(hidden[:, -1])).float()
+
+
 _DECODING: contextvars.ContextVar[_PrefixRows] = contextvars.ContextVar("hf_engine_decoding")
 SHARED_PREFIX_ATTENTION = "rft_shared_prefix"
 
@@ -273,6 +333,63 @@ def shared_prefix_attention(
 AttentionInterface.register(SHARED_PREFIX_ATTENTION, shared_prefix_attention)
 # decoding needs no mask: prompt padding is masked above, and one query sees all its own tokens
 AttentionMaskInterface.register(SHARED_PREFIX_ATTENTION, lambda *args, **kwargs: None)
+
+GROUPED_SDPA_ATTENTION = "rft_grouped_sdpa"
+
+
+def grouped_sdpa_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers' ``sdpa`` attention, except that a masked call with grouped-query heads
+    hands the key/value heads to torch's kernel as they are (``enable_gqa``) where transformers
+    copies each of them once per query head of its group (it does so on CPU and CUDA alike,
+    since CUDA's fast kernels take no mask with ``enable_gqa``; on CPU it is the same kernel,
+    without the copies in the forward and their sum in the backward)."""
+    groups = getattr(module, "num_key_value_groups", 1)
+    plain = attention_mask is None or attention_mask.dtype != torch.bool
+    if groups == 1 or plain or any(kwargs.get(k) is not None for k in ("position_bias", "softcap")):
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=attention_mask,
+        dropout_p=dropout,
+        scale=scaling,
+        enable_gqa=True,
+    )
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(GROUPED_SDPA_ATTENTION, grouped_sdpa_attention)
+AttentionMaskInterface.register(GROUPED_SDPA_ATTENTION, sdpa_mask)
+
+
+@contextlib.contextmanager
+def cpu_attention(model: Any) -> Iterator[None]:
+    """While in the block, a CPU model on transformers' ``sdpa`` attention runs
+    ``grouped_sdpa_attention`` instead (same results); any other model is left as it is, and
+    so is one under activation checkpointing (its backward recomputes outside the block)."""
+    config = model.config
+    before = config._attn_implementation
+    checkpointed = getattr(model, "is_activation_checkpointing", False)
+    if before != "sdpa" or model.device.type != "cpu" or checkpointed:
+        yield
+        return
+    config._attn_implementation = GROUPED_SDPA_ATTENTION
+    try:
+        yield
+    finally:
+        config._attn_implementation = before
 
 
 class PromptEncoding:
@@ -446,9 +563,11 @@ class HFRolloutEngine(PromptEncoding):
         eos = torch.tensor(sorted(self.eos_token_ids), device=self.device)
         config = self.model.config
         attention_implementation = config._attn_implementation
+        step_fn = None
         if shared is not None:
             config._attn_implementation = SHARED_PREFIX_ATTENTION
             decoding = _DECODING.set(shared)
+            step_fn = DecodeStep.of(self.model, int(positions.max()) + max_new + 1)
         try:
             alive = list(range(len(rows)))  # batch row → index into ``rows``
             for step in range(max_new):
@@ -489,7 +608,10 @@ class HFRolloutEngine(PromptEncoding):
                     if shared is not None:
                         shared = shared.keep(keep)
                         _DECODING.set(shared)
-                logits, cache = self._forward(input_ids, attention, positions, cache)
+                if step_fn is not None:
+                    logits = step_fn(input_ids, positions, cache)
+                else:
+                    logits, cache = self._forward(input_ids, attention, positions, cache)
         finally:
             if shared is not None:
                 config._attn_implementation = attention_implementation
@@ -519,7 +641,8 @@ class HFRolloutEngine(PromptEncoding):
             cache = DynamicCache(config=self.model.config)
             cache.layers = [SharedPrefixLayer(max_new) for _ in cache.layers]
             shared = _PrefixRows.of(cache, attention.bool(), prompt_of_row)
-        logits, cache = self._forward(input_ids, attention, positions, cache)
+        with cpu_attention(self.model):
+            logits, cache = self._forward(input_ids, attention, positions, cache)
         if prompt_of_row != list(range(len(distinct))):
             index = torch.tensor(prompt_of_row, device=self.device)
             if shared is None:

@@ -44,6 +44,7 @@ from rft_core.algorithms.policy_losses import dpo_loss, ppo_clip_loss, sft_loss
 from rft_core.buffer.experience import Experience
 from rft_core.errors import ConfigError
 from rft_core.rollout.hf import (
+    cpu_attention,
     full_attention_cache,
     resolve_device,
     resolve_dtype,
@@ -175,10 +176,13 @@ class PolicyTrainer:
 
     def _logits_tail(self, model: Any, mb: MicroBatch) -> torch.Tensor:
         """Logits predicting the last ``R`` tokens of each row: [B, R, V]."""
-        with torch.autocast(
-            self.device.type,
-            dtype=self.autocast_dtype or torch.bfloat16,
-            enabled=self.autocast_dtype is not None,
+        with (
+            torch.autocast(
+                self.device.type,
+                dtype=self.autocast_dtype or torch.bfloat16,
+                enabled=self.autocast_dtype is not None,
+            ),
+            cpu_attention(model),
         ):
             prefix = mb.shared_prefix
             if prefix is not None and self.share_prompt_prefix and shares_prefix(model):

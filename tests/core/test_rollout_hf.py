@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from tiny_lm import build_tiny_model
 
 from rft_core.errors import ConfigError, DataError, EngineUnavailable
-from rft_core.rollout import SamplingParams, build_engine
+from rft_core.rollout import SamplingParams, build_engine, hf
 from rft_core.rollout.hf import HFRolloutEngine, filter_logits, token_logprobs
 
 CONVERSATIONS = [
@@ -152,8 +154,9 @@ def test_each_distinct_prompt_is_prefilled_once(engine):
     prompts = [engine.encode_chat(c) for c in CONVERSATIONS]
     prompts.append(prompts[0])  # the same prompt twice in one call: one prefill row
     batch_sizes = []
-    hook = engine.model.register_forward_pre_hook(
-        lambda module, args, kwargs: batch_sizes.append(kwargs["input_ids"].shape), with_kwargs=True
+    # the token embedding sees every forward: the prefill's and each DecodeStep's
+    hook = engine.model.model.embed_tokens.register_forward_pre_hook(
+        lambda module, args: batch_sizes.append(args[0].shape)
     )
     try:
         params = SamplingParams(n=3, temperature=1.0, max_tokens=6, seed=5)
@@ -194,3 +197,69 @@ def test_rows_that_stop_early_leave_the_others_exact(engine):
         for gen in group:
             expected = teacher_forced_logprobs(engine, prompt, gen.response_ids, 1.0)
             torch.testing.assert_close(torch.tensor(gen.logprobs), expected, atol=1e-4, rtol=0)
+
+
+def test_decode_step_is_the_models_own_forward(engine, monkeypatch):
+    """``DecodeStep`` runs the Qwen2 model's modules itself: the same tokens and log-probs as
+    decoding through ``model(...)``, which any other architecture gets."""
+    prompts = [engine.encode_chat(c) for c in CONVERSATIONS]
+    params = SamplingParams(n=4, temperature=1.0, max_tokens=12, seed=11)
+    steps = []
+    of = hf.DecodeStep.of
+
+    def spy(model, positions):
+        steps.append(of(model, positions))
+        return steps[-1]
+
+    monkeypatch.setattr(hf.DecodeStep, "of", spy)
+    fast = engine.generate_ids(prompts, params)
+    assert steps and isinstance(steps[0], hf.DecodeStep) and steps[0].cos is not None
+    monkeypatch.setattr(hf.DecodeStep, "of", lambda model, positions: None)
+    plain = engine.generate_ids(prompts, params)
+    for fast_group, plain_group in zip(fast, plain, strict=True):
+        for a, b in zip(fast_group, plain_group, strict=True):
+            assert a.response_ids == b.response_ids
+            torch.testing.assert_close(
+                torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-6, rtol=0
+            )
+    # a model type it does not know keeps the generic forward
+    engine.model.config.model_type = "gemma"
+    try:
+        assert of(engine.model, 64) is None
+    finally:
+        engine.model.config.model_type = "qwen2"
+
+
+def test_grouped_sdpa_attention_is_transformers_sdpa(engine):
+    """On CPU a masked batch runs ``grouped_sdpa_attention`` (key/value heads not repeated):
+    logits and gradients as with transformers' own ``sdpa``."""
+    model = engine.model
+    assert model.config.num_key_value_heads < model.config.num_attention_heads
+    ids = torch.tensor([[0, 0, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14]])
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])  # left padding: a real mask
+    used = []
+    grouped = hf.grouped_sdpa_attention
+
+    def spy(*args, **kwargs):
+        used.append(True)
+        return grouped(*args, **kwargs)
+
+    hf.AttentionInterface.register(hf.GROUPED_SDPA_ATTENTION, spy)
+    results = []
+    try:
+        for swap in (False, True):
+            model.zero_grad()
+            with hf.cpu_attention(model) if swap else contextlib.nullcontext():
+                logits = model(input_ids=ids, attention_mask=mask).logits
+            (
+                logits[:, 2:] * torch.linspace(-1, 1, logits[:, 2:].numel()).view_as(logits[:, 2:])
+            ).sum().backward()
+            grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+            results.append((logits.detach(), grads))
+    finally:
+        hf.AttentionInterface.register(hf.GROUPED_SDPA_ATTENTION, grouped)
+    assert used and model.config._attn_implementation == "sdpa"  # restored after the block
+    (logits_sdpa, grads_sdpa), (logits_grouped, grads_grouped) = results
+    torch.testing.assert_close(logits_grouped[:, 2:], logits_sdpa[:, 2:], atol=1e-6, rtol=0)
+    for name, grad in grads_sdpa.items():
+        torch.testing.assert_close(grads_grouped[name], grad, atol=1e-6, rtol=1e-5)
