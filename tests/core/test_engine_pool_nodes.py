@@ -13,6 +13,7 @@ from rft_core.config import load_config_from_dict
 from rft_core.demo import build_demo
 from rft_core.explorer import Explorer
 from rft_core.rollout.base import SamplingParams
+from tests.core.test_engine_pool import _cpus_back
 from tests.core.test_orchestration import _config
 
 
@@ -49,6 +50,8 @@ def _explorer(demo, tmp_path, name: str, node_num: int) -> Explorer:
 def test_engines_spread_over_nodes_only_when_the_job_has_several(
     demo, two_nodes, tmp_path, node_num
 ):
+    # all 4 CPUs free first: PACK is soft, and falls back to two nodes when one lacks room
+    assert _cpus_back(4)
     explorer = _explorer(demo, tmp_path, f"nodes{node_num}", node_num)
     explorer._build_engine()
     pool = explorer._engine
