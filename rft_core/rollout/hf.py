@@ -3,10 +3,10 @@
 Each distinct prompt is prefilled once (left-padded with the others); its KV cache and
 last-position logits are then expanded to its ``n`` samples, and all prompts × ``n`` rows decode
 as one batch. Decoding is our own short loop over ``model(..., past_key_values=cache,
-use_cache=True)`` rather than ``model.generate``, because we need the log-prob of every sampled
-token under an exact convention, a private RNG (a seeded call never touches the global torch
-RNG), and rows that stop early are dropped from the batch (and the KV cache) instead of being
-decoded until the longest row ends.
+use_cache=True)`` (``DecodeStep`` for the plain decoder stacks) rather than ``model.generate``,
+because we need the log-prob of every sampled token under an exact convention, a private RNG (a
+seeded call never touches the global torch RNG), and rows that stop early are dropped from the
+batch (and the KV cache, a few at a time) instead of being decoded until the longest row ends.
 
 LOG-PROB CONVENTION (the trainer uses the same, so the on-policy ratio is 1 up to numerics):
 the log-prob of a sampled token is ``log_softmax(logits / temperature)[token]``, computed in
@@ -295,6 +295,9 @@ class DecodeStep:
         return self.model.lm_head(self.inner.norm(hidden[:, -1])).float()
 
 
+_STALE_ROWS = 8  # finished rows stay in the decoding batch while fewer than 1/8 of it
+
+
 _DECODING: contextvars.ContextVar[_PrefixRows] = contextvars.ContextVar("hf_engine_decoding")
 SHARED_PREFIX_ATTENTION = "rft_shared_prefix"
 
@@ -569,7 +572,8 @@ class HFRolloutEngine(PromptEncoding):
             decoding = _DECODING.set(shared)
             step_fn = DecodeStep.of(self.model, int(positions.max()) + max_new + 1)
         try:
-            alive = list(range(len(rows)))  # batch row → index into ``rows``
+            # batch row → index into ``rows``; None: a finished row still in the batch, unread
+            alive: list[int | None] = list(range(len(rows)))
             for step in range(max_new):
                 if greedy:
                     tokens = logits.argmax(-1)
@@ -583,20 +587,26 @@ class HFRolloutEngine(PromptEncoding):
                 finished = torch.isin(tokens, eos)
                 tok_list, lp_list, fin_list = tokens.tolist(), logps.tolist(), finished.tolist()
                 for b, row_index in enumerate(alive):
+                    if row_index is None:
+                        continue
                     row = rows[row_index]
                     row.tokens.append(tok_list[b])
                     row.logprobs.append(lp_list[b])
                     if fin_list[b]:
                         row.finish_reason = "stop"
+                        alive[b] = None
                 if step == max_new - 1:
                     break
-                keep = [b for b, f in enumerate(fin_list) if not f]
+                keep = [b for b, row_index in enumerate(alive) if row_index is not None]
                 if not keep:
                     break
                 input_ids = tokens.unsqueeze(-1)
                 positions = positions[:, -1:] + 1
                 attention = torch.cat([attention, attention.new_ones((len(alive), 1))], dim=-1)
-                if len(keep) < len(alive):
+                # finished rows leave the batch (and the KV cache) once there are enough of them
+                # to pay for the copy of the cache (and, in a shared layout, for the layout no
+                # longer being a plain reshape); until then they decode on, unread
+                if len(alive) - len(keep) >= max(1, len(alive) // _STALE_ROWS):
                     index = torch.tensor(keep, device=self.device)
                     cache.batch_select_indices(index)
                     input_ids, positions, attention = (

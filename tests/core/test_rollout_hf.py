@@ -178,7 +178,11 @@ def test_each_distinct_prompt_is_prefilled_once(engine):
     ]
 
 
-def test_rows_that_stop_early_leave_the_others_exact(engine):
+@pytest.mark.parametrize("stale_rows", [8, 2])
+def test_rows_that_stop_early_leave_the_others_exact(engine, monkeypatch, stale_rows):
+    """12 rows: with 8 a finished row leaves the batch at once; with 2 up to 5 finished rows
+    decode on, unread, until half the batch has finished."""
+    monkeypatch.setattr(hf, "_STALE_ROWS", stale_rows)
     prompts = [engine.encode_chat(c) for c in CONVERSATIONS]
     prompts.append(prompts[1])  # runs of rows: prompts 0, 1, 2, then 1 again
     params = SamplingParams(n=3, temperature=1.0, max_tokens=10, seed=7)
