@@ -32,6 +32,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from rft_core.errors import DataError, RFTError
 from rft_core.rollout.base import Generation, SamplingParams
+from rft_core.rollout.decode_step import DecodeStep
 
 log = logging.getLogger(__name__)
 
@@ -236,63 +237,6 @@ class _PrefixRows:
         if self.grid:
             return by_run.reshape(-1, heads, group, width)
         return by_run[self.run_of_row, self.slot_of_row]
-
-
-# causal LMs whose forward is exactly embed_tokens → rotary_emb → decoder layers → norm → lm_head
-# (no embedding scale, no logit soft-capping), so ``DecodeStep`` may run those parts itself
-_PLAIN_DECODERS = frozenset({"llama", "qwen2", "qwen3"})
-_STATIC_ROPE = frozenset({"default", "linear", "llama3"})  # cos/sin depend on the position only
-
-
-class DecodeStep:
-    """One decoding step (one new token per row) of a plain decoder stack on the shared-prefix
-    cache, calling the model's own modules (embedding, decoder layers, norm, lm_head) directly:
-    it skips the forward's wrappers and causal-mask construction (``shared_prefix_attention``
-    takes no mask) and looks each row's rotary cos/sin up in a table built once per call. The
-    arithmetic is the model's (tested against ``model(...)``); ``of`` returns None for any
-    model it does not know to have that plain structure."""
-
-    def __init__(self, model: Any, positions: int) -> None:
-        self.model, self.inner = model, model.model
-        self.layers = self.inner.layers[: model.config.num_hidden_layers]
-        self.cos = self.sin = None
-        rotary = self.inner.rotary_emb
-        if getattr(rotary, "rope_type", None) in _STATIC_ROPE:
-            weight = self.inner.embed_tokens.weight
-            table = torch.arange(positions, device=weight.device)[None]
-            cos, sin = rotary(weight[:1], table)
-            self.cos, self.sin = cos[0], sin[0]
-
-    @classmethod
-    def of(cls, model: Any, positions: int) -> DecodeStep | None:
-        """The step for ``model`` with rotary tables for positions ``< positions``, or None."""
-        inner = getattr(model, "model", None)
-        parts = ("embed_tokens", "layers", "norm", "rotary_emb")
-        if getattr(model.config, "model_type", None) not in _PLAIN_DECODERS:
-            return None
-        if not hasattr(model, "lm_head") or not all(hasattr(inner, p) for p in parts):
-            return None
-        return cls(model, positions)
-
-    def __call__(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, cache: Any
-    ) -> torch.Tensor:
-        """Last-position logits [B, V] fp32 of ``input_ids`` [B, 1] at ``positions`` [B, 1]."""
-        hidden = self.inner.embed_tokens(input_ids)
-        if self.cos is None:
-            rotary = self.inner.rotary_emb(hidden, positions)
-        else:
-            rotary = (self.cos[positions], self.sin[positions])
-        for layer in self.layers:
-            hidden = layer(
-                hidden,
-                attention_mask=None,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-                position_embeddings=rotary,
-            )
-        return self.model.lm_head(self.inner.norm(hidden[:, -1])).float()
 
 
 _STALE_ROWS = 8  # finished rows stay in the decoding batch while fewer than 1/8 of it
@@ -570,7 +514,9 @@ class HFRolloutEngine(PromptEncoding):
         if shared is not None:
             config._attn_implementation = SHARED_PREFIX_ATTENTION
             decoding = _DECODING.set(shared)
-            step_fn = DecodeStep.of(self.model, int(positions.max()) + max_new + 1)
+            step_fn = DecodeStep.of(
+                self.model, int(positions.max()) + max_new + 1, shared_prefix_attention
+            )
         try:
             # batch row → index into ``rows``; None: a finished row still in the batch, unread
             alive: list[int | None] = list(range(len(rows)))

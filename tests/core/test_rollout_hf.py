@@ -9,7 +9,7 @@ import torch
 from tiny_lm import build_tiny_model
 
 from rft_core.errors import ConfigError, DataError, EngineUnavailable
-from rft_core.rollout import SamplingParams, build_engine, hf
+from rft_core.rollout import SamplingParams, build_engine, decode_step, hf
 from rft_core.rollout.hf import HFRolloutEngine, filter_logits, token_logprobs
 
 CONVERSATIONS = [
@@ -154,17 +154,17 @@ def test_each_distinct_prompt_is_prefilled_once(engine):
     prompts = [engine.encode_chat(c) for c in CONVERSATIONS]
     prompts.append(prompts[0])  # the same prompt twice in one call: one prefill row
     batch_sizes = []
-    # the token embedding sees every forward: the prefill's and each DecodeStep's
-    hook = engine.model.model.embed_tokens.register_forward_pre_hook(
-        lambda module, args: batch_sizes.append(args[0].shape)
+    # lm_head sees every forward: the prefill's (last position) and each decoding step's
+    hook = engine.model.lm_head.register_forward_pre_hook(
+        lambda module, args: batch_sizes.append(args[0].shape[:-1])
     )
     try:
         params = SamplingParams(n=3, temperature=1.0, max_tokens=6, seed=5)
         groups = engine.generate_ids(prompts, params)
     finally:
         hook.remove()
-    assert batch_sizes[0] == (3, max(len(p) for p in prompts))  # 3 distinct prompts, prefilled
-    assert batch_sizes[1] == (12, 1)  # then 4 prompts × 3 samples decode one token at a time
+    assert batch_sizes[0] == (3, 1)  # 3 distinct prompts, prefilled
+    assert batch_sizes[1] == (12,)  # then 4 prompts × 3 samples decode one token at a time
     assert [len(g) for g in groups] == [3, 3, 3, 3]
     assert len({tuple(g.response_ids) for grp in groups for g in grp}) > 6
     for group, prompt in zip(groups, prompts, strict=True):
@@ -203,33 +203,38 @@ def test_rows_that_stop_early_leave_the_others_exact(engine, monkeypatch, stale_
             torch.testing.assert_close(torch.tensor(gen.logprobs), expected, atol=1e-4, rtol=0)
 
 
-def test_decode_step_is_the_models_own_forward(engine, monkeypatch):
-    """``DecodeStep`` runs the Qwen2 model's modules itself: the same tokens and log-probs as
-    decoding through ``model(...)``, which any other architecture gets."""
+@pytest.mark.parametrize("fused", [True, False])
+def test_decode_step_is_the_models_own_forward(engine, monkeypatch, fused):
+    """``DecodeStep`` runs the Qwen2 model's weights itself (fused layers) or its decoder layer
+    modules (as for qwen3): the same tokens and log-probs as decoding through ``model(...)``,
+    which any other architecture gets."""
+    if not fused:
+        monkeypatch.setattr(decode_step, "_FUSED_LAYERS", frozenset())
     prompts = [engine.encode_chat(c) for c in CONVERSATIONS]
     params = SamplingParams(n=4, temperature=1.0, max_tokens=12, seed=11)
     steps = []
     of = hf.DecodeStep.of
 
-    def spy(model, positions):
-        steps.append(of(model, positions))
+    def spy(model, positions, attention):
+        steps.append(of(model, positions, attention))
         return steps[-1]
 
     monkeypatch.setattr(hf.DecodeStep, "of", spy)
     fast = engine.generate_ids(prompts, params)
-    assert steps and isinstance(steps[0], hf.DecodeStep) and steps[0].cos is not None
-    monkeypatch.setattr(hf.DecodeStep, "of", lambda model, positions: None)
+    assert steps and isinstance(steps[0], hf.DecodeStep)
+    assert (steps[0].fused is not None) == fused and steps[0].cos is not None
+    monkeypatch.setattr(hf.DecodeStep, "of", lambda model, positions, attention: None)
     plain = engine.generate_ids(prompts, params)
     for fast_group, plain_group in zip(fast, plain, strict=True):
         for a, b in zip(fast_group, plain_group, strict=True):
             assert a.response_ids == b.response_ids
             torch.testing.assert_close(
-                torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-6, rtol=0
+                torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0
             )
     # a model type it does not know keeps the generic forward
     engine.model.config.model_type = "gemma"
     try:
-        assert of(engine.model, 64) is None
+        assert of(engine.model, 64, hf.shared_prefix_attention) is None
     finally:
         engine.model.config.model_type = "qwen2"
 
