@@ -259,18 +259,6 @@ def _actor(cls: type, name: str, cfg: Any, num_gpus: float = 0) -> Any:
     return ray.remote(cls).options(name=name, num_cpus=0, num_gpus=num_gpus, max_concurrency=4)
 
 
-def _gpu_split(cfg: Any) -> tuple[float, float]:
-    """(explorer actor GPUs, trainer GPUs) for mode both. With ``engine_num > 1`` the engines'
-    placement group (``rft_core/rollout/pool.py``) holds the rollout GPUs, not the explorer."""
-    total = cfg.cluster.gpu_per_node * cfg.cluster.node_num
-    if total == 0:
-        return 0, 0
-    rm = cfg.explorer.rollout_model
-    rollout = min(total - 1, rm.engine_num * rm.tensor_parallel_size) if total > 1 else 0.5
-    trainer = total - rollout if total > 1 else 0.5
-    return (0 if rm.engine_num > 1 else rollout), trainer
-
-
 def _engine_pool_cpus(stages: list[Any]) -> int:
     """CPUs the engine pools of ``stages`` reserve on a CPU-only local Ray (one per engine; the
     other actors reserve none), so a local Ray can place them all instead of waiting forever."""
@@ -371,6 +359,7 @@ def _kill_queue(cfg: Any) -> None:
 def _run_stage(cfg: Any) -> StageResult:
     import ray
 
+    from rft_core.config.resources import gpu_split, trainer_gpus, trainer_world_size
     from rft_core.explorer import Explorer, read_explorer_meta
     from rft_core.sync.synchronizer import start_synchronizer
     from rft_core.trainer.checkpoint import step_dir
@@ -386,7 +375,11 @@ def _run_stage(cfg: Any) -> StageResult:
         log.warning("resuming %s from global_step_%d", job_dir, resume)
     prefix = f"{cfg.project}/{cfg.name}/{cfg.stage_name or ''}"
     mode = cfg.mode
-    explorer_gpus, trainer_gpus = _gpu_split(cfg)
+    explorer_gpus = gpu_split(cfg)[0]
+    # several trainer ranks: this actor is rank 0 on one GPU, each other rank has one of its own
+    rank0_gpus = (
+        1 if trainer_world_size(cfg) > 1 and cfg.cluster.gpu_per_node else trainer_gpus(cfg)
+    )
     actors: dict[str, Any] = {}
     refs: dict[str, Any] = {}
     bar = None
@@ -394,9 +387,7 @@ def _run_stage(cfg: Any) -> StageResult:
         actors["explorer"] = _actor(Explorer, f"{prefix}/explorer", cfg).remote(cfg, None)
         refs["explorer"] = actors["explorer"].bench.remote()
     elif mode == "train":
-        actors["trainer"] = _actor(Trainer, f"{prefix}/trainer", cfg, trainer_gpus).remote(
-            cfg, None
-        )
+        actors["trainer"] = _actor(Trainer, f"{prefix}/trainer", cfg, rank0_gpus).remote(cfg, None)
         refs["trainer"] = actors["trainer"].run.remote(None, resume)
         bar = _progress_bar(cfg, resume or 0, "trainer")
     elif mode == "explore":
@@ -409,7 +400,7 @@ def _run_stage(cfg: Any) -> StageResult:
         bar = _progress_bar(cfg, first)
     elif mode in ("both", "colocate"):
         if mode == "colocate":  # one GPU shared by both actors, weights through memory
-            explorer_gpus = trainer_gpus = 0.5 if cfg.cluster.gpu_per_node else 0
+            explorer_gpus = rank0_gpus = 0.5 if cfg.cluster.gpu_per_node else 0
         weights = str(step_dir(job_dir, resume) / "actor") if resume is not None else None
         sync = start_synchronizer(
             f"{prefix}/synchronizer",
@@ -418,9 +409,7 @@ def _run_stage(cfg: Any) -> StageResult:
             str(job_dir / "log" / "synchronizer.log"),
         )
         actors["synchronizer"] = sync
-        actors["trainer"] = _actor(Trainer, f"{prefix}/trainer", cfg, trainer_gpus).remote(
-            cfg, sync
-        )
+        actors["trainer"] = _actor(Trainer, f"{prefix}/trainer", cfg, rank0_gpus).remote(cfg, sync)
         actors["explorer"] = _actor(Explorer, f"{prefix}/explorer", cfg, explorer_gpus).remote(
             cfg, sync
         )

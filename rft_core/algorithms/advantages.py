@@ -96,12 +96,19 @@ def rloo_advantages(rewards: torch.Tensor, group_ids: Sequence[str]) -> torch.Te
     return advantages
 
 
-def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """(x - mean) / sqrt(var + eps) over unmasked entries, with the unbiased variance."""
+def masked_whiten(
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    eps: float = 1e-8,
+    sum_across_ranks: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """(x - mean) / sqrt(var + eps) over unmasked entries, with the unbiased variance.
+    ``sum_across_ranks`` (sharded trainers) makes the statistics those of every rank's entries."""
+    total = sum_across_ranks or (lambda t: t)
     mask = mask.to(values.dtype)
-    count = mask.sum()
-    mean = (values * mask).sum() / count.clamp(min=1.0)
-    var = ((values - mean).square() * mask).sum() / (count - 1).clamp(min=1.0)
+    count, weighted = total(torch.stack([mask.sum(), (values * mask).sum()]))
+    mean = weighted / count.clamp(min=1.0)
+    var = total(((values - mean).square() * mask).sum()) / (count - 1).clamp(min=1.0)
     return (values - mean) * torch.rsqrt(var + eps)
 
 
@@ -117,7 +124,10 @@ def outcome_to_token_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch
 
 
 def reinforce_plus_plus_advantages(
-    token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0
+    token_rewards: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float = 1.0,
+    sum_across_ranks: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """REINFORCE++ (Hu 2025): discounted return-to-go per token, whitened over all unmasked
     tokens of the batch (the batch is the baseline). Masked tokens get 0."""
@@ -128,7 +138,7 @@ def reinforce_plus_plus_advantages(
         running = token_rewards[:, t].float() + gamma * running
         returns[:, t] = running
         running = running * mask_f[:, t]
-    return masked_whiten(returns, mask_f) * mask_f
+    return masked_whiten(returns, mask_f, sum_across_ranks=sum_across_ranks) * mask_f
 
 
 def gae_advantages(
@@ -139,6 +149,7 @@ def gae_advantages(
     lam: float = 1.0,
     *,
     whiten: bool = True,
+    sum_across_ranks: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GAE (Schulman et al. 2016) for PPO with a critic.
 
@@ -162,7 +173,7 @@ def gae_advantages(
     advantages = torch.stack(reversed_advantages[::-1], dim=1)
     returns = advantages + values
     if whiten:
-        advantages = masked_whiten(advantages, mask_f) * mask_f
+        advantages = masked_whiten(advantages, mask_f, sum_across_ranks=sum_across_ranks) * mask_f
     return advantages, returns
 
 

@@ -402,6 +402,11 @@ class TrainerConfig:
     micro_batch_size_per_gpu: int | None = _field(
         None, "sequences per micro-batch (None: split by max_token_len_per_gpu)"
     )
+    world_size: int | None = _field(
+        None,
+        "data-parallel trainer ranks, FSDP2-sharded (None: one per trainer GPU, 1 on CPU); "
+        "on CPU several ranks train over gloo",
+    )
     gradient_checkpointing: bool = _field(False, "recompute activations to save memory")
     total_steps: int | None = _field(
         None, "stop training after this trainer step (None: end of data)"

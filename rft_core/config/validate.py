@@ -31,6 +31,7 @@ from pathlib import PurePosixPath
 
 from rft_core.algorithms.presets import get_preset, ignored_kl_penalty
 from rft_core.buffer import QUEUE_BETWEEN_JOBS_NEEDS_PATH
+from rft_core.config.resources import check_world_size
 from rft_core.config.schema import (
     Config,
     ExperienceBufferConfig,
@@ -491,6 +492,8 @@ def _derive_trainer(cfg: Config) -> None:
     _at_least(t.max_checkpoints_to_keep, "trainer.max_checkpoints_to_keep", 0)
     _at_least(t.total_steps, "trainer.total_steps", 1)
     _at_least(t.micro_batch_size_per_gpu, "trainer.micro_batch_size_per_gpu", 1)
+    _at_least(t.world_size, "trainer.world_size", 1)
+    check_world_size(cfg)
     if t.max_token_len_per_gpu is None:
         t.max_token_len_per_gpu = 2 * cfg.model.max_model_len
     written = getattr(cfg, "_written", cfg).trainer

@@ -68,6 +68,8 @@ class MicroBatch:
     targets: torch.Tensor  # [B, R] the response tokens (right-aligned; pad elsewhere)
     mask: torch.Tensor  # [B, R] float: 1 on trained response tokens
     shared_prefix: SharedPrefix | None = None  # when prompts repeat and sharing saves tokens
+    # an all-masked stand-in that keeps a rank's collective calls in step with the others'
+    padding: bool = False
 
     @property
     def response_width(self) -> int:
@@ -228,6 +230,34 @@ def micro_batches(
         else:
             groups.append([i])
     return groups
+
+
+def split_to_count(groups: list[list[int]], count: int) -> tuple[list[list[int]], int]:
+    """Micro-batch row groups split (largest first, in halves) until there are ``count``;
+    returns them and how many padding micro-batches are still missing (too few rows)."""
+    groups = [list(g) for g in groups]
+    while len(groups) < count:
+        largest = max(range(len(groups)), key=lambda i: len(groups[i]))
+        if len(groups[largest]) < 2:
+            break
+        rows = groups.pop(largest)
+        groups[largest:largest] = [rows[: len(rows) // 2], rows[len(rows) // 2 :]]
+    return groups, count - len(groups)
+
+
+def padding_micro_batch(mb: MicroBatch) -> MicroBatch:
+    """A copy of ``mb``'s first row with every token masked: it runs the same forward and
+    backward calls as a real micro-batch and contributes nothing."""
+    first = slice(0, 1)
+    return MicroBatch(
+        rows=mb.rows[:1],
+        input_ids=mb.input_ids[first],
+        attention_mask=mb.attention_mask[first],
+        position_ids=mb.position_ids[first],
+        targets=mb.targets[first],
+        mask=torch.zeros_like(mb.mask[first]),
+        padding=True,
+    )
 
 
 def loss_weight(mode: str, mb_mask: torch.Tensor, total_tokens: float, total_rows: int) -> float:

@@ -28,6 +28,7 @@ class Critic(nn.Module):
         grad_clip: float = 1.0,
         cliprange_value: float = 0.5,
         autocast_dtype: torch.dtype | None = None,
+        world_size: int = 1,
     ) -> None:
         from transformers import AutoModel
 
@@ -42,6 +43,8 @@ class Critic(nn.Module):
         self.grad_clip = grad_clip
         self.cliprange_value = cliprange_value
         self.autocast_dtype = autocast_dtype
+        # trainer ranks keep a replica each; gradients are averaged over them (as DDP does)
+        self.world_size = world_size
         self.optimizer = torch.optim.AdamW(
             self.parameters(), lr=lr, betas=betas, weight_decay=weight_decay
         )
@@ -80,14 +83,24 @@ class Critic(nn.Module):
             loss, metrics = value_loss(
                 values, old, ret, mb.mask, self.cliprange_value, loss_agg_mode, horizon=horizon
             )
-            (loss * weight).backward()
+            (loss * (weight * self.world_size)).backward()
             totals["critic/vf_loss"] += metrics["vf_loss"] * weight
             totals["critic/vf_clipfrac"] += metrics["vf_clipfrac"] * weight
+        if self.world_size > 1:
+            self._average_gradients()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters(), self.grad_clip)
         if torch.isfinite(grad_norm):
             self.optimizer.step()
         totals["critic/grad_norm"] = float(grad_norm)
         return totals
+
+    def _average_gradients(self) -> None:
+        import torch.distributed as dist
+
+        for p in self.parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad)
+                p.grad.div_(self.world_size)
 
     def full_state(self) -> dict[str, Any]:
         return {"model": self.state_dict(), "optimizer": self.optimizer.state_dict()}

@@ -28,6 +28,7 @@ params, fp32 reduce). The tests run on CPU only; the CUDA and FSDP2 paths are no
 
 from __future__ import annotations
 
+import inspect
 import logging
 import random
 import time
@@ -56,10 +57,13 @@ from rft_core.trainer.batching import (
     collate,
     loss_weight,
     micro_batches,
+    padding_micro_batch,
     response_mask,
     right_aligned,
+    split_to_count,
 )
 from rft_core.trainer.messages import experiences_from_messages
+from rft_core.trainer.ranks import max_across_ranks, sum_across_ranks, sum_tensor_across_ranks
 from rft_core.trainer.settings import (
     AlgorithmSettings,
     accepted_args,
@@ -99,8 +103,6 @@ class PolicyTrainer:
         self.algo = AlgorithmSettings.from_config(algorithm_cfg)
         self.micro_batch_size = micro_batch_size
         self.max_token_len = max_token_len
-        # run a prompt shared by several rows once (batching.SharedPrefix); off: the plain layout
-        self.share_prompt_prefix = share_prompt_prefix
         self.grad_clip = grad_clip
         self.total_steps = total_steps
         self.temperature = temperature if temperature > 0 else 1.0
@@ -110,6 +112,9 @@ class PolicyTrainer:
             self.world_size = torch.distributed.get_world_size()
             self.rank = torch.distributed.get_rank()
         self.sharded = self.world_size > 1
+        # run a prompt shared by several rows once (batching.SharedPrefix); off: the plain layout.
+        # Sharded ranks keep the plain layout: one forward per micro-batch on every rank
+        self.share_prompt_prefix = share_prompt_prefix and not self.sharded
 
         # "auto": fp32 master weights, bf16 autocast on CUDA; an explicit dtype trains in it
         explicit = resolve_dtype(dtype, self.device) if dtype not in (None, "auto") else None
@@ -154,6 +159,7 @@ class PolicyTrainer:
                 weight_decay=float(o["weight_decay"]),
                 grad_clip=grad_clip,
                 autocast_dtype=self.autocast_dtype,
+                world_size=self.world_size,
             )
 
     # ---- setup --------------------------------------------------------------------------
@@ -161,8 +167,11 @@ class PolicyTrainer:
     def _fully_shard(self) -> None:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-        torch.cuda.set_device(self.device)
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        else:
+            mp = MixedPrecisionPolicy()  # CPU ranks (gloo) train in fp32
         for model in (self.model, self.ref_model):
             if model is None:
                 continue
@@ -252,6 +261,8 @@ class PolicyTrainer:
         out: list[list[float]] = [[] for _ in experiences]
         for mb in self._micro_batches(experiences):
             logp, _ = self._logprobs(model, mb)
+            if mb.padding:
+                continue
             for b, row in enumerate(mb.rows):
                 n = len(experiences[row].response_ids)
                 out[row] = logp[b, mb.response_width - n :].tolist() if n else []
@@ -260,10 +271,24 @@ class PolicyTrainer:
     def _micro_batches(self, experiences: list[Experience]) -> list[MicroBatch]:
         seqs = [(e.prompt_ids, e.response_ids, response_mask(e)) for e in experiences]
         lengths = [len(p) + len(r) for p, r, _ in seqs]
-        return [
-            collate([seqs[i] for i in group], group, self.pad_token_id, self.device)
-            for group in micro_batches(lengths, self.micro_batch_size, self.max_token_len)
-        ]
+        groups, padding = self._in_step(
+            micro_batches(lengths, self.micro_batch_size, self.max_token_len)
+        )
+        mbs = [collate([seqs[i] for i in g], g, self.pad_token_id, self.device) for g in groups]
+        return mbs + [padding_micro_batch(mbs[0]) for _ in range(padding)]
+
+    # ---- ranks in step (sharded: every rank makes the same collective calls) ------------------
+
+    def _in_step(self, groups: list[list[int]]) -> tuple[list[list[int]], int]:
+        """Micro-batch row groups split so that every rank has as many as the busiest one, and
+        the padding micro-batches still missing (a rank with too few rows)."""
+        if not self.sharded:
+            return groups, 0
+        return split_to_count(groups, int(max_across_ranks([len(groups)], self.device)[0]))
+
+    def _global(self, *values: float) -> list[float]:
+        """Sums over the ranks: the denominators of global means (the values at one rank)."""
+        return sum_across_ranks(values, self.device) if self.sharded else list(values)
 
     # ---- the step -----------------------------------------------------------------------
 
@@ -298,15 +323,17 @@ class PolicyTrainer:
         tokens = sum(
             len(e.prompt_ids) + len(e.response_ids) + len(e.rejected_ids) for e in experiences
         )
+        # means over the global batch: a sharded rank reports its share (ranks.merge_metrics)
+        (rows,) = self._global(len(experiences))
         metrics.update(
             {
                 "actor/grad_norm": float(grad_norm),
                 "actor/lr": float(lr),
-                "critic/rewards/mean": sum(e.reward for e in experiences) / len(experiences),
-                "response_length/mean": sum(lengths) / len(lengths),
+                "critic/rewards/mean": sum(e.reward for e in experiences) / rows,
+                "response_length/mean": sum(lengths) / rows,
                 "response_length/max": float(max(lengths)),
                 "response_length/min": float(min(lengths)),
-                "response_length/clip_ratio": sum(e.truncated for e in experiences) / len(lengths),
+                "response_length/clip_ratio": sum(e.truncated for e in experiences) / rows,
                 "perf/throughput": tokens / elapsed,
                 "time/train_step": elapsed,
             }
@@ -350,19 +377,25 @@ class PolicyTrainer:
         width = max(mb.response_width for mb in mbs)
         n = len(experiences)
         mask = torch.zeros(n, width, device=self.device)
-        for mb in mbs:
+        real = [mb for mb in mbs if not mb.padding]
+        for mb in real:
             mask[mb.rows, width - mb.response_width :] = mb.mask
         token_rewards = adv.outcome_to_token_rewards(rewards.to(self.device), mask)
         if algo.uses_kl_penalty:
             old_full, ref_full = torch.zeros_like(mask), torch.zeros_like(mask)
             for mb, o, r in zip(mbs, old, ref, strict=True):
-                old_full[mb.rows, width - mb.response_width :] = o
-                ref_full[mb.rows, width - mb.response_width :] = r
+                if not mb.padding:
+                    old_full[mb.rows, width - mb.response_width :] = o
+                    ref_full[mb.rows, width - mb.response_width :] = r
             token_rewards, km = apply_kl_penalty(
                 token_rewards, old_full, ref_full, mask, algo.kl_penalty_fn, algo.kl_penalty_coef
             )
-            metrics["actor/kl_penalty"] = km["kl_penalty"]
+            local = float(mask.sum())
+            (tokens,) = self._global(local)
+            metrics["actor/kl_penalty"] = km["kl_penalty"] * local / max(tokens, 1.0)
         args = accepted_args(fn.fn, algo.advantage_args, "algorithm.advantage_fn_args")
+        if self.sharded and "sum_across_ranks" in inspect.signature(fn.fn).parameters:
+            args["sum_across_ranks"] = sum_tensor_across_ranks  # batch statistics of all ranks
         critic_inputs: list[Any] = [None] * len(mbs)
         if fn.needs_values:
             if self.critic is None:
@@ -371,19 +404,15 @@ class PolicyTrainer:
                 )
             values = torch.zeros_like(mask)
             with torch.no_grad():
-                for mb in mbs:
+                for mb in real:
                     values[mb.rows, width - mb.response_width :] = self.critic.values(mb) * mb.mask
             token_adv, returns = fn(token_rewards, values, mask, **args)
             critic_inputs = [
-                (
-                    values[mb.rows, width - mb.response_width :],
-                    returns[mb.rows, width - mb.response_width :],
-                )
-                for mb in mbs
+                (_rows_of(values, mb, width), _rows_of(returns, mb, width)) for mb in mbs
             ]
         else:
             token_adv = fn(token_rewards, mask, **args)
-        return [token_adv[mb.rows, width - mb.response_width :] for mb in mbs], critic_inputs
+        return [_rows_of(token_adv, mb, width) for mb in mbs], critic_inputs
 
     def _kl_penalized_rewards(
         self,
@@ -398,6 +427,8 @@ class PolicyTrainer:
         algo = self.algo
         out, kl_sum, tokens = rewards.clone(), 0.0, 0.0
         for mb, o, r in zip(mbs, old, ref, strict=True):
+            if mb.padding:
+                continue
             penalized, km = kl_penalized_rewards(
                 rewards[mb.rows].to(o.device),
                 o,
@@ -409,14 +440,19 @@ class PolicyTrainer:
             out[mb.rows] = penalized.cpu()
             n = float(mb.mask.sum())
             kl_sum, tokens = kl_sum + km["kl_penalty"] * n, tokens + n
+        (tokens,) = self._global(tokens)
         metrics["actor/kl_penalty"] = kl_sum / max(tokens, 1.0)
         return out
 
     def _policy_backward(self, experiences: list[Experience]) -> dict[str, float]:
         algo = self.algo
         mbs = self._micro_batches(experiences)
-        total_tokens = float(sum(mb.mask.sum() for mb in mbs))
         horizon = max(mb.response_width for mb in mbs)
+        if self.sharded:
+            horizon = int(max_across_ranks([horizon], self.device)[0])
+        total_tokens, total_rows = self._global(
+            float(sum(mb.mask.sum() for mb in mbs)), len(experiences)
+        )
         metrics: dict[str, float] = {}
         sft = algo.policy_loss_fn == "sft"
         if not sft and algo.policy_loss_fn != "ppo":
@@ -435,6 +471,8 @@ class PolicyTrainer:
                     for i in mb.rows
                 )
             }
+            if self.sharded and max_across_ranks([len(recompute)], self.device)[0]:
+                recompute = {id(mb) for mb in mbs}  # ranks recompute together (FSDP collectives)
             with torch.no_grad():
                 if recompute:
                     self.model.eval()
@@ -454,7 +492,8 @@ class PolicyTrainer:
                     )
             self.model.train()
             advantages, critic_inputs = self._advantages(experiences, mbs, old, ref, metrics)
-            total_tokens = float(sum(mb.mask.sum() for mb in mbs))  # std_threshold may drop rows
+            # std_threshold may drop rows
+            (total_tokens,) = self._global(float(sum(mb.mask.sum() for mb in mbs)))
             adv_sum = sum(float((a * mb.mask).sum()) for a, mb in zip(advantages, mbs, strict=True))
             metrics["critic/advantages/mean"] = adv_sum / max(total_tokens, 1.0)
         pg_args = accepted_args(
@@ -463,7 +502,11 @@ class PolicyTrainer:
         sums: dict[str, float] = {}
         weights = []
         for k, mb in enumerate(mbs):
-            weight = loss_weight(algo.loss_agg_mode, mb.mask, total_tokens, len(experiences))
+            weight = (
+                0.0
+                if mb.padding
+                else loss_weight(algo.loss_agg_mode, mb.mask, total_tokens, total_rows)
+            )
             share = float(mb.mask.sum()) / max(total_tokens, 1.0)  # for token-level metrics
             weights.append(weight)
             logp, logits = self._logprobs(self.model, mb)
@@ -503,7 +546,8 @@ class PolicyTrainer:
                 with torch.no_grad():
                     entropy = entropy_from_logits(logits.detach())
             parts["actor/entropy"] = (float(masked_mean(entropy, mb.mask)), share)
-            (loss * weight).backward()
+            # FSDP2 averages gradients over the ranks; each rank's weight is its global share
+            (loss * (weight * self.world_size)).backward()
             for name, (value, w) in parts.items():
                 sums[name] = sums.get(name, 0.0) + value * w
         metrics.update(sums)
@@ -527,7 +571,9 @@ class PolicyTrainer:
             len(e.prompt_ids) + max(len(e.response_ids), len(e.rejected_ids)) for e in experiences
         ]
         size = max(1, (self.micro_batch_size or len(experiences)) // 2)
-        for group in micro_batches(pair_lengths, size, self.max_token_len):
+        groups, padding = self._in_step(micro_batches(pair_lengths, size, self.max_token_len))
+        (total_rows,) = self._global(len(experiences))
+        for k, group in enumerate(groups + [groups[0][:1]] * padding):
             chosen = [
                 (
                     experiences[i].prompt_ids,
@@ -550,8 +596,8 @@ class PolicyTrainer:
             logp_sums = (self._logprobs(self.model, mb)[0] * mb.mask).sum(-1)
             p = len(group)
             loss, m = dpo_loss(logp_sums[:p], logp_sums[p:], ref_sums[:p], ref_sums[p:], **args)
-            weight = p / len(experiences)
-            (loss * weight).backward()
+            weight = p / total_rows if k < len(groups) else 0.0  # padding: in step, no share
+            (loss * (weight * self.world_size)).backward()
             for name, value in m.items():
                 sums[f"actor/{name}"] = sums.get(f"actor/{name}", 0.0) + value * weight
         return sums
@@ -617,6 +663,11 @@ class PolicyTrainer:
         from rft_core.trainer.checkpoint import load_checkpoint
 
         ckpt = load_checkpoint(Path(job_dir), step)
+        if ckpt.optimizer_state is not None:  # saved at any world size
+            names = [n for n, p in self.model.named_parameters() if p.requires_grad]
+            ckpt.optimizer_state = _optimizer_state_keyed(
+                ckpt.optimizer_state, names, by_name=self.sharded
+            )
         if self.sharded:
             from torch.distributed.checkpoint.state_dict import (
                 StateDictOptions,
@@ -642,6 +693,32 @@ class PolicyTrainer:
         _restore_rng(extra.get("rng") or {})
         self.global_step = ckpt.step
         return ckpt.step
+
+
+def _optimizer_state_keyed(state: dict[str, Any], names: list[str], *, by_name: bool) -> dict:
+    """An optimizer state dict with its parameters keyed by name (FSDP2's full form, what
+    sharded ranks save and load) or by position (torch's own, one process)."""
+    keys = [p for g in state.get("param_groups", []) for p in g["params"]]
+    if not keys or isinstance(keys[0], str) == by_name:
+        return state
+    position = {n: i for i, n in enumerate(names)}
+
+    def key(k: Any) -> Any:
+        return names[k] if by_name else position[k]
+
+    return {
+        "state": {key(k): v for k, v in state["state"].items()},
+        "param_groups": [
+            dict(g, params=[key(p) for p in g["params"]]) for g in state["param_groups"]
+        ],
+    }
+
+
+def _rows_of(full: torch.Tensor, mb: MicroBatch, width: int) -> torch.Tensor:
+    """``mb``'s rows of a right-aligned [N, width] batch tensor (zeros for padding)."""
+    if mb.padding:
+        return torch.zeros_like(mb.mask)
+    return full[mb.rows, width - mb.response_width :]
 
 
 def shares_prefix(model: Any) -> bool:

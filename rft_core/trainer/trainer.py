@@ -90,16 +90,16 @@ class Trainer:
 
     def _build(self, model_path: str, resume_step: int | None) -> None:
         from rft_core.algorithms.presets import get_preset
+        from rft_core.config.resources import trainer_world_size
         from rft_core.trainer.policy import PolicyTrainer
+        from rft_core.trainer.ranks import PolicyGroup
 
         cfg = self.cfg
         self.device = (
             "cuda" if cfg.cluster.gpu_per_node > 0 and torch.cuda.is_available() else "cpu"
         )
         tr = cfg.trainer
-        self.policy = PolicyTrainer(
-            model_path,
-            cfg.algorithm,
+        settings = dict(
             device=self.device,
             dtype=cfg.model.dtype,
             micro_batch_size=tr.micro_batch_size_per_gpu,
@@ -112,6 +112,13 @@ class Trainer:
             seed=cfg.explorer.rollout_model.seed,
             max_token_len=tr.max_token_len_per_gpu,
         )
+        world_size = trainer_world_size(cfg)
+        if world_size == 1:
+            self.policy = PolicyTrainer(model_path, cfg.algorithm, **settings)
+        else:
+            self.policy = PolicyGroup(
+                world_size, model_path, cfg.algorithm, name=self.role, **settings
+            )
         if resume_step is not None:
             self.step = self.policy.load(self.job_dir, resume_step)
             log.info(
@@ -256,6 +263,7 @@ class Trainer:
                 self.save(save_hf=tr.save_hf_checkpoint != "never")
             if self._sender is not None:
                 self._sender.send_final(self.step, self.policy.state_dict_for_sync())
+            self._close_ranks()
             self.monitor.status("finished", f"{self.role} finished at step {self.step}")
             return self.summary()
         except BaseException as err:
@@ -274,5 +282,12 @@ class Trainer:
             "metrics": self.last_metrics,
         }
 
+    def _close_ranks(self) -> None:
+        # a PolicyGroup's ranks leave their process group (an exiting actor's die with it)
+        if hasattr(self.policy, "close"):
+            self.policy.close()
+            self.policy = None
+
     def close(self) -> None:
+        self._close_ranks()
         self.monitor.close()

@@ -12,10 +12,11 @@ import torch
 from ray.util.placement_group import placement_group_table
 
 from rft_core.config import load_config_from_dict
+from rft_core.config.resources import gpu_split
 from rft_core.demo import build_demo
 from rft_core.errors import ConfigError, EngineUnavailable, ServiceUnavailable
 from rft_core.explorer import Explorer
-from rft_core.launcher import _engine_pool_cpus, _gpu_split, preflight, run_experiment
+from rft_core.launcher import _engine_pool_cpus, preflight, run_experiment
 from rft_core.rollout import build_engine
 from rft_core.rollout.base import SamplingParams
 from rft_core.rollout.pool import EnginePool, engine_pool_name, remove_engine_pool, split_evenly
@@ -182,9 +183,9 @@ def test_resource_accounting_for_a_pool(demo, tmp_path):
     )
     cfg = load_config_from_dict(gpus)
     # the pool's placement group holds the 3 rollout GPUs; the explorer actor none
-    assert _gpu_split(cfg) == (0, 1)
+    assert gpu_split(cfg) == (0, 1)
     cfg.explorer.rollout_model.engine_num = 1
-    assert _gpu_split(cfg) == (1, 3)  # one in-process engine: the explorer holds its GPU
+    assert gpu_split(cfg) == (1, 3)  # one in-process engine: the explorer holds its GPU
     cpu = load_config_from_dict(
         _config(demo, tmp_path, "cpu", explorer={"rollout_model": {"engine_num": 5}})
     )

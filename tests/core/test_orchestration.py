@@ -170,3 +170,39 @@ def test_colocate_hands_weights_over_in_memory_every_step(demo, local_ray, tmp_p
     # eval at step 2 (every 2 steps) and the closing eval on the final weights at step 3
     assert sorted(result.explorer["eval"]) == ["2", "3"]
     assert result.explorer["final_model_version"] == 3
+
+
+@pytest.mark.slow
+def test_two_trainer_ranks_train_sync_and_checkpoint_in_mode_both(demo, local_ray, tmp_path):
+    # trainer.world_size 2: FSDP2 over gloo; the gathered weights reach the explorer by nccl
+    # (gloo) sync, the final checkpoint is sharded W=2 and converts to a loadable HF model
+    from transformers import AutoModelForCausalLM
+
+    from rft_core.convert import convert_checkpoints
+
+    cfg = _config(
+        demo,
+        tmp_path,
+        "ranks",
+        trainer={"world_size": 2, "save_hf_checkpoint": "never"},
+    )
+    cfg["buffer"]["total_steps"] = 3
+    result = run_experiment(load_config_from_dict(cfg)).last
+    job_dir = Path(result.job_dir)
+    assert result.trainer["steps"] == 3
+    assert [v for _, v in result.explorer["model_versions"]] == [0, 1, 2]
+    assert "trainer: 2 ranks (gloo), FSDP2" in (job_dir / "log" / "trainer.log").read_text()
+    actor = job_dir / "global_step_3" / "actor"
+    assert sorted(p.name for p in actor.glob("model_*.pt")) == [
+        "model_world_size_2_rank_0.pt",
+        "model_world_size_2_rank_1.pt",
+    ]
+    report = convert_checkpoints(str(job_dir))
+    assert report.failed == [] and len(report.converted) == 1
+    model = AutoModelForCausalLM.from_pretrained(actor / "huggingface")
+    saved = load_checkpoint(job_dir, 3).state_dict
+    torch.testing.assert_close(model.state_dict()["model.norm.weight"], saved["model.norm.weight"])
+    assert not torch.equal(
+        saved["model.norm.weight"],
+        AutoModelForCausalLM.from_pretrained(demo.model_dir).state_dict()["model.norm.weight"],
+    )  # three steps of training moved the weights

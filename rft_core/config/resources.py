@@ -1,0 +1,70 @@
+"""How a job's GPUs divide between its roles (config-derived, so the web forms, the validator
+and the launcher agree without importing torch).
+
+- ``gpu_split``: the explorer actor's and the trainer's GPUs in mode both;
+- ``trainer_gpus``: the trainer's GPUs in any mode (all of the job's in mode train);
+- ``trainer_world_size``: trainer ranks (``trainer.world_size``, else one per trainer GPU);
+- ``check_world_size``: a world size the GPUs can hold (one GPU a rank).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rft_core.errors import ConfigError
+
+
+def gpu_split(cfg: Any) -> tuple[float, float]:
+    """(explorer actor GPUs, trainer GPUs) for mode both. With ``engine_num > 1`` the engines'
+    placement group (``rft_core/rollout/pool.py``) holds the rollout GPUs, not the explorer."""
+    total = cfg.cluster.gpu_per_node * cfg.cluster.node_num
+    if total == 0:
+        return 0, 0
+    rm = cfg.explorer.rollout_model
+    rollout = min(total - 1, rm.engine_num * rm.tensor_parallel_size) if total > 1 else 0.5
+    trainer = total - rollout if total > 1 else 0.5
+    return (0 if rm.engine_num > 1 else rollout), trainer
+
+
+def trainer_gpus(cfg: Any) -> float:
+    """GPUs the trainer's ranks hold together (0 on CPU): all of the job's in mode train, else
+    what ``gpu_split`` leaves it (half of one GPU when it shares the only one)."""
+    if not cfg.cluster.gpu_per_node:
+        return 0
+    if cfg.mode == "train":
+        return cfg.cluster.gpu_per_node * cfg.cluster.node_num
+    return gpu_split(cfg)[1]
+
+
+def trainer_world_size(cfg: Any) -> int:
+    """Trainer ranks: ``trainer.world_size`` when set, else one per whole trainer GPU (1 on
+    CPU, in colocate, and when the trainer shares a GPU)."""
+    if cfg.trainer.world_size is not None:
+        return int(cfg.trainer.world_size)
+    if cfg.mode == "colocate":
+        return 1
+    return max(1, int(trainer_gpus(cfg)))
+
+
+def check_world_size(cfg: Any, path: str = "trainer.world_size") -> None:
+    """A world size the job's resources can hold: one GPU per rank on a GPU cluster."""
+    if cfg.mode in ("explore", "bench"):
+        return  # no trainer in this job
+    world = trainer_world_size(cfg)
+    if world < 1:
+        raise ConfigError(path, f"must be >= 1, got {world}", value=world)
+    if world > 1 and cfg.mode == "colocate":
+        raise ConfigError(
+            path,
+            f"mode colocate trains in the explorer's process: world_size must be 1, got {world}",
+            value=world,
+        )
+    gpus = trainer_gpus(cfg)
+    if gpus and world > 1 and world > gpus:
+        raise ConfigError(
+            path,
+            f"{world} trainer ranks need one GPU each, but the trainer has {gpus:g} "
+            f"(cluster.node_num x cluster.gpu_per_node minus the rollout engines' GPUs)",
+            value=world,
+            allowed="at most the trainer's GPUs",
+        )

@@ -1,0 +1,257 @@
+"""Data-parallel trainer ranks: ``trainer.world_size`` PolicyTrainers sharded with FSDP2.
+
+``PolicyGroup`` has PolicyTrainer's interface (``train_step``, ``save``, ``load``,
+``state_dict_for_sync``, ``tokenizer``) and runs it on W ranks: rank 0 in the calling process
+(the trainer actor), ranks 1..W-1 in Ray actors (``TrainerRank``), one GPU each on a GPU
+cluster. The ranks share the default ``torch.distributed`` process group (NCCL between GPUs,
+gloo on CPU, so the same code runs on a laptop), built from a TCP store on rank 0's node.
+
+A step splits the batch into W shards of whole groups (``shard_experiences``), so group
+advantages computed in the trainer see every response of their group. Each rank then runs the
+same number of collective calls: PolicyTrainer agrees on the global token/row counts, the
+micro-batch count and the horizon (``sum_across_ranks`` / ``max_across_ranks``), so each
+rank's loss is its share of the global batch loss, and FSDP2's gradient average equals the
+gradient of one process over the whole batch (tested against W = 1). Metrics come back as each
+rank's contribution and are merged by ``merge_metrics``.
+
+Every call reaches all ranks at once; if a remote rank fails, the call raises its error at once
+instead of waiting in a collective for the process group's timeout.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import datetime
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from rft_core.buffer.experience import Experience
+
+log = logging.getLogger("rft_core.trainer.ranks")
+
+# the same value on every rank: rank 0's is reported
+SAME_ON_EVERY_RANK = ("actor/grad_norm", "actor/lr", "critic/grad_norm")
+PROCESS_GROUP_TIMEOUT = datetime.timedelta(minutes=30)
+
+
+# -- collectives inside PolicyTrainer -----------------------------------------------------------
+
+
+def _reduce(values: Sequence[float], op: Any, device: torch.device) -> list[float]:
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return list(values)
+    on = device if dist.get_backend() == "nccl" else torch.device("cpu")
+    t = torch.tensor(list(values), dtype=torch.float64, device=on)
+    dist.all_reduce(t, op=op)
+    return t.tolist()
+
+
+def sum_across_ranks(values: Sequence[float], device: torch.device) -> list[float]:
+    """Element-wise sums over the trainer ranks (the values themselves at world size 1)."""
+    return _reduce(values, dist.ReduceOp.SUM, device)
+
+
+def max_across_ranks(values: Sequence[float], device: torch.device) -> list[float]:
+    return _reduce(values, dist.ReduceOp.MAX, device)
+
+
+def sum_tensor_across_ranks(t: torch.Tensor) -> torch.Tensor:
+    """``t`` summed over the ranks (a new tensor; ``t`` itself at world size 1), for the
+    batch statistics of token-level advantages (``masked_whiten``)."""
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return t
+    out = t.detach().clone()
+    if dist.get_backend() != "nccl":
+        out = out.cpu()
+    dist.all_reduce(out)
+    return out.to(t.device)
+
+
+# -- the driver side --------------------------------------------------------------------------
+
+
+def shard_experiences(experiences: list[Experience], world_size: int) -> list[list[Experience]]:
+    """``world_size`` shards of whole groups (``group_id``; experiences without one are groups
+    of one), balanced by token count, greedily: largest group to the lightest shard. A shard
+    never stays empty while another holds two groups or more (each rank must have rows)."""
+    groups: dict[Any, list[Experience]] = {}
+    for i, e in enumerate(experiences):
+        groups.setdefault(e.group_id if e.group_id not in (None, "") else ("row", i), []).append(e)
+    if len(groups) < world_size:
+        # fewer groups than ranks: split rows evenly (only the explorer's advantages are used)
+        order = list(experiences)
+        return [order[r::world_size] for r in range(world_size)]
+
+    def tokens(group: list[Experience]) -> int:
+        return sum(len(e.prompt_ids) + len(e.response_ids) + len(e.rejected_ids) for e in group)
+
+    shards: list[list[Experience]] = [[] for _ in range(world_size)]
+    load = [0] * world_size
+    for group in sorted(groups.values(), key=tokens, reverse=True):
+        r = min(range(world_size), key=lambda k: (load[k], len(shards[k])))
+        shards[r].extend(group)
+        load[r] += tokens(group)
+    return shards
+
+
+def merge_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
+    """One metrics dict from the ranks' contributions: sums (each rank reports its share of a
+    global mean), max for ``*/max`` and ``time/*``, min for ``*/min``, rank 0's for values every
+    rank computes alike (grad norm, lr)."""
+    merged: dict[str, float] = {}
+    for key in per_rank[0]:
+        values = [float(m[key]) for m in per_rank if key in m]
+        if key in SAME_ON_EVERY_RANK:
+            merged[key] = values[0]
+        elif key.endswith("/max") or key.startswith("time/"):
+            merged[key] = max(values)
+        elif key.endswith("/min"):
+            merged[key] = min(values)
+        else:
+            merged[key] = sum(values)
+    return merged
+
+
+def _init_process_group(init_method: str, rank: int, world_size: int, backend: str) -> None:
+    dist.init_process_group(
+        backend,
+        init_method=init_method,
+        rank=rank,
+        world_size=world_size,
+        timeout=PROCESS_GROUP_TIMEOUT,
+    )
+
+
+def _cpu_threads(world_size: int) -> None:
+    """On CPU the ranks of one machine split its cores instead of each taking all of them."""
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+
+
+class TrainerRank:
+    """Ranks 1..W-1 of a PolicyGroup, each in a Ray actor of its own."""
+
+    def __init__(self, rank: int, world_size: int, init_method: str, backend: str):
+        self.rank, self.world_size = rank, world_size
+        self.init_method, self.backend = init_method, backend
+        self.policy: Any = None
+
+    def join(self) -> None:
+        if self.backend == "gloo":
+            _cpu_threads(self.world_size)
+        _init_process_group(self.init_method, self.rank, self.world_size, self.backend)
+
+    def build(self, model_path: str, algorithm_cfg: Any, kwargs: dict[str, Any]) -> None:
+        from rft_core.trainer.policy import PolicyTrainer
+
+        self.policy = PolicyTrainer(model_path, algorithm_cfg, **kwargs)
+
+    def call(self, method: str, *args: Any) -> Any:
+        return getattr(self.policy, method)(*args)
+
+    def leave(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class PolicyGroup:
+    """PolicyTrainer's interface over ``world_size`` FSDP2 ranks (module docstring)."""
+
+    def __init__(
+        self,
+        world_size: int,
+        model_path: str,
+        algorithm_cfg: Any,
+        *,
+        device: str = "cpu",
+        name: str = "trainer",
+        **kwargs: Any,
+    ) -> None:
+        import ray
+
+        from rft_core.sync.nccl import free_port
+
+        if world_size < 2:
+            raise ValueError("PolicyGroup needs world_size >= 2; use PolicyTrainer for one rank")
+        self.world_size = world_size
+        use_gpu = device.startswith("cuda")
+        backend = "nccl" if use_gpu else "gloo"
+        address = ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"
+        init_method = f"tcp://{address}:{free_port()}"
+        actor = ray.remote(TrainerRank).options(
+            num_cpus=0, num_gpus=1 if use_gpu else 0, max_concurrency=2
+        )
+        self.ranks = [
+            actor.remote(r, world_size, init_method, backend) for r in range(1, world_size)
+        ]
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rank0")
+        if backend == "gloo":
+            _cpu_threads(world_size)
+        joined = [r.join.remote() for r in self.ranks]
+        self._together(joined, _init_process_group, init_method, 0, world_size, backend)
+        log.info("trainer: %d ranks (%s), FSDP2", world_size, backend)
+        from rft_core.trainer.policy import PolicyTrainer
+
+        args = dict(kwargs, device=device)
+        built = [r.build.remote(model_path, algorithm_cfg, args) for r in self.ranks]
+        self.policy = self._together(built, PolicyTrainer, model_path, algorithm_cfg, **args)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.policy.tokenizer
+
+    def _together(self, remote_refs: list, local_fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run ``local_fn`` here while the ranks run their part; return the local result.
+        A remote rank's failure raises at once (the local part may be stuck in a collective)."""
+        import ray
+
+        local = self._pool.submit(local_fn, *args, **kwargs)
+        pending = list(remote_refs)
+        while pending or not local.done():
+            if pending:
+                done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.2)
+                for ref in done:
+                    ray.get(ref)  # raises the rank's error
+            else:
+                concurrent.futures.wait([local], timeout=0.2)
+        return local.result()
+
+    def _on_all(self, method: str, per_rank_args: list[tuple]) -> list[Any]:
+        import ray
+
+        refs = [
+            r.call.remote(method, *a) for r, a in zip(self.ranks, per_rank_args[1:], strict=True)
+        ]
+        local = self._together(refs, getattr(self.policy, method), *per_rank_args[0])
+        return [local, *ray.get(refs)]
+
+    def train_step(self, experiences: list[Experience]) -> dict[str, float]:
+        shards = shard_experiences(experiences, self.world_size)
+        return merge_metrics(self._on_all("train_step", [(s,) for s in shards]))
+
+    def save(self, job_dir: Any, step: int, save_hf: bool) -> None:
+        self._on_all("save", [(job_dir, step, save_hf)] * self.world_size)
+
+    def load(self, job_dir: Any, step: int | None) -> int:
+        return self._on_all("load", [(job_dir, step)] * self.world_size)[0]
+
+    def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
+        # every rank takes part in gathering the full weights; rank 0 gets them
+        return self._on_all("state_dict_for_sync", [()] * self.world_size)[0]
+
+    def close(self) -> None:
+        import ray
+
+        try:
+            ray.get([r.leave.remote() for r in self.ranks], timeout=30)
+        except Exception as err:  # a dead rank: its actor goes below anyway
+            log.warning("trainer ranks did not leave cleanly: %s", err)
+        for r in self.ranks:
+            ray.kill(r)
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        self._pool.shutdown(wait=False)

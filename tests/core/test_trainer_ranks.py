@@ -1,0 +1,173 @@
+"""Data-parallel trainer ranks (``trainer.world_size``): two FSDP2 ranks over gloo in Ray actors
+take the same optimizer step as one process on the whole batch, save the seed's sharded tree,
+and resume across world sizes. A tiny random Qwen2 on CPU (the GPU path differs only in the
+NCCL backend and bf16 parameters)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import ray
+import torch
+from test_policy_update import algorithm, rollout
+from tiny_lm import build_tiny_model
+
+from rft_core.buffer.experience import Experience
+from rft_core.trainer.checkpoint import load_checkpoint
+from rft_core.trainer.policy import PolicyTrainer
+from rft_core.trainer.ranks import PolicyGroup, merge_metrics, shard_experiences
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return str(build_tiny_model(tmp_path_factory.mktemp("tiny")))
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    yield
+    ray.shutdown()
+
+
+def _weights(policy) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in policy.state_dict_for_sync().items()}
+
+
+def _uneven_batch(model_dir: str) -> list[Experience]:
+    # 3 groups of 3: the ranks get 2 groups (6 rows) and 1 group (3 rows)
+    experiences = rollout(model_dir, n=3)
+    for i, exp in enumerate(experiences):
+        exp.advantage = [0.5, -1.0, 2.0][i % 3]
+        exp.reward = [1.0, 0.0, 0.5][i % 3]
+    return experiences
+
+
+CASES = {
+    # micro-batches of one row: rank 1 runs 3 padding micro-batches to stay in step with rank 0
+    "grpo-token-mean-padding": dict(
+        kind="grpo",
+        micro=1,
+        cfg=dict(kl_loss_fn_args={"kl_coef": 0.1}, entropy_loss_fn_args={"entropy_coef": 0.01}),
+    ),
+    # token-level advantages whitened over the whole batch, not per rank
+    "reinforceplusplus-seq-mean-token-sum": dict(
+        kind="reinforceplusplus", micro=4, cfg=dict(loss_agg_mode="seq-mean-token-sum")
+    ),
+    # rloo with kl_penalty_fn recomputes group advantages in the trainer: whole groups per rank
+    "rloo-kl-penalty-seq-mean-token-mean": dict(
+        kind="rloo",
+        micro=2,
+        cfg=dict(loss_agg_mode="seq-mean-token-mean", kl_penalty_fn="k3"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_two_ranks_take_the_step_of_one_process(model_dir, local_ray, case):
+    spec = CASES[case]
+    experiences = _uneven_batch(model_dir)
+    settings = dict(micro_batch_size=spec["micro"], grad_clip=1e9, temperature=0.8)
+    opt = {"optimizer_type": "sgd", "weight_decay": 0.0}
+    algo = algorithm(spec["kind"], lr=1.0, optimizer=opt, **spec["cfg"])
+
+    single = PolicyTrainer(model_dir, algo, **settings)
+    start = _weights(single)
+    m1 = single.train_step(experiences)
+    after1 = _weights(single)
+
+    group = PolicyGroup(2, model_dir, algo, **settings)
+    try:
+        torch.testing.assert_close(_weights(group), start)  # same start
+        m2 = group.train_step(experiences)
+        after2 = _weights(group)
+    finally:
+        group.close()
+    moved = float((after1["model.norm.weight"] - start["model.norm.weight"]).abs().sum())
+    assert moved > 1e-3  # the step changed the weights: the comparison below means something
+    for name in after1:
+        torch.testing.assert_close(after2[name], after1[name], atol=3e-6, rtol=1e-4, msg=name)
+    for key in (
+        "actor/pg_loss",
+        "actor/entropy",
+        "actor/grad_norm",
+        "critic/rewards/mean",
+        "critic/advantages/mean",
+        "response_length/mean",
+        "response_length/max",
+    ):
+        assert m2[key] == pytest.approx(m1[key], rel=1e-4, abs=1e-6), key
+    if "actor/kl_loss" in m1:
+        assert m2["actor/kl_loss"] == pytest.approx(m1["actor/kl_loss"], rel=1e-4, abs=1e-7)
+    if "actor/kl_penalty" in m1:
+        assert m2["actor/kl_penalty"] == pytest.approx(m1["actor/kl_penalty"], rel=1e-4)
+
+
+def test_two_ranks_save_the_sharded_tree_and_resume_at_either_world_size(
+    model_dir, local_ray, tmp_path
+):
+    experiences = _uneven_batch(model_dir)
+    algo = algorithm("grpo", lr=1e-3)
+    group = PolicyGroup(2, model_dir, algo, micro_batch_size=4, temperature=0.8)
+    try:
+        group.train_step(experiences)
+        group.train_step(experiences)
+        group.save(tmp_path, 2, True)
+        saved = _weights(group)
+        group.train_step(experiences)
+        third = _weights(group)
+    finally:
+        group.close()
+    actor = tmp_path / "global_step_2" / "actor"
+    names = sorted(p.name for p in actor.glob("*.pt"))
+    assert names == [
+        f"{kind}_world_size_2_rank_{r}.pt" for kind in ("extra_state", "model", "optim") for r in (0, 1)
+    ]
+    assert json.loads((actor / "fsdp_config.json").read_text())["world_size"] == 2
+    ckpt = load_checkpoint(tmp_path, 2)
+    torch.testing.assert_close(ckpt.state_dict, saved)
+    assert max(s["step"] for s in ckpt.optimizer_state["state"].values()) == 2  # Adam steps
+
+    # resume on one process: its third step is the group's third step
+    single = PolicyTrainer(model_dir, algo, micro_batch_size=4, temperature=0.8)
+    assert single.load(tmp_path, 2) == 2
+    torch.testing.assert_close(_weights(single), saved)
+    single.train_step(experiences)
+    for name, value in _weights(single).items():
+        torch.testing.assert_close(value, third[name], atol=2e-6, rtol=1e-4, msg=name)
+    single.save(tmp_path, 3, False)
+
+    # and a checkpoint of one process resumes on two ranks
+    group = PolicyGroup(2, model_dir, algo, micro_batch_size=4, temperature=0.8)
+    try:
+        assert group.load(tmp_path, 3) == 3
+        torch.testing.assert_close(_weights(group), _weights(single))
+    finally:
+        group.close()
+
+
+def test_shards_keep_groups_whole_and_balance_tokens():
+    def exp(group: str, n: int) -> Experience:
+        return Experience(prompt_ids=[1] * 4, response_ids=[2] * n, group_id=group)
+
+    batch = [exp("a", 10), exp("a", 10), exp("b", 2), exp("b", 2), exp("c", 9), exp("c", 9)]
+    shards = shard_experiences(batch, 2)
+    assert [sorted({e.group_id for e in s}) for s in shards] == [["a"], ["b", "c"]]
+    # fewer groups than ranks: rows are dealt out, no rank is left without rows
+    assert [len(s) for s in shard_experiences(batch[:2], 2)] == [1, 1]
+
+
+def test_merged_metrics_add_shares_and_keep_extremes():
+    merged = merge_metrics(
+        [
+            {"actor/pg_loss": 0.25, "response_length/max": 7, "actor/grad_norm": 3.0, "time/x": 1},
+            {"actor/pg_loss": 0.5, "response_length/max": 9, "actor/grad_norm": 3.0, "time/x": 2},
+        ]
+    )
+    assert merged == {
+        "actor/pg_loss": 0.75,
+        "response_length/max": 9,
+        "actor/grad_norm": 3.0,
+        "time/x": 2,
+    }
