@@ -122,7 +122,9 @@ def test_two_ranks_save_the_sharded_tree_and_resume_at_either_world_size(
     actor = tmp_path / "global_step_2" / "actor"
     names = sorted(p.name for p in actor.glob("*.pt"))
     assert names == [
-        f"{kind}_world_size_2_rank_{r}.pt" for kind in ("extra_state", "model", "optim") for r in (0, 1)
+        f"{kind}_world_size_2_rank_{r}.pt"
+        for kind in ("extra_state", "model", "optim")
+        for r in (0, 1)
     ]
     assert json.loads((actor / "fsdp_config.json").read_text())["world_size"] == 2
     ckpt = load_checkpoint(tmp_path, 2)
