@@ -38,6 +38,7 @@ def engine_settings(cfg: Any) -> dict[str, Any]:
         "dtype": rm.dtype,
         "seed": rm.seed,
         "max_model_len": model.max_model_len,
+        "max_prompt_tokens": model.max_prompt_tokens,
         "gpu_memory_utilization": rm.gpu_memory_utilization,
         "enforce_eager": rm.enforce_eager,
         "enable_prefix_caching": rm.enable_prefix_caching,

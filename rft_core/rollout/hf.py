@@ -106,6 +106,7 @@ class _Row:
     prompt_ids: list[int]
     tokens: list[int]
     logprobs: list[float]
+    limit: int = 0  # response tokens this row may sample
     finish_reason: str = "length"
 
 
@@ -345,6 +346,23 @@ class PromptEncoding:
 
     tokenizer: Any
     chat_template_kwargs: dict[str, Any]
+    max_prompt_tokens: int | None = None
+
+    def fit_prompts(self, prompt_ids: list[list[int]]) -> list[list[int]]:
+        """Prompts longer than ``max_prompt_tokens`` keep their last ``max_prompt_tokens``
+        tokens (the end holds the question and the generation prompt), as vLLM's
+        ``truncate_prompt_tokens`` does, with a warning."""
+        limit = self.max_prompt_tokens
+        if not limit or all(len(p) <= limit for p in prompt_ids):
+            return prompt_ids
+        longer = [len(p) for p in prompt_ids if len(p) > limit]
+        log.warning(
+            "%d prompt(s) of up to %d tokens truncated to model.max_prompt_tokens=%d (kept the end)",
+            len(longer),
+            max(longer),
+            limit,
+        )
+        return [p[-limit:] if len(p) > limit else p for p in prompt_ids]
 
     def generate_ids(
         self, prompt_ids: list[list[int]], params: SamplingParams
@@ -382,6 +400,7 @@ class HFRolloutEngine(PromptEncoding):
         device: str | None = None,
         seed: int = 0,
         max_model_len: int | None = None,
+        max_prompt_tokens: int | None = None,
         chat_template: str | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         num_threads: int | None = None,
@@ -416,6 +435,7 @@ class HFRolloutEngine(PromptEncoding):
         self.max_model_len = max_model_len or getattr(
             self.model.config, "max_position_embeddings", None
         )
+        self.max_prompt_tokens = max_prompt_tokens
         self.eos_token_ids = self._eos_ids()
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = pad if pad is not None else sorted(self.eos_token_ids)[0]
@@ -461,8 +481,13 @@ class HFRolloutEngine(PromptEncoding):
         """Sample ``params.n`` responses for each tokenized prompt (one batch for all)."""
         if not prompt_ids:
             return []
-        max_new = self._max_new_tokens(prompt_ids, params.max_tokens)
-        rows = [_Row(i, list(p), [], []) for i, p in enumerate(prompt_ids) for _ in range(params.n)]
+        prompt_ids = self.fit_prompts(prompt_ids)
+        rows = [
+            _Row(i, list(p), [], [], limit=self._max_new_tokens(p, params.max_tokens))
+            for i, p in enumerate(prompt_ids)
+            for _ in range(params.n)
+        ]
+        max_new = max(row.limit for row in rows)
         if max_new > 0:
             self._decode(rows, params, max_new)
         out: list[list[Generation]] = [[] for _ in prompt_ids]
@@ -482,16 +507,17 @@ class HFRolloutEngine(PromptEncoding):
 
     # ---- decoding ---------------------------------------------------------------------
 
-    def _max_new_tokens(self, prompt_ids: list[list[int]], max_tokens: int) -> int:
-        longest = max(len(p) for p in prompt_ids)
-        if min(len(p) for p in prompt_ids) == 0:
+    def _max_new_tokens(self, prompt: list[int], max_tokens: int) -> int:
+        """A row's response budget: ``max_tokens``, less where the prompt leaves less room in
+        ``max_model_len`` (each row its own, not the batch's longest prompt's)."""
+        if not prompt:
             raise DataError("an empty prompt was given to the rollout engine")
         if self.max_model_len is None:
             return max_tokens
-        room = self.max_model_len - longest
+        room = self.max_model_len - len(prompt)
         if room <= 0:
             raise DataError(
-                f"a prompt of {longest} tokens does not fit model.max_model_len="
+                f"a prompt of {len(prompt)} tokens does not fit model.max_model_len="
                 f"{self.max_model_len}; raise max_model_len or lower model.max_prompt_tokens"
             )
         return min(max_tokens, room)
@@ -541,6 +567,8 @@ class HFRolloutEngine(PromptEncoding):
                     if fin_list[b]:
                         row.finish_reason = "stop"
                         alive[b] = None
+                    elif len(row.tokens) >= row.limit:
+                        alive[b] = None  # its own budget is spent: "length"
                 if step == max_new - 1:
                     break
                 keep = [b for b, row_index in enumerate(alive) if row_index is not None]

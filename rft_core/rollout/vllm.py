@@ -119,6 +119,7 @@ class VLLMRolloutEngine(PromptEncoding):
         dtype: str = "auto",
         seed: int = 0,
         max_model_len: int | None = None,
+        max_prompt_tokens: int | None = None,
         tensor_parallel_size: int = 1,
         gpu_memory_utilization: float = 0.9,
         enforce_eager: bool = False,
@@ -135,6 +136,7 @@ class VLLMRolloutEngine(PromptEncoding):
         self._vllm = vllm
         self.seed = seed
         self.max_model_len = max_model_len
+        self.max_prompt_tokens = max_prompt_tokens
         self._calls = 0
         self.model_version = 0
         self.llm = vllm.LLM(
@@ -163,6 +165,7 @@ class VLLMRolloutEngine(PromptEncoding):
 
         if not prompt_ids:
             return []
+        prompt_ids = self.fit_prompts(prompt_ids)
         self._check_prompt_lengths(prompt_ids)
         seed = params.seed if params.seed is not None else self.seed * 1_000_003 + self._calls
         self._calls += 1

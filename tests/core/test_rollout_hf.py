@@ -133,6 +133,19 @@ def test_max_model_len_caps_the_response_and_rejects_long_prompts(model_dir):
         engine.generate_ids([list(range(5, 40))], SamplingParams(max_tokens=4))
 
 
+def test_long_prompts_keep_their_end_and_each_row_has_its_own_budget(model_dir, caplog):
+    engine = build_engine("hf", str(model_dir), max_model_len=40, max_prompt_tokens=16)
+    engine.eos_token_ids = set()  # responses run to their budget
+    short, long = list(range(5, 13)), list(range(5, 35))  # 8 and 30 tokens
+    with caplog.at_level("WARNING"):
+        out = engine.generate_ids([short, long], SamplingParams(temperature=0, max_tokens=30))
+    assert "1 prompt(s) of up to 30 tokens truncated to model.max_prompt_tokens=16" in caplog.text
+    assert out[0][0].prompt_ids == short and out[1][0].prompt_ids == long[-16:]
+    # the short prompt is not held to the long one's room: 30 = max_tokens, 24 = 40 - 16
+    assert [len(g[0].response_ids) for g in out] == [30, 24]
+    assert [g[0].finish_reason for g in out] == ["length", "length"]
+
+
 def test_filter_logits_keeps_top_k_and_nucleus():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     assert torch.isfinite(filter_logits(logits, 2, 1.0)).tolist() == [[True, True, False, False]]
