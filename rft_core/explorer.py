@@ -145,7 +145,7 @@ class Explorer:
 
     def _build(self, start_step: int, start_version: int, weights_from: str | None) -> None:
         from rft_core.buffer import build_buffer
-        from rft_core.data import TasksetReader, load_taskset
+        from rft_core.data import TasksetReader, load_training_tasksets
         from rft_core.sync.synchronizer import WeightReceiver
 
         cfg = self.cfg
@@ -156,10 +156,8 @@ class Explorer:
             self._engine.load_weights(load_state_dict(Path(weights_from)), start_version)
         self._engine.model_version = start_version
         buf = cfg.buffer
-        taskset_cfg = buf.explorer_input.taskset or buf.explorer_input.tasksets[0]
-        self._taskset_cfg = taskset_cfg
         self._reader = TasksetReader(
-            load_taskset(taskset_cfg, is_eval=False),
+            load_training_tasksets(buf.explorer_input.all_tasksets),
             batch_size=buf.batch_size,
             total_epochs=buf.total_epochs,
             total_steps=buf.total_steps,

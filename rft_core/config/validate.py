@@ -289,6 +289,24 @@ def _derive_buffer(cfg: Config) -> None:
         _derive_taskset(cfg, ei.taskset, "buffer.explorer_input.taskset", is_eval=False)
     for i, ts in enumerate(ei.tasksets):
         _derive_taskset(cfg, ts, f"buffer.explorer_input.tasksets[{i}]", is_eval=False)
+        first = ei.tasksets[0].rollout_args.temperature
+        if ts.rollout_args.temperature != first:
+            raise ConfigError(
+                f"buffer.explorer_input.tasksets[{i}].rollout_args.temperature",
+                f"{ts.rollout_args.temperature} differs from tasksets[0]'s {first}: the tasksets "
+                "of one run share a rollout temperature (the trainer scores every experience at it)",
+                value=ts.rollout_args.temperature,
+            )
+    rollout_rows = b.batch_size * a.repeat_times
+    if cfg.mode in ("both", "colocate") and not supervised and b.train_batch_size > rollout_rows:
+        raise ConfigError(
+            "buffer.train_batch_size",
+            f"{b.train_batch_size} experiences per trainer step, but an explorer step makes "
+            f"buffer.batch_size {b.batch_size} x algorithm.repeat_times {a.repeat_times} = "
+            f"{rollout_rows} and then waits for the trainer's weights: the run would stall; "
+            f"use at most {rollout_rows}",
+            value=b.train_batch_size,
+        )
     names: dict[str, int] = {}
     for i, ts in enumerate(ei.eval_tasksets):
         path = f"buffer.explorer_input.eval_tasksets[{i}]"

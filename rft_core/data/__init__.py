@@ -5,14 +5,16 @@ from rft_core.data.reader import TasksetReader
 from rft_core.data.sft import load_sft_dataset
 from rft_core.data.source import find_files, read_rows
 from rft_core.data.task import Task
-from rft_core.data.taskset import Taskset, load_taskset
+from rft_core.data.taskset import Taskset, TasksetChain, load_taskset, load_training_tasksets
 
 __all__ = [
     "Task",
     "Taskset",
+    "TasksetChain",
     "TasksetReader",
     "find_files",
     "load_sft_dataset",
     "load_taskset",
+    "load_training_tasksets",
     "read_rows",
 ]

@@ -107,6 +107,39 @@ class Taskset:
                 )
 
 
+class TasksetChain:
+    """Several training tasksets read one after another (``explorer_input.tasksets``): index
+    ``i`` of the chain is a task of the first taskset, then of the second, ...; an epoch covers
+    them all. Reading settings (shuffle, start index) come from the first taskset."""
+
+    def __init__(self, tasksets: list[Taskset]):
+        self.tasksets = tasksets
+        self.cfg = tasksets[0].cfg
+        self.name = "+".join(t.name for t in tasksets)
+        self.is_eval = False
+
+    def __len__(self) -> int:
+        return sum(len(t) for t in self.tasksets)
+
+    def __getitem__(self, index: int) -> Task:
+        if index < 0:
+            raise IndexError(f"tasksets {self.name!r}: no index {index}")
+        for taskset in self.tasksets:
+            if index < len(taskset):
+                return taskset[index]
+            index -= len(taskset)
+        raise IndexError(f"tasksets {self.name!r} have {len(self)} tasks")
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+def load_training_tasksets(ts_cfgs: list[TasksetConfig]) -> Taskset | TasksetChain:
+    """The explorer's training tasks: one taskset, or several chained in order."""
+    tasksets = [load_taskset(c, is_eval=False) for c in ts_cfgs]
+    return tasksets[0] if len(tasksets) == 1 else TasksetChain(tasksets)
+
+
 def load_taskset(
     ts_cfg: TasksetConfig,
     *,

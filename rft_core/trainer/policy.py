@@ -94,6 +94,7 @@ class PolicyTrainer:
         max_token_len: int | None = None,
         critic_model_path: str | None = None,
         share_prompt_prefix: bool = True,
+        loss_horizon: int | None = None,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -103,6 +104,9 @@ class PolicyTrainer:
         self.algo = AlgorithmSettings.from_config(algorithm_cfg)
         self.micro_batch_size = micro_batch_size
         self.max_token_len = max_token_len
+        # seq-mean-token-sum-norm's constant divisor (model.max_response_tokens); None: the
+        # longest response of each batch
+        self.loss_horizon = loss_horizon
         self.grad_clip = grad_clip
         self.total_steps = total_steps
         self.temperature = temperature if temperature > 0 else 1.0
@@ -447,8 +451,8 @@ class PolicyTrainer:
     def _policy_backward(self, experiences: list[Experience]) -> dict[str, float]:
         algo = self.algo
         mbs = self._micro_batches(experiences)
-        horizon = max(mb.response_width for mb in mbs)
-        if self.sharded:
+        horizon = self.loss_horizon or max(mb.response_width for mb in mbs)
+        if self.sharded and not self.loss_horizon:
             horizon = int(max_across_ranks([horizon], self.device)[0])
         total_tokens, total_rows = self._global(
             float(sum(mb.mask.sum() for mb in mbs)), len(experiences)

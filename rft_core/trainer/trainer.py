@@ -111,6 +111,8 @@ class Trainer:
             temperature=self._rollout_temperature(),
             seed=cfg.explorer.rollout_model.seed,
             max_token_len=tr.max_token_len_per_gpu,
+            critic_model_path=cfg.model.critic_model_path or None,
+            loss_horizon=cfg.model.max_response_tokens,
         )
         world_size = trainer_world_size(cfg)
         if world_size == 1:
@@ -133,15 +135,26 @@ class Trainer:
         else:
             from rft_core.buffer import build_buffer
 
-            self._source = build_buffer(
-                eb.storage_type,
-                name=eb.name,
-                path=eb.path,
-                job_dir=self.job_dir,
-                role="reader",
-                between_jobs=beside_explore_job,
-            )
-            if beside_explore_job and resume_step is not None:
+            def open_buffer(role: str) -> Any:
+                return build_buffer(
+                    eb.storage_type,
+                    name=eb.name,
+                    path=eb.path,
+                    job_dir=self.job_dir,
+                    role=role,
+                    between_jobs=beside_explore_job,
+                )
+
+            # a buffer that outlives the run (a train job's, a file or sql one) is read on
+            # after the experiences the checkpoint trained on, not again from its start
+            persistent = beside_explore_job or eb.storage_type in ("file", "sql")
+            if persistent and not beside_explore_job:
+                # this run's explorer writes it: reopen the stream an earlier run closed before
+                # reading (the explorer may not have opened it yet)
+                writer = open_buffer("writer")
+                getattr(writer, "shutdown", lambda: None)()
+            self._source = open_buffer("reader")
+            if persistent and resume_step is not None:
                 self._resume_buffer_offset(resume_step)
             if beside_explore_job:
                 log.info("trainer reading experiences from %s %r", eb.storage_type, eb.path)

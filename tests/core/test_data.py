@@ -11,7 +11,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from rft_core.config import load_config_from_dict
-from rft_core.data import TasksetReader, find_files, load_sft_dataset, load_taskset
+from rft_core.data import (
+    TasksetReader,
+    find_files,
+    load_sft_dataset,
+    load_taskset,
+    load_training_tasksets,
+)
 from rft_core.errors import DataError
 
 ROWS = [
@@ -464,3 +470,42 @@ def test_the_demo_data_loads_through_the_demo_config(tmp_path, monkeypatch):
     test = load_taskset(rft.buffer.explorer_input.eval_tasksets[0], is_eval=True)
     assert len(train) > len(test) > 0
     assert "####" in train[0].truth
+
+
+def test_several_training_tasksets_are_read_one_after_another(tmp_path):
+    other = [{"q": f"Name {i}", "a": f"#### {i}"} for i in range(3)]
+    d = {
+        "model": {"model_path": "/m", "max_model_len": 256, "max_response_tokens": 64},
+        "buffer": {
+            "batch_size": 3,
+            "explorer_input": {
+                "tasksets": [
+                    {
+                        "name": "arith",
+                        "path": str(_jsonl(tmp_path / "a.jsonl", ROWS)),
+                        "format": {"prompt_key": "question", "response_key": "answer"},
+                    },
+                    {
+                        "name": "names",
+                        "path": str(_jsonl(tmp_path / "b.jsonl", other)),
+                        "format": {"prompt_key": "q", "response_key": "a"},
+                        "default_workflow_type": "simple_workflow",
+                    },
+                ]
+            },
+        },
+    }
+    cfg = load_config_from_dict(d)
+    chain = load_training_tasksets(cfg.buffer.explorer_input.all_tasksets)
+    assert len(chain) == 8
+    reader = TasksetReader(chain, batch_size=3, total_epochs=2)
+    batches = list(iter(reader.next_batch, None))
+    assert [[(t.taskset, t.index) for t in b] for b in batches[:3]] == [
+        [("arith", 0), ("arith", 1), ("arith", 2)],
+        [("arith", 3), ("arith", 4), ("names", 0)],
+        [("names", 1), ("names", 2), ("arith", 0)],  # the second epoch starts over
+    ]
+    assert sum(len(b) for b in batches) == 16
+    # each task keeps its own taskset's format and workflow
+    assert chain[5].prompt == "Name 0" and chain[5].truth == "#### 0"
+    assert chain[5].workflow == "simple_workflow" and chain[0].workflow == "math_workflow"

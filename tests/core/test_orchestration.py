@@ -206,3 +206,27 @@ def test_two_trainer_ranks_train_sync_and_checkpoint_in_mode_both(demo, local_ra
         saved["model.norm.weight"],
         AutoModelForCausalLM.from_pretrained(demo.model_dir).state_dict()["model.norm.weight"],
     )  # three steps of training moved the weights
+
+
+@pytest.mark.slow
+def test_a_resumed_run_reads_its_sql_buffer_on_from_where_the_checkpoint_left_it(
+    demo, local_ray, tmp_path
+):
+    def run(steps: int):
+        cfg = _config(demo, tmp_path, "sql", synchronizer={"sync_method": "checkpoint"})
+        cfg["buffer"]["total_steps"] = steps
+        cfg["buffer"]["trainer_input"]["experience_buffer"] = {
+            "name": "exp",
+            "storage_type": "sql",
+            "path": f"sqlite:///{tmp_path / 'experiences.db'}",
+        }
+        return run_experiment(load_config_from_dict(cfg)).last
+
+    first = run(2)
+    meta = json.loads((Path(first.job_dir) / "trainer_meta.json").read_text())
+    assert meta["experience_buffer"]["consumed"] == 8  # 2 steps x batch 2 x repeat 2
+    second = run(4)
+    assert second.trainer["steps"] == 4
+    meta = json.loads((Path(second.job_dir) / "trainer_meta.json").read_text())
+    # steps 3 and 4 read the rows after the first 8, not the first 8 again
+    assert meta["experience_buffer"]["consumed"] == 16
