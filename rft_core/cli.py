@@ -25,7 +25,9 @@ COMMANDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="trinity", description="Reinforcement fine-tuning of LLMs")
+    parser = argparse.ArgumentParser(
+        prog="trinity", description="Reinforcement fine-tuning of LLMs"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run an experiment from a Trinity-RFT YAML config")
@@ -42,16 +44,41 @@ def build_parser() -> argparse.ArgumentParser:
         help="dotted overrides applied on top of the YAML, e.g. buffer.batch_size=8",
     )
 
-    conv = sub.add_parser("convert", help="convert global_step_* checkpoints to Hugging Face safetensors")
-    conv.add_argument("--checkpoint-dir", required=True, help="job dir, one global_step_N, or a path inside one")
-    conv.add_argument("--base-model-dir", default=None, help="config/tokenizer source when huggingface/config.json is missing")
-    conv.add_argument("--step", default=None, help="comma-separated steps to convert, e.g. 100,200 (default: all)")
-    conv.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"], help="dtype of the written weights")
-    conv.add_argument("--force", action="store_true", help="convert again even when model.safetensors exists")
+    conv = sub.add_parser(
+        "convert", help="convert global_step_* checkpoints to Hugging Face safetensors"
+    )
+    conv.add_argument(
+        "--checkpoint-dir", required=True, help="job dir, one global_step_N, or a path inside one"
+    )
+    conv.add_argument(
+        "--base-model-dir",
+        default=None,
+        help="config/tokenizer source when huggingface/config.json is missing",
+    )
+    conv.add_argument(
+        "--step", default=None, help="comma-separated steps to convert, e.g. 100,200 (default: all)"
+    )
+    conv.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "bf16", "fp16", "fp32"],
+        help="dtype of the written weights",
+    )
+    conv.add_argument(
+        "--force", action="store_true", help="convert again even when model.safetensors exists"
+    )
 
-    demo = sub.add_parser("init-demo", help="generate the tiny demo model and synthetic GSM8K-style data")
-    demo.add_argument("--out", default=None, help="output directory (default: $RFT_DEMO_DIR or ./var/demo)")
-    demo.add_argument("--force", action="store_true", help="write into a non-empty directory that is not a demo dir")
+    demo = sub.add_parser(
+        "init-demo", help="generate the tiny demo model and synthetic GSM8K-style data"
+    )
+    demo.add_argument(
+        "--out", default=None, help="output directory (default: $RFT_DEMO_DIR or ./var/demo)"
+    )
+    demo.add_argument(
+        "--force",
+        action="store_true",
+        help="write into a non-empty directory that is not a demo dir",
+    )
     demo.add_argument("--seed", type=int, default=0, help="seed of the generated model and data")
     return parser
 

@@ -75,6 +75,34 @@ def test_dry_run_of_a_broken_config_exits_non_zero_naming_the_path(tmp_path):
     assert "buffer.batch_sise" in proc.stderr and "batch_size" in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("override", "path", "listed"),
+    [
+        (
+            "buffer.explorer_input.taskset.default_workflow_type=math_wrkflow",
+            "buffer.explorer_input.taskset.default_workflow_type",
+            "did you mean 'math_workflow'",
+        ),
+        (
+            "buffer.explorer_input.taskset.default_reward_fn_type=math_rewrd",
+            "buffer.explorer_input.taskset.default_reward_fn_type",
+            "math_reward",
+        ),
+        ("stages[1].algorithm.advantage_fn=grpoo", "stages[1].algorithm.advantage_fn", "grpo"),
+        ("stages[1].algorithm.policy_loss_fn=ppoo", "stages[1].algorithm.policy_loss_fn", "ppo"),
+    ],
+)
+def test_unregistered_names_fail_the_dry_run_and_the_run_before_ray(
+    tmp_path, override, path, listed
+):
+    for extra in (["--dry-run"], []):
+        proc = _trinity("run", "--config", str(DEMO), *extra, override, cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"trinity run: error: {path}: ") and listed in last
+    assert not (tmp_path / "checkpoints").exists()  # nothing started, nothing written
+
+
 def test_unreachable_ray_address_is_a_service_error_naming_it(tmp_path, monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
     cfg = load_config(DEMO)
