@@ -534,7 +534,6 @@ def run_experiment(cfg: Any) -> RunResult:
 def cli_run(args: argparse.Namespace) -> int:
     """``trinity run --config X [--dry-run] [key=value ...]``."""
     from rft_core.config import config_to_yaml, load_config
-
     from rft_core.config.validate import check_registered_names
 
     cfg = load_config(args.config, list(getattr(args, "overrides", None) or ()))

@@ -227,7 +227,11 @@ def is_correct(response: str, truth: str) -> bool:
     got = _value(answer_text)
     if got is None:
         return False
-    return got == expected or math.isclose(float(got), float(expected), rel_tol=1e-6, abs_tol=0.0)
+    if got == expected:
+        return True
+    # a whole-number truth needs the exact number (1234568 is not 1234567); a fraction may
+    # be answered as a rounded decimal (1/3 as 0.333333)
+    return expected.denominator != 1 and math.isclose(float(got), float(expected), rel_tol=1e-6)
 
 
 def has_think_answer_format(response: str) -> bool:

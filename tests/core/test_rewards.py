@@ -42,6 +42,7 @@ def test_gsm8k_truth_and_think_answer_format():
         ("so 5 + 3 = 8", "#### 8"),  # no tags: the last number of the whole response
         ("<answer>2^10</answer>", "1024"),
         ("<answer>50%</answer>", "#### 50"),
+        ("<answer>0.333333</answer>", "\\frac{1}{3}"),  # a fraction as a rounded decimal
     ],
 )
 def test_answers_that_match(response, truth):
@@ -58,6 +59,8 @@ def test_answers_that_match(response, truth):
         ("<answer>1/0</answer>", "#### 1"),  # division by zero is not a number
         ("<answer>7</answer> I changed my mind: 8", "#### 8"),  # the answer block wins
         ("<answer>0.333</answer>", "\\frac{1}{3}"),
+        ("<answer>1234568</answer>", "#### 1234567"),  # a whole number must be exact
+        ("<answer>1000000.5</answer>", "#### 1000000"),
     ],
 )
 def test_answers_that_do_not_match(response, truth):
