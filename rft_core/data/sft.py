@@ -83,6 +83,20 @@ def _system(row: dict[str, Any], fmt: FormatConfig) -> list[dict[str, str]]:
     return [{"role": "system", "content": str(text)}] if text else []
 
 
+def _cell(row: dict[str, Any], fmt: FormatConfig, key: str, where: str, i: int, rows: Rows) -> Any:
+    """``row``'s value of the column ``format.<key>`` names; a row lacking it is an error that
+    names the key, the row and the columns present (not a KeyError, not the text 'None')."""
+    column = getattr(fmt, key)
+    value = row.get(column)
+    if value is None:
+        raise DataError(
+            f"{where}.format.{key}: row {i} of {rows.describe()} has no {column!r} value "
+            f"(its columns: {', '.join(k for k, v in row.items() if v is not None)}); "
+            "fix the row or remove it"
+        )
+    return value
+
+
 def _sft_rows(rows: Rows, fmt: FormatConfig, where: str) -> list[dict[str, Any]]:
     layout = _layout(
         rows, fmt, where, [("prompt_key", fmt.prompt_key), ("response_key", fmt.response_key)]
@@ -91,11 +105,14 @@ def _sft_rows(rows: Rows, fmt: FormatConfig, where: str) -> list[dict[str, Any]]
     for i in range(len(rows)):
         row = rows.row(i)
         if layout == "messages":
-            messages = _messages(row[fmt.messages_key], where, i)
+            messages = _messages(_cell(row, fmt, "messages_key", where, i, rows), where, i)
         else:
             messages = _system(row, fmt) + [
-                {"role": "user", "content": str(row[fmt.prompt_key])},
-                {"role": "assistant", "content": str(row[fmt.response_key])},
+                {"role": "user", "content": str(_cell(row, fmt, "prompt_key", where, i, rows))},
+                {
+                    "role": "assistant",
+                    "content": str(_cell(row, fmt, "response_key", where, i, rows)),
+                },
             ]
         out.append({"messages": messages})
     return out
@@ -112,14 +129,17 @@ def _dpo_rows(rows: Rows, fmt: FormatConfig, where: str) -> list[dict[str, Any]]
     out = []
     for i in range(len(rows)):
         row = rows.row(i)
-        item: dict[str, Any] = {"chosen": row[fmt.chosen_key], "rejected": row[fmt.rejected_key]}
+        item: dict[str, Any] = {
+            "chosen": _cell(row, fmt, "chosen_key", where, i, rows),
+            "rejected": _cell(row, fmt, "rejected_key", where, i, rows),
+        }
         if layout == "messages":
-            item["messages"] = _messages(row[fmt.messages_key], where, i)
+            item["messages"] = _messages(_cell(row, fmt, "messages_key", where, i, rows), where, i)
         elif _system(row, fmt):
             item["messages"] = _system(row, fmt) + [
-                {"role": "user", "content": str(row[fmt.prompt_key])}
+                {"role": "user", "content": str(_cell(row, fmt, "prompt_key", where, i, rows))}
             ]
         else:
-            item["prompt"] = str(row[fmt.prompt_key])
+            item["prompt"] = str(_cell(row, fmt, "prompt_key", where, i, rows))
         out.append(item)
     return out

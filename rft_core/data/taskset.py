@@ -64,6 +64,12 @@ class Taskset:
                 f"{fmt.prompt_key!r} value; fix the row or remove it"
             )
         truth = row.get(fmt.response_key) if fmt.response_key else None
+        if fmt.response_key and truth is None:
+            raise DataError(
+                f"{self._where('format.response_key')}: row {index} of {self.rows.describe()} "
+                f"has no {fmt.response_key!r} value (the reward needs the truth); fix the row "
+                "or remove it"
+            )
         system_prompt = fmt.system_prompt
         if fmt.system_prompt_key and row.get(fmt.system_prompt_key):
             system_prompt = str(row[fmt.system_prompt_key])

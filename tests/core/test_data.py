@@ -509,3 +509,29 @@ def test_several_training_tasksets_are_read_one_after_another(tmp_path):
     # each task keeps its own taskset's format and workflow
     assert chain[5].prompt == "Name 0" and chain[5].truth == "#### 0"
     assert chain[5].workflow == "simple_workflow" and chain[0].workflow == "math_workflow"
+
+
+def test_a_row_without_its_truth_or_response_is_an_error_naming_the_row(tmp_path):
+    rows = [dict(r) for r in ROWS] + [{"question": "What is 9 + 9?"}]  # row 5: no answer
+    taskset = load_taskset(_taskset_cfg(_jsonl(tmp_path / "t.jsonl", rows)))
+    assert taskset[4].truth is not None
+    with pytest.raises(DataError) as info:
+        taskset[5]
+    message = str(info.value)
+    assert message.startswith("buffer.explorer_input.taskset.format.response_key: row 5 of")
+    assert "no 'answer' value" in message
+    # SFT: a bad row past the first hundred, and a null response, name the row (no KeyError)
+    good = [{"question": f"q{i}", "answer": f"a{i}"} for i in range(150)]
+    for bad, index in (
+        ([{"question": "q", "ans": "x"}], 150),
+        ([{"question": "q", "answer": None}], 150),
+    ):
+        path = _jsonl(tmp_path / "sft.jsonl", good + bad)
+        cfg = _sft_cfg(path, format={"prompt_key": "question", "response_key": "answer"})
+        with pytest.raises(DataError) as info:
+            load_sft_dataset(cfg.buffer.trainer_input.experience_buffer)
+        message = str(info.value)
+        assert message.startswith(
+            f"buffer.trainer_input.experience_buffer.format.response_key: row {index} of"
+        ), message
+        assert "no 'answer' value" in message
