@@ -157,6 +157,8 @@ def find_files(path: str, subset_name: str | None = None, split: str = "train") 
 
 
 def _subset_dir(root: Path, subset_name: str | None) -> Path:
+    if (root / "data").is_dir() and _subsets(root / "data"):
+        root = root / "data"  # data/<subset>/<split>-*.parquet, as some Hub datasets keep them
     subsets = _subsets(root)
     if not subset_name:
         if len(subsets) > 1:

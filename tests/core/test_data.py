@@ -4,6 +4,7 @@ keys, errors that name the key and the columns, resumable reading, SFT/DPO rows.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -535,3 +536,16 @@ def test_a_row_without_its_truth_or_response_is_an_error_naming_the_row(tmp_path
             f"buffer.trainer_input.experience_buffer.format.response_key: row {index} of"
         ), message
         assert "no 'answer' value" in message
+
+
+def test_subsets_under_data_are_chosen_by_subset_name(tmp_path):
+    root = tmp_path / "ds"
+    for subset, rows in (("main", ROWS[:3]), ("other", ROWS[3:])):
+        _parquet(root / "data" / subset / "train-00000-of-00001.parquet", rows)
+        _parquet(root / "data" / subset / "test-00000-of-00001.parquet", rows[:1])
+    main = load_taskset(_taskset_cfg(root, subset_name="main", split="test"))
+    assert len(main) == 1 and main[0].prompt == ROWS[0]["question"]
+    assert len(load_taskset(_taskset_cfg(root, subset_name="other"))) == 2
+    for subset_name, text in ((None, "several subsets (main, other)"), ("mian", "subsets there")):
+        with pytest.raises(DataError, match=re.escape(text)):
+            load_taskset(_taskset_cfg(root, subset_name=subset_name))
