@@ -150,7 +150,7 @@ def _resolve(node: Any, path: str) -> Any:
 
 def _get(node: DictConfig | ListConfig, key: Any, path: str) -> Any:
     try:
-        return node[key]
+        value = node[key]
     except OmegaConfBaseException as err:
         raw = node._get_node(key)._value() if node._get_node(key) is not None else None
         text = " ".join(str(err).split())
@@ -166,6 +166,17 @@ def _get(node: DictConfig | ListConfig, key: Any, path: str) -> Any:
         else:
             msg = f"cannot resolve {raw!r}: {text.split(' full_key:')[0]}"
         raise ConfigError(path, msg, value=raw) from err
+    child = node._get_node(key)
+    if value is None and child is not None and child._is_interpolation():
+        # the key it names is unset here: the validator may derive it later, too late for this
+        raw = child._value()
+        raise ConfigError(
+            path,
+            f"{raw!r} is null when the config is read (the key it names is unset, or derived "
+            "by the validator after loading); write the value here",
+            value=raw,
+        )
+    return value
 
 
 # ---------------------------------------------------------------- typed building
