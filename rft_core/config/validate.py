@@ -28,6 +28,7 @@ import copy
 import importlib.util
 import logging
 from pathlib import PurePosixPath
+from typing import Any
 
 from rft_core.algorithms.presets import get_preset, ignored_kl_penalty
 from rft_core.buffer import QUEUE_BETWEEN_JOBS_NEEDS_PATH
@@ -116,10 +117,31 @@ def _check_stage_list(cfg: Config) -> None:
 # ---------------------------------------------------------------- one full config
 
 
+def _check_sampling(section: Any, path: str) -> None:
+    """temperature, top_p and top_k of ``model`` or a taskset's ``rollout_args`` (unset: None)."""
+    if section.temperature is not None and section.temperature < 0:
+        raise ConfigError(
+            f"{path}.temperature",
+            f"must be >= 0, got {section.temperature}",
+            value=section.temperature,
+        )
+    if section.top_p is not None and not 0.0 < section.top_p <= 1.0:
+        raise ConfigError(
+            f"{path}.top_p", f"must be in (0, 1], got {section.top_p}", value=section.top_p
+        )
+    if section.top_k is not None and section.top_k < -1:
+        raise ConfigError(
+            f"{path}.top_k",
+            f"must be -1 or 0 (off) or a positive k, got {section.top_k}",
+            value=section.top_k,
+        )
+
+
 def _derive(cfg: Config) -> None:
     apply_deprecated(cfg)
     fold_rollout_model_overrides(cfg)
     _check_top(cfg)
+    _check_sampling(cfg.model, "model")
     _derive_lengths(cfg)
     _derive_algorithm(cfg)
     _derive_buffer(cfg)
@@ -360,21 +382,13 @@ def _derive_taskset(cfg: Config, ts: TasksetConfig, path: str, *, is_eval: bool)
             f"{path}.rollout_args.n", f"is set from {source} ({n}); set it there", value=r.n
         )
     r.n = n
+    # a value taken over from model.* is checked, and reported, where it was written
+    _check_sampling(r, f"{path}.rollout_args")
     r.temperature = m.temperature if r.temperature is None else r.temperature
     r.top_p = m.top_p if r.top_p is None else r.top_p
     r.top_k = m.top_k if r.top_k is None else r.top_k
     r.logprobs = m.logprobs if r.logprobs is None else r.logprobs
     r.max_tokens = m.max_response_tokens if r.max_tokens is None else r.max_tokens
-    if r.temperature < 0:
-        raise ConfigError(
-            f"{path}.rollout_args.temperature",
-            f"must be >= 0, got {r.temperature}",
-            value=r.temperature,
-        )
-    if not 0.0 < r.top_p <= 1.0:
-        raise ConfigError(
-            f"{path}.rollout_args.top_p", f"must be in (0, 1], got {r.top_p}", value=r.top_p
-        )
     _at_least(r.max_tokens, f"{path}.rollout_args.max_tokens", 1)
     if r.max_tokens > m.max_response_tokens:
         raise ConfigError(
