@@ -476,7 +476,7 @@ def run_experiment(cfg: Any) -> RunResult:
     """Run every stage of ``cfg`` in order on Ray. Raises RFTError subclasses on user errors and
     ActorFailed when an actor fails."""
     from rft_core.config import resolve_stages
-    from rft_core.config.validate import check_registered_names
+    from rft_core.config.registered import check_registered_names
 
     started = time.perf_counter()
     check_registered_names(cfg)  # before anything is renamed or started
@@ -534,7 +534,7 @@ def run_experiment(cfg: Any) -> RunResult:
 def cli_run(args: argparse.Namespace) -> int:
     """``trinity run --config X [--dry-run] [key=value ...]``."""
     from rft_core.config import config_to_yaml, load_config
-    from rft_core.config.validate import check_registered_names
+    from rft_core.config.registered import check_registered_names
 
     cfg = load_config(args.config, list(getattr(args, "overrides", None) or ()))
     if getattr(args, "dry_run", False):

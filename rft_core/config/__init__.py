@@ -6,6 +6,7 @@ for stage_cfg in resolve_stages(cfg):
 """
 
 from rft_core.config.load import config_to_dict, config_to_yaml, load_config, load_config_from_dict
+from rft_core.config.registered import check_registered_names
 from rft_core.config.schema import (
     AlgorithmConfig,
     BufferConfig,
@@ -29,7 +30,7 @@ from rft_core.config.schema import (
     job_dir,
 )
 from rft_core.config.stages import resolve_stages
-from rft_core.config.validate import check_registered_names, validate
+from rft_core.config.validate import validate
 
 __all__ = [
     "AlgorithmConfig",

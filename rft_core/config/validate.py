@@ -540,35 +540,3 @@ def _derive_trainer(cfg: Config) -> None:
 def _at_least(value: int | None, path: str, low: int) -> None:
     if value is not None and value < low:
         raise ConfigError(path, f"must be >= {low}, got {value}", value=value)
-
-
-def check_registered_names(cfg: Config) -> None:
-    """Every workflow, reward function and advantage function the config names is registered.
-
-    Kept out of ``validate`` because the registries import torch (seconds, and memory the web
-    process should not pay for a form); ``run_experiment`` and ``--dry-run`` call it."""
-    from rft_core import rewards, workflows
-    from rft_core.algorithms.advantages import ADVANTAGE_FNS
-    from rft_core.algorithms.policy_losses import POLICY_LOSS_FNS
-    from rft_core.config.stages import resolve_stages
-
-    for i, stage in enumerate(resolve_stages(cfg)):
-        prefix = f"stages[{i}]." if cfg.stages and cfg.stages[i].algorithm is not None else ""
-        if stage.algorithm.advantage_fn:
-            ADVANTAGE_FNS.get(stage.algorithm.advantage_fn, path=f"{prefix}algorithm.advantage_fn")
-        loss = stage.algorithm.policy_loss_fn
-        if loss and loss not in POLICY_LOSS_FNS:
-            raise ConfigError(
-                f"{prefix}algorithm.policy_loss_fn",
-                f"unknown policy loss {loss!r}; choose one of {', '.join(POLICY_LOSS_FNS)}",
-                value=loss,
-                allowed=list(POLICY_LOSS_FNS),
-            )
-        ei = stage.buffer.explorer_input
-        for ts in [*ei.all_tasksets, *ei.eval_tasksets]:
-            where = getattr(ts, "_yaml_path", "buffer.explorer_input.taskset")
-            if cfg.stages and cfg.stages[i].buffer is not None:
-                where = f"stages[{i}].{where}"
-            workflows.get(ts.default_workflow_type, path=f"{where}.default_workflow_type")
-            if ts.default_reward_fn_type:
-                rewards.get(ts.default_reward_fn_type, path=f"{where}.default_reward_fn_type")

@@ -466,7 +466,7 @@ def test_a_pickled_config_still_resolves_its_stages(clean_env):
 
 
 def test_registered_names_are_checked_with_their_paths():
-    from rft_core.config.validate import check_registered_names
+    from rft_core.config.registered import check_registered_names
 
     check_registered_names(load_config_from_dict(MINIMAL))  # math_workflow, grpo: registered
     d = dict(MINIMAL)
@@ -498,6 +498,31 @@ def test_registered_names_are_checked_with_their_paths():
     with pytest.raises(ConfigError) as info:
         check_registered_names(load_config_from_dict(d))
     assert info.value.path == "stages[0].buffer.explorer_input.taskset.default_reward_fn_type"
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "meant"),
+    [
+        ("kl_loss_fn_args", "kl_coeff", "kl_coef"),
+        ("kl_penalty_fn_args", "klcoef", "kl_coef"),
+        ("policy_loss_fn_args", "clip_rnage", "clip_range"),
+        ("advantage_fn_args", "epsilonn", "epsilon"),
+        ("entropy_loss_fn_args", "entropy_coeff", "entropy_coef"),
+    ],
+)
+def test_a_misspelt_fn_argument_is_an_error_naming_it(section, key, meant, caplog):
+    from rft_core.config.registered import check_registered_names
+
+    d = dict(MINIMAL, algorithm={section: {key: 0.1}})
+    with pytest.raises(ConfigError) as info:
+        check_registered_names(load_config_from_dict(d))
+    assert info.value.path == f"algorithm.{section}.{key}"
+    assert f"did you mean '{meant}'?" in str(info.value)
+    # a Trinity argument this engine does not have is accepted with a warning
+    d = dict(MINIMAL, algorithm={"kl_loss_fn_args": {"kl_coef": 0.01, "adaptive": True}})
+    with caplog.at_level("WARNING"):
+        check_registered_names(load_config_from_dict(d))
+    assert "algorithm.kl_loss_fn_args.adaptive: not used by this engine" in caplog.text
 
 
 def test_eval_repeat_times_may_come_from_rollout_args_n():
