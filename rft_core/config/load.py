@@ -218,7 +218,9 @@ def convert(tp: Any, value: Any, path: str, meta: Mapping[str, Any] | None = Non
             return {}  # Trinity's free-form dicts are Optional[dict]: `kl_loss_fn_args: null`
         if dataclasses.is_dataclass(tp):
             return tp()  # `format:` with nothing under it: the section's defaults
-        raise ConfigError(path, f"must be {_type_name(tp)}, got null", value=None)
+        choices = meta.get("choices")
+        wanted = f"one of {', '.join(choices)}" if choices else _type_name(tp)
+        raise ConfigError(path, f"must be {wanted}, got null", value=None, allowed=choices)
     if dataclasses.is_dataclass(tp):
         return build(tp, value, path)
     origin = typing.get_origin(tp)
@@ -242,6 +244,14 @@ def convert(tp: Any, value: Any, path: str, meta: Mapping[str, Any] | None = Non
     if tp is float:
         return _to_float(value, path)
     if tp is str:
+        choices = meta.get("choices")
+        if choices and not isinstance(value, str):  # `save_hf_checkpoint: true`, `mode: [both]`
+            raise ConfigError(
+                path,
+                f"must be one of {', '.join(choices)}, got {_show(value)}",
+                value=value,
+                allowed=list(choices),
+            )
         return _to_choice(_to_str(value, path), path, meta)
     raise TypeError(
         f"schema type {tp!r} at {path} is not supported"

@@ -371,7 +371,8 @@ def _derive_taskset(cfg: Config, ts: TasksetConfig, path: str, *, is_eval: bool)
         if ts.repeat_times is not None and ts.repeat_times != n:
             raise ConfigError(
                 f"{path}.repeat_times",
-                f"training tasksets are rolled out algorithm.repeat_times ({n}) times; set it there, not here",
+                f"got {ts.repeat_times}, but training tasksets are rolled out algorithm.repeat_times "
+                f"({n}) times; set it there, not here",
                 value=ts.repeat_times,
             )
         ts.repeat_times = n
@@ -379,7 +380,9 @@ def _derive_taskset(cfg: Config, ts: TasksetConfig, path: str, *, is_eval: bool)
     if r.n is not None and r.n != n:
         source = f"{path}.repeat_times" if is_eval else "algorithm.repeat_times"
         raise ConfigError(
-            f"{path}.rollout_args.n", f"is set from {source} ({n}); set it there", value=r.n
+            f"{path}.rollout_args.n",
+            f"got {r.n}, but it is set from {source} ({n}); set it there",
+            value=r.n,
         )
     r.n = n
     # a value taken over from model.* is checked, and reported, where it was written
