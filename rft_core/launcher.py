@@ -259,6 +259,16 @@ def _actor(cls: type, name: str, cfg: Any, num_gpus: float = 0) -> Any:
     return ray.remote(cls).options(name=name, num_cpus=0, num_gpus=num_gpus, max_concurrency=4)
 
 
+def _explorer_resume_step(cfg: Any, trainer_step: int | None) -> int:
+    """The explorer step a resumed mode both/colocate run restarts after: the last one whose
+    experiences the trainer's checkpoint trained on completely (its step when a trainer step
+    reads exactly one explorer step's batch_size x repeat_times experiences)."""
+    if not trainer_step:
+        return 0
+    per_step = cfg.buffer.batch_size * cfg.algorithm.repeat_times
+    return trainer_step * cfg.buffer.train_batch_size // per_step
+
+
 def _engine_pool_cpus(stages: list[Any]) -> int:
     """CPUs the engine pools of ``stages`` reserve on a CPU-only local Ray (one per engine; the
     other actors reserve none), so a local Ray can place them all instead of waiting forever."""
@@ -414,8 +424,9 @@ def _run_stage(cfg: Any) -> StageResult:
             cfg, sync
         )
         refs["trainer"] = actors["trainer"].run.remote(None, resume)
-        refs["explorer"] = actors["explorer"].run.remote(resume or 0, resume or 0, weights)
-        bar = _progress_bar(cfg, resume or 0)
+        first = _explorer_resume_step(cfg, resume)
+        refs["explorer"] = actors["explorer"].run.remote(first, resume or 0, weights)
+        bar = _progress_bar(cfg, first)
     else:
         raise ConfigError(
             "mode",

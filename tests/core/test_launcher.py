@@ -122,3 +122,19 @@ def test_continue_from_checkpoint_false_renames_loudly_never_silently(tmp_path, 
     assert cfg.name.startswith("grpo_demo_") and Path(cfg.job_dir) != old_dir
     assert (old_dir / "explorer_meta.json").exists()  # the old run is untouched
     assert "continue_from_checkpoint is false" in capsys.readouterr().err
+
+
+def test_a_resumed_explorer_restarts_after_the_experiences_the_checkpoint_trained_on():
+    from rft_core.config import resolve_stages
+    from rft_core.launcher import _explorer_resume_step
+
+    # the demo's GRPO stage: 8 tasks x 8 samples = 64 experiences an explorer step
+    for train_batch, trainer_step, explorer_step in (
+        (64, 6, 6),
+        (32, 6, 3),
+        (16, 5, 1),
+        (64, 0, 0),
+    ):
+        cfg = load_config(DEMO, [f"buffer.train_batch_size={train_batch}"])
+        rft = resolve_stages(cfg)[1]
+        assert _explorer_resume_step(rft, trainer_step) == explorer_step, train_batch
