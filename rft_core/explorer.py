@@ -199,7 +199,9 @@ class Explorer:
             by_workflow[task.workflow].append(task)
         experiences: list[Experience] = []
         for name, group in by_workflow.items():
-            workflow = workflows.get(name)(group[0].workflow_args)
+            first = group[0]
+            path = f"{first.yaml_path}.{first.workflow_from}"
+            workflow = workflows.get(name, path=path)(first.workflow_args)
             experiences.extend(workflow.run_batch(group, self._engine, repeat_times))
         return experiences
 

@@ -24,3 +24,8 @@ class Task:
     workflow_args: dict[str, Any] = field(default_factory=dict)
     reward_fn_args: dict[str, Any] = field(default_factory=dict)
     is_eval: bool = False
+    # where the taskset, the workflow and the reward fn were given (for error messages): the
+    # taskset's YAML path, then a key under it or the row's column
+    yaml_path: str = "buffer.explorer_input.taskset"
+    workflow_from: str = "default_workflow_type"
+    reward_fn_from: str = "default_reward_fn_type"

@@ -73,12 +73,14 @@ class Taskset:
         system_prompt = fmt.system_prompt
         if fmt.system_prompt_key and row.get(fmt.system_prompt_key):
             system_prompt = str(row[fmt.system_prompt_key])
-        workflow = self.workflow
+        workflow, workflow_from = self.workflow, "default_workflow_type"
         if fmt.workflow_key and row.get(fmt.workflow_key):
             workflow = str(row[fmt.workflow_key])
-        reward_fn = self.reward_fn
+            workflow_from = f"format.workflow_key (column {fmt.workflow_key!r} of row {index})"
+        reward_fn, reward_fn_from = self.reward_fn, "default_reward_fn_type"
         if fmt.reward_fn_key and row.get(fmt.reward_fn_key):
             reward_fn = str(row[fmt.reward_fn_key])
+            reward_fn_from = f"format.reward_fn_key (column {fmt.reward_fn_key!r} of row {index})"
         return Task(
             index=index,
             taskset=self.name,
@@ -92,6 +94,9 @@ class Taskset:
             workflow_args=dict(self.cfg.workflow_args),
             reward_fn_args=dict(self.cfg.reward_fn_args),
             is_eval=self.is_eval,
+            yaml_path=config_path(self.cfg, "buffer.explorer_input.taskset"),
+            workflow_from=workflow_from,
+            reward_fn_from=reward_fn_from,
         )
 
     def __iter__(self):

@@ -31,9 +31,7 @@ _SAMPLING_KEYS = ("temperature", "top_p", "top_k", "max_tokens", "seed")
 
 def taskset_path(task: Task) -> str:
     """The YAML path of the taskset a task came from, for error messages."""
-    if task.is_eval:
-        return f"buffer.explorer_input.eval_tasksets[{task.taskset!r}]"
-    return "buffer.explorer_input.taskset"
+    return task.yaml_path
 
 
 def sampling_params(task: Task, n: int) -> SamplingParams:
@@ -72,7 +70,7 @@ class Workflow(ABC):
     def check(self, task: Task) -> str:
         """Resolve and check the reward function of ``task`` before anything is generated."""
         name = self.reward_fn_name(task)
-        path = f"{taskset_path(task)}.default_reward_fn_type"
+        path = f"{taskset_path(task)}.{task.reward_fn_from}"
         try:
             rewards.get(name, path=path)
         except ConfigError as err:

@@ -279,6 +279,14 @@ def test_per_row_workflow_reward_and_system_prompt(tmp_path):
         "Think first.",
     )
     assert second.workflow_args == {"k": 1}
+    # a task says where its workflow and reward fn were named, for errors about them
+    assert first.yaml_path == "buffer.explorer_input.taskset"
+    assert first.workflow_from == "format.workflow_key (column 'wf' of row 0)"
+    assert first.reward_fn_from == "format.reward_fn_key (column 'rf' of row 0)"
+    assert (second.workflow_from, second.reward_fn_from) == (
+        "default_workflow_type",
+        "default_reward_fn_type",
+    )
 
 
 def test_explorer_input_defaults_reach_the_tasks(hf_dir):

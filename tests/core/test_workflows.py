@@ -143,9 +143,10 @@ def test_unknown_names_list_the_registered_ones():
     assert "did you mean 'math_workflow'" in str(err.value)
     assert "simple_workflow" in str(err.value)
     with pytest.raises(ConfigError) as err:
-        run_math([task(7, "q0", "72", reward_fn="nope", is_eval=True)])
+        ev = "buffer.explorer_input.eval_tasksets[0]"
+        run_math([task(7, "q0", "72", reward_fn="nope", is_eval=True, yaml_path=ev)])
     message = str(err.value)
-    assert err.value.path == "buffer.explorer_input.eval_tasksets['gsm'].default_reward_fn_type"
+    assert err.value.path == "buffer.explorer_input.eval_tasksets[0].default_reward_fn_type"
     assert "'nope'" in message and "math_reward" in message and "gsm[7]" in message
 
 
