@@ -143,7 +143,11 @@ def find_files(path: str, subset_name: str | None = None, split: str = "train") 
         return [local]
     if local.is_dir():
         return _split_files(_subset_dir(local, subset_name), split, str(local))
-    cached = _find_in_cache(str(path), subset_name, split)
+    text = str(path)
+    if text.startswith(("/", "./", "../", "~")) or text.endswith(DATA_SUFFIXES):
+        # a filesystem path, not a dataset name: no download hint
+        raise DataError(f"{text!r} does not exist (no such file or directory)")
+    cached = _find_in_cache(text, subset_name, split)
     if cached is not None:
         return cached
     raise DataError(

@@ -557,3 +557,11 @@ def test_subsets_under_data_are_chosen_by_subset_name(tmp_path):
     for subset_name, text in ((None, "several subsets (main, other)"), ("mian", "subsets there")):
         with pytest.raises(DataError, match=re.escape(text)):
             load_taskset(_taskset_cfg(root, subset_name=subset_name))
+
+
+def test_a_missing_local_path_says_so_without_a_download_hint(tmp_path):
+    with pytest.raises(DataError) as info:
+        load_taskset(_taskset_cfg(tmp_path / "nope.jsonl"))
+    message = str(info.value)
+    assert message.startswith("buffer.explorer_input.taskset.path: ")
+    assert "does not exist" in message and "download" not in message
