@@ -62,10 +62,16 @@ def group_reward_stats(experiences: list[Experience]) -> dict[str, float]:
 
 
 def apply_group_advantages(
-    experiences: list[Experience], advantage_fn: Any, advantage_fn_args: dict[str, Any]
+    experiences: list[Experience],
+    advantage_fn: Any,
+    advantage_fn_args: dict[str, Any],
+    *,
+    keep_filtered: bool = False,
 ) -> list[Experience]:
     """Fill ``Experience.advantage`` from a group-level advantage fn and drop the experiences
-    whose group it filters out (e.g. GRPO's ``std_threshold``)."""
+    whose group it filters out (e.g. GRPO's ``std_threshold``). ``keep_filtered``: keep them
+    instead with every token masked (advantage 0, trained on by nobody), so that a trainer
+    waiting for this step's batch_size x repeat_times experiences gets them all (mode both)."""
     if not experiences:
         return experiences
     rewards = torch.tensor([e.reward for e in experiences], dtype=torch.float32)
@@ -76,6 +82,10 @@ def apply_group_advantages(
     for exp, adv, k in zip(experiences, advantages.tolist(), keep.tolist(), strict=True):
         if k:
             exp.advantage = float(adv)
+            kept.append(exp)
+        elif keep_filtered:
+            exp.advantage = 0.0
+            exp.action_mask = [0] * len(exp.response_ids)
             kept.append(exp)
     return kept
 
@@ -223,8 +233,15 @@ class Explorer:
         if algo.advantage_fn:
             fn = get_advantage_fn(algo.advantage_fn)
             if fn.level == "group":
-                experiences = apply_group_advantages(experiences, fn, dict(algo.advantage_fn_args))
-        metrics["experience_pipeline/experience_count"] = float(len(experiences))
+                # a trainer of this job waits for the whole step: filtered groups stay, masked
+                experiences = apply_group_advantages(
+                    experiences,
+                    fn,
+                    dict(algo.advantage_fn_args),
+                    keep_filtered=self.cfg.mode in ("both", "colocate"),
+                )
+        trained = [e for e in experiences if not e.action_mask or any(e.action_mask)]
+        metrics["experience_pipeline/experience_count"] = float(len(trained))
         if self._buffer is not None:
             self._buffer.put(experiences)
         metrics["time/explore_step"] = time.perf_counter() - start

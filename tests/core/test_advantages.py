@@ -136,3 +136,24 @@ def test_registry_entries_and_errors():
     assert "did you mean 'grpo'" in str(err.value) and "rloo" in str(err.value)
     with pytest.raises(RFTError, match="already registered"):
         register_advantage_fn("grpo", "group")(lambda r, g: r)
+
+
+def test_filtered_groups_are_dropped_or_kept_masked_for_a_waiting_trainer():
+    from rft_core.buffer.experience import Experience
+    from rft_core.explorer import apply_group_advantages
+
+    def batch():
+        # group a: rewards 1, 0 (std 0.71, kept); group b: 1, 1 (std 0, filtered at 0.0)
+        return [
+            Experience(prompt_ids=[1], response_ids=[2, 3], reward=r, group_id=g)
+            for g, r in (("a", 1.0), ("a", 0.0), ("b", 1.0), ("b", 1.0))
+        ]
+
+    fn, args = get_advantage_fn("grpo"), {"std_threshold": 0.0}
+    dropped = apply_group_advantages(batch(), fn, args)
+    assert [e.group_id for e in dropped] == ["a", "a"]
+    assert dropped[0].advantage == pytest.approx(0.5 / (0.5**0.5 + 1e-6))
+    kept = apply_group_advantages(batch(), fn, args, keep_filtered=True)
+    assert [e.group_id for e in kept] == ["a", "a", "b", "b"]
+    assert [e.advantage for e in kept[2:]] == [0.0, 0.0]
+    assert [e.action_mask for e in kept] == [[], [], [0, 0], [0, 0]]
