@@ -193,7 +193,7 @@ class PolicyGroup:
             _cpu_threads(world_size)
         joined = [r.join.remote() for r in self.ranks]
         self._together(joined, _init_process_group, init_method, 0, world_size, backend)
-        log.info("trainer: %d ranks (%s), FSDP2", world_size, backend)
+        log.info("%s: %d ranks (%s), FSDP2", name, world_size, backend)
         from rft_core.trainer.policy import PolicyTrainer
 
         args = dict(kwargs, device=device)
@@ -211,14 +211,15 @@ class PolicyGroup:
 
         local = self._pool.submit(local_fn, *args, **kwargs)
         pending = list(remote_refs)
-        while pending or not local.done():
+        while True:
+            if local.done() and (not pending or local.exception() is not None):
+                return local.result()  # or rank 0's error, while the others wait in a collective
             if pending:
                 done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.2)
                 for ref in done:
                     ray.get(ref)  # raises the rank's error
             else:
                 concurrent.futures.wait([local], timeout=0.2)
-        return local.result()
 
     def _on_all(self, method: str, per_rank_args: list[tuple]) -> list[Any]:
         import ray

@@ -173,3 +173,18 @@ def test_merged_metrics_add_shares_and_keep_extremes():
         "actor/grad_norm": 3.0,
         "time/x": 2,
     }
+
+
+def test_a_failing_rank_raises_at_once_instead_of_waiting_in_a_collective(model_dir, local_ray):
+    import time
+
+    experiences = _uneven_batch(model_dir)
+    group = PolicyGroup(2, model_dir, algorithm("grpo"), micro_batch_size=4, temperature=0.8)
+    try:
+        start = time.perf_counter()
+        # rank 1 gets no experiences and fails; rank 0 waits for it in its first collective
+        with pytest.raises(ray.exceptions.RayTaskError, match="at least one experience"):
+            group._on_all("train_step", [(experiences,), ([],)])
+        assert time.perf_counter() - start < 60  # not the process group's 30-minute timeout
+    finally:
+        group.close()
