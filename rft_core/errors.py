@@ -21,6 +21,20 @@ class ConfigError(RFTError):
         self.message = message
         super().__init__(f"{path}: {message}" if path else message)
 
+    def __reduce__(self):
+        # picklable with its keyword fields, so an error raised in a Ray actor reaches the
+        # driver as itself (one clean line, exit 2), not as an UnserializableException
+        return (
+            _rebuild_config_error,
+            (type(self), self.path, self.message, self.value, self.allowed),
+        )
+
+
+def _rebuild_config_error(
+    cls: type, path: str, message: str, value: object, allowed: object
+) -> ConfigError:
+    return cls(path, message, value=value, allowed=allowed)
+
 
 class DataError(RFTError):
     """A taskset or dataset cannot be read (missing file, missing column, bad format)."""

@@ -532,3 +532,22 @@ def test_eval_repeat_times_may_come_from_rollout_args_n():
     d["buffer"]["explorer_input"] = dict(MINIMAL["buffer"]["explorer_input"], eval_tasksets=[ev])
     (t,) = load_config_from_dict(d).buffer.explorer_input.eval_tasksets
     assert (t.repeat_times, t.rollout_args.n) == (4, 4)
+
+
+def test_user_errors_survive_pickling_as_themselves():
+    # an error raised in a Ray actor is pickled to the driver; it must arrive whole
+    import pickle
+
+    from rft_core.errors import ActorFailed, DataError
+
+    err = ConfigError("buffer.batch_size", "must be >= 1, got 0", value=0, allowed=[1, 2])
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is ConfigError and str(back) == "buffer.batch_size: must be >= 1, got 0"
+    assert (back.path, back.message, back.value, back.allowed) == (
+        "buffer.batch_size",
+        "must be >= 1, got 0",
+        0,
+        [1, 2],
+    )
+    for other in (DataError("row 3 has no 'answer'"), ActorFailed("trainer failed")):
+        assert str(pickle.loads(pickle.dumps(other))) == str(other)
