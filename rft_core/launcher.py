@@ -78,9 +78,8 @@ def setup_actor_logging(cfg: Any, role: str, logger_name: str = "rft_core") -> A
     handler = logging.FileHandler(job_dir / "log" / f"{role}.log")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logger.addHandler(handler)
-    run_name = f"{cfg.project}/{cfg.name}" + (f"/{cfg.stage_name}" if cfg.stage_name else "")
     monitor = build_monitor(
-        cfg.monitor.monitor_type, cfg.monitor.monitor_args, job_dir, role, run_name
+        cfg.monitor.monitor_type, cfg.monitor.monitor_args, job_dir, role, _run_name(cfg)
     )
     logger.addHandler(MonitorLogHandler(monitor))
     from rft_core.config.trinity_compat import warn_unimplemented
@@ -91,6 +90,10 @@ def setup_actor_logging(cfg: Any, role: str, logger_name: str = "rft_core") -> A
 
     hf_logging.disable_progress_bar()  # "Loading weights" bars from every actor drown the log
     return monitor
+
+
+def _run_name(cfg: Any) -> str:
+    return f"{cfg.project}/{cfg.name}" + (f"/{cfg.stage_name}" if cfg.stage_name else "")
 
 
 def _use_all_cores(cfg: Any) -> None:
@@ -107,6 +110,9 @@ def _use_all_cores(cfg: Any) -> None:
 def preflight(cfg: Any, check_model: bool = True) -> None:
     """Raise one clear error when the model, the datasets or the GPUs of ``cfg`` are missing
     (``check_model=False`` for a later stage, whose model the stage before it writes)."""
+    from rft_core.monitor.monitor import check_monitor
+
+    check_monitor(cfg.monitor.monitor_type, _run_name(cfg))  # what the actors' monitors need
     problems: list[tuple[str, str]] = []
     model_path = cfg.model.model_path
     if check_model and not (Path(model_path).expanduser() / "config.json").is_file():

@@ -1,7 +1,7 @@
 """The Monitor a role (explorer, trainer, launcher) writes its metrics and status through.
 
-``build_monitor`` picks the sinks: JSONL and TensorBoard always, W&B or MLflow when
-``monitor.monitor_type`` asks for them, and the Redis event stream when the dashboard launched
+``build_monitor`` picks the sinks: JSONL always, TensorBoard unless ``monitor.monitor_type`` is
+``none``, W&B or MLflow when it asks for them, and the Redis event stream when the dashboard launched
 the run (env ``RFT_EVENTS_REDIS_URL`` + ``RFT_RUN_ID``); that run also gets a heartbeat every
 ``RFT_HEARTBEAT_S`` seconds (default 10) so the dashboard can tell a live run from a dead one.
 """
@@ -23,9 +23,10 @@ from rft_core.monitor.sinks import (
     Sink,
     TensorBoardSink,
     WandbSink,
+    backend_missing,
 )
 
-MONITOR_TYPES = ("tensorboard", "wandb", "mlflow")
+MONITOR_TYPES = ("tensorboard", "wandb", "mlflow", "none")
 ENV_REDIS_URL = "RFT_EVENTS_REDIS_URL"
 ENV_RUN_ID = "RFT_RUN_ID"
 ENV_HEARTBEAT_S = "RFT_HEARTBEAT_S"  # seconds between heartbeats on the Redis stream
@@ -118,7 +119,9 @@ def build_monitor(
         )
     monitor_args = dict(monitor_args or {})
     monitor_dir = Path(job_dir) / "monitor"
-    sinks: list[Sink] = [JsonlSink(monitor_dir, role), TensorBoardSink(monitor_dir, role)]
+    sinks: list[Sink] = [JsonlSink(monitor_dir, role)]
+    if monitor_type != "none":
+        sinks.append(TensorBoardSink(monitor_dir, role))
     if monitor_type == "wandb":
         sinks.append(WandbSink(monitor_dir, role, run_name, monitor_args))
     elif monitor_type == "mlflow":
@@ -127,17 +130,36 @@ def build_monitor(
     run_id = os.environ.get(ENV_RUN_ID) or run_name
     redis_url = os.environ.get(ENV_REDIS_URL)
     if redis_url:
-        if not RUN_ID_RE.match(run_id):
-            raise ConfigError(
-                ENV_RUN_ID,
-                f"run id {run_id!r} must be 1-80 characters of letters, digits, '.', '_' or '-'",
-                value=run_id,
-            )
+        _check_run_id(run_id)
         sinks.append(RedisStreamSink(redis_url, run_id))
     monitor = Monitor(sinks, role=role, run_id=run_id)
     if redis_url:
         monitor.start_heartbeat(float(os.environ.get(ENV_HEARTBEAT_S, "10")))
     return monitor
+
+
+def _check_run_id(run_id: str) -> None:
+    if not RUN_ID_RE.match(run_id):
+        raise ConfigError(
+            ENV_RUN_ID,
+            f"run id {run_id!r} must be 1-80 characters of letters, digits, '.', '_' or '-'",
+            value=run_id,
+        )
+
+
+def check_monitor(monitor_type: str, run_name: str) -> None:
+    """What ``build_monitor`` would refuse inside an actor, checked before any actor starts: a
+    W&B/MLflow package that is not installed, a bad run id or an unreachable Redis stream."""
+    import importlib.util
+
+    kind = (monitor_type or "tensorboard").lower()
+    if kind in ("wandb", "mlflow") and importlib.util.find_spec(kind) is None:
+        raise backend_missing(kind)
+    redis_url = os.environ.get(ENV_REDIS_URL)
+    if redis_url:
+        run_id = os.environ.get(ENV_RUN_ID) or run_name
+        _check_run_id(run_id)
+        RedisStreamSink(redis_url, run_id).close()  # ServiceUnavailable when unreachable
 
 
 class MonitorLogHandler(logging.Handler):

@@ -121,15 +121,20 @@ class RedisStreamSink:
         self._client.close()
 
 
+def backend_missing(package: str) -> EngineUnavailable:
+    """The error for ``monitor.monitor_type: <package>`` when the package is not installed."""
+    return EngineUnavailable(
+        f"monitor.monitor_type: {package} needs the {package} package; `pip install {package}` "
+        "or set monitor.monitor_type: tensorboard"
+    )
+
+
 class WandbSink:
     def __init__(self, monitor_dir: Path, role: str, run_name: str, args: dict[str, Any]):
         try:
             import wandb
         except ImportError as err:
-            raise EngineUnavailable(
-                "monitor.monitor_type: wandb needs the wandb package; `pip install wandb` "
-                "or set monitor.monitor_type: tensorboard"
-            ) from err
+            raise backend_missing("wandb") from err
         self._wandb = wandb
         self._run = wandb.init(
             project=args.get("project"),
@@ -154,10 +159,7 @@ class MlflowSink:
         try:
             import mlflow
         except ImportError as err:
-            raise EngineUnavailable(
-                "monitor.monitor_type: mlflow needs the mlflow package; `pip install mlflow` "
-                "or set monitor.monitor_type: tensorboard"
-            ) from err
+            raise backend_missing("mlflow") from err
         self._mlflow = mlflow
         if args.get("uri"):
             mlflow.set_tracking_uri(args["uri"])

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -174,3 +176,41 @@ def test_optional_monitor_without_its_package_says_how_to_install(
     monkeypatch.setitem(sys.modules, package, None)
     with pytest.raises(EngineUnavailable, match=f"pip install {package}"):
         build_monitor(monitor_type, {}, tmp_path, role="trainer", run_name="demo")
+
+
+def test_monitor_type_none_keeps_only_the_jsonl_file(tmp_path, no_dashboard_env):
+    monitor = build_monitor("none", {}, tmp_path, role="trainer", run_name="demo")
+    monitor.log({"actor/pg_loss": 1.0}, 1)
+    monitor.close()
+    assert (tmp_path / "monitor" / "trainer_metrics.jsonl").exists()
+    assert not (tmp_path / "monitor" / "tensorboard").exists()
+
+
+def test_trinity_run_refuses_a_missing_backend_and_an_unreachable_stream_before_ray(
+    tmp_path, no_dashboard_env
+):
+    import subprocess
+
+    from workers.services import free_port
+
+    demo = Path(__file__).resolve().parents[2] / "examples" / "demo" / "grpo_demo.yaml"
+    cases = [
+        (["monitor.monitor_type=wandb"], {}, "monitor.monitor_type: wandb needs the wandb package"),
+        (
+            [],
+            {"RFT_EVENTS_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0", "RFT_RUN_ID": "r1"},
+            "RFT_EVENTS_REDIS_URL",
+        ),
+    ]
+    for overrides, env, text in cases:
+        proc = subprocess.run(
+            [sys.executable, "-m", "rft_core.cli", "run", "--config", str(demo), *overrides],
+            cwd=tmp_path,
+            env={**os.environ, "RFT_DEMO_DIR": str(tmp_path), **env},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert text in proc.stderr.strip().splitlines()[-1]
+        assert not (tmp_path / "checkpoints").exists()  # refused before anything started
