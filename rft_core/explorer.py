@@ -359,10 +359,14 @@ class Explorer:
     ) -> dict[str, Any]:
         """Explore until the taskset or ``buffer.total_steps`` ends. Returns a summary with the
         model version each step used and the eval results."""
+        self._progress["step"] = start_step  # a resumed run's bar starts where it left off
         try:
             self.monitor.status("running", f"{self.role} started at step {start_step}")
             self._build(start_step, start_version, weights_from)
-            self._progress["total"] = self.cfg.buffer.total_steps
+            end = self._reader.end  # epoch-based runs: the steps the taskset's epochs make
+            self._progress["total"] = self.cfg.buffer.total_steps or (
+                -(-end // self.cfg.buffer.batch_size) if end else None
+            )
             cfg = self.cfg
             sync = cfg.synchronizer
             eval_interval = cfg.explorer.eval_interval

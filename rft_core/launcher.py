@@ -314,8 +314,10 @@ def _wait_all(refs: dict[str, Any], actors: dict[str, Any], progress: Any) -> di
         shown = "explorer" if "explorer" in actors else "trainer"
         if progress is not None and shown in pending:
             try:
-                step = ray.get(actors[shown].progress.remote(), timeout=5)["step"]
-                progress.update(step - progress.n)
+                info = ray.get(actors[shown].progress.remote(), timeout=5)
+                if info.get("total") and progress.total != info["total"]:
+                    progress.total = info["total"]  # known once the taskset is read
+                progress.update(info["step"] - progress.n)
             except ray.exceptions.GetTimeoutError:
                 pass
     return results

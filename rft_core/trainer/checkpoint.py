@@ -430,6 +430,27 @@ def _swap_into_place(tmp: Path, final: Path) -> None:
         os.replace(tmp, final)
 
 
+# tokenizer files a model directory may carry that a fast tokenizer's save_pretrained does not
+# write again (transformers 5 writes tokenizer.json, tokenizer_config.json, chat_template.jinja)
+TOKENIZER_FILES = (
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+)
+
+
+def _copy_tokenizer_files(source: Path | None, hf: Path) -> None:
+    """The base model's own tokenizer files beside the saved ones, as the seed's tree shows
+    them (``vocab.json``, ``merges.txt``, ... for Qwen2.5), when it has them."""
+    if source is None:
+        return
+    for name in TOKENIZER_FILES:
+        if (Path(source) / name).is_file() and not (hf / name).exists():
+            shutil.copy2(Path(source) / name, hf / name)
+
+
 def save_checkpoint(
     job_dir: Path,
     step: int,
@@ -442,10 +463,12 @@ def save_checkpoint(
     generation_config: Any = None,
     save_hf: bool,
     world_size: int = 1,
+    tokenizer_source: Path | None = None,
 ) -> Path:
     """Write a full checkpoint ``job_dir/global_step_<step>/`` atomically and point the
     ``latest_*`` files at it. ``extra_state`` gains ``global_step`` and ``rng`` (torch, python,
-    numpy, cuda states) unless given. Returns the step directory."""
+    numpy, cuda states) unless given. ``tokenizer_source``: the model directory whose tokenizer
+    files are copied in beside the saved ones. Returns the step directory."""
     job_dir = Path(job_dir)
     job_dir.mkdir(parents=True, exist_ok=True)
     final = step_dir(job_dir, step)
@@ -465,6 +488,7 @@ def save_checkpoint(
         generation_config.save_pretrained(hf)
         if tokenizer is not None:
             tokenizer.save_pretrained(hf)
+        _copy_tokenizer_files(tokenizer_source, hf)
         if save_hf:
             weights = {k: v.detach().cpu() for k, v in state_dict.items()}
             write_hf_weights(hf, drop_tied_weights(weights, hf_config), tmp_dir=tmp / ".weights")
@@ -476,6 +500,18 @@ def save_checkpoint(
     _atomic_write_text(job_dir / LATEST_CHECKPOINTED, f"{step}\n")
     _atomic_write_text(job_dir / LATEST_STATE_DICT, f"{step}\n")
     return final
+
+
+def add_hf_weights(
+    job_dir: Path, step: int, state_dict: dict[str, Tensor], hf_config: Any
+) -> list[str]:
+    """Write the Hugging Face weights into the existing full checkpoint of ``step`` (its last
+    interval checkpoint is also the final one): the shards are not written a second time."""
+    hf = step_dir(Path(job_dir), step) / "actor" / HF_DIR
+    if not (hf / "config.json").is_file():
+        raise CheckpointError(f"{hf}: no checkpoint of step {step} to add Hugging Face weights to")
+    weights = {k: v.detach().cpu() for k, v in state_dict.items()}
+    return write_hf_weights(hf, drop_tied_weights(weights, hf_config))
 
 
 def save_state_dict_for_sync(job_dir: Path, step: int, state_dict: dict[str, Tensor]) -> Path:

@@ -126,6 +126,7 @@ class PolicyTrainer:
         self.autocast_dtype = (
             torch.bfloat16 if explicit is None and self.device.type == "cuda" else None
         )
+        self.model_path = Path(model_path)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = pad if pad is not None else (self.tokenizer.eos_token_id or 0)
@@ -660,7 +661,16 @@ class PolicyTrainer:
             generation_config=getattr(self.model, "generation_config", None),
             save_hf=save_hf,
             world_size=self.world_size,
+            tokenizer_source=self.model_path,
         )
+
+    def add_hf_weights(self, job_dir: Path, step: int) -> None:
+        """Hugging Face weights into the saved checkpoint of ``step`` (rank 0 writes)."""
+        from rft_core.trainer.checkpoint import add_hf_weights
+
+        state_dict = self.state_dict_for_sync()
+        if self.rank == 0:
+            add_hf_weights(Path(job_dir), step, state_dict, self.model.config)
 
     def load(self, job_dir: Path, step: int | None) -> int:
         """Restore model, optimizer, LR schedule, critic and RNG states; return the step."""

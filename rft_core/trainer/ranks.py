@@ -237,6 +237,9 @@ class PolicyGroup:
     def save(self, job_dir: Any, step: int, save_hf: bool) -> None:
         self._on_all("save", [(job_dir, step, save_hf)] * self.world_size)
 
+    def add_hf_weights(self, job_dir: Any, step: int) -> None:
+        self._on_all("add_hf_weights", [(job_dir, step)] * self.world_size)
+
     def load(self, job_dir: Any, step: int | None) -> int:
         return self._on_all("load", [(job_dir, step)] * self.world_size)[0]
 

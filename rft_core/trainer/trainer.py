@@ -214,15 +214,7 @@ class Trainer:
         self.policy.save(self.job_dir, self.step, save_hf)
         removed = prune_checkpoints(self.job_dir, self.cfg.trainer.max_checkpoints_to_keep)
         self.saved_steps.append(self.step)
-        meta = {
-            "latest_iteration": self.step,
-            "saved_hf": save_hf,
-            "metrics": self.last_metrics,
-            "experience_buffer": self._source.state(),
-        }
-        tmp = self.job_dir / (TRAINER_META + ".tmp")
-        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
-        tmp.replace(self.job_dir / TRAINER_META)
+        self._write_meta(save_hf)
         path = step_dir(self.job_dir, self.step)
         self.monitor.checkpoint_saved(self.step, str(path))
         log.info(
@@ -232,6 +224,17 @@ class Trainer:
             time.perf_counter() - start,
             f"; pruned global_step_{removed}" if removed else "",
         )
+
+    def _write_meta(self, saved_hf: bool) -> None:
+        meta = {
+            "latest_iteration": self.step,
+            "saved_hf": saved_hf,
+            "metrics": self.last_metrics,
+            "experience_buffer": self._source.state(),
+        }
+        tmp = self.job_dir / (TRAINER_META + ".tmp")
+        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
+        tmp.replace(self.job_dir / TRAINER_META)
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -272,8 +275,13 @@ class Trainer:
                 if tr.save_interval and self.step % tr.save_interval == 0:
                     self.save(save_hf=tr.save_hf_checkpoint == "always")
                     last_saved = self.step
-            if self.step > 0 and (last_saved != self.step or tr.save_hf_checkpoint == "last"):
+            if self.step > 0 and last_saved != self.step:
                 self.save(save_hf=tr.save_hf_checkpoint != "never")
+            elif self.step > 0 and tr.save_hf_checkpoint == "last" and self.saved_steps:
+                # the last interval checkpoint is the final one: add its HF weights only
+                self.policy.add_hf_weights(self.job_dir, self.step)
+                self._write_meta(saved_hf=True)
+                log.info("added Hugging Face weights to global_step_%d", self.step)
             if self._sender is not None:
                 self._sender.send_final(self.step, self.policy.state_dict_for_sync())
             self._close_ranks()

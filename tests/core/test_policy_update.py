@@ -244,6 +244,29 @@ def test_save_and_load_restore_optimizer_and_schedule(model_dir, tmp_path):
     assert (tmp_path / "global_step_2" / "actor" / "huggingface" / "config.json").exists()
 
 
+def test_hf_weights_join_a_saved_checkpoint_without_rewriting_its_shards(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    # a model dir that carries the slow-tokenizer files of a Qwen2.5 download
+    base = build_tiny_model(tmp_path / "base")
+    (base / "vocab.json").write_text('{"a": 0}')
+    (base / "merges.txt").write_text("#version: 0.2\n")
+    trainer = PolicyTrainer(str(base), algorithm(), temperature=0.8)
+    trainer.save(tmp_path / "job", 3, save_hf=False)
+    actor = tmp_path / "job" / "global_step_3" / "actor"
+    hf = actor / "huggingface"
+    assert (hf / "vocab.json").read_text() == '{"a": 0}' and (hf / "merges.txt").exists()
+    assert not (hf / "model.safetensors").exists()
+    shard = actor / "model_world_size_1_rank_0.pt"
+    before = shard.stat().st_mtime_ns
+    trainer.add_hf_weights(tmp_path / "job", 3)
+    assert shard.stat().st_mtime_ns == before  # the shards were not written again
+    loaded = AutoModelForCausalLM.from_pretrained(hf).state_dict()
+    for name, tensor in trainer.state_dict_for_sync().items():
+        if name in loaded:
+            torch.testing.assert_close(loaded[name], tensor)
+
+
 def test_lr_schedule_numbers():
     f = lambda s, kind: lr_factor(s, warmup=2, total=10, kind=kind, min_ratio=0.2)  # noqa: E731
     assert [f(s, "constant") for s in (0, 1, 2, 9)] == [0.5, 1.0, 1.0, 1.0]
