@@ -134,6 +134,7 @@ class Explorer:
                 use_gpu=gpu,
                 node_num=cfg.cluster.node_num,
                 name=engine_pool_name(self.job_dir),
+                log_dir=str(self.job_dir / "log"),
                 device="cuda" if gpu else "cpu",
                 **kwargs,
             )

@@ -68,16 +68,13 @@ class RunResult:
 def setup_actor_logging(cfg: Any, role: str, logger_name: str = "rft_core") -> Any:
     """``job_dir/log/<role>.log`` for this actor's logger, and its monitor (metrics, status,
     log lines for the dashboard). Returns the monitor."""
+    from rft_core.actor_log import log_to_file
     from rft_core.monitor import build_monitor
     from rft_core.monitor.monitor import MonitorLogHandler
 
     job_dir = Path(cfg.job_dir)
-    (job_dir / "log").mkdir(parents=True, exist_ok=True)
+    log_to_file(job_dir / "log" / f"{role}.log", logger_name)
     logger = logging.getLogger(logger_name)
-    logger.setLevel(logging.INFO)
-    handler = logging.FileHandler(job_dir / "log" / f"{role}.log")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logger.addHandler(handler)
     monitor = build_monitor(
         cfg.monitor.monitor_type, cfg.monitor.monitor_args, job_dir, role, _run_name(cfg)
     )

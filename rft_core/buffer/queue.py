@@ -96,6 +96,9 @@ class _MirroredQueue(LocalQueue):
     """The queue as a Ray actor body: it opens its own mirror where it runs."""
 
     def __init__(self, path: str | None, job_dir: str, name: str):
+        from rft_core.actor_log import log_to_file
+
+        log_to_file(Path(job_dir) / "log" / f"queue_{name}.log")
         super().__init__(_build_mirror(path, Path(job_dir), name))
 
 

@@ -81,7 +81,11 @@ class EngineWorker:
         engines_on_node: int,
         use_gpu: bool,
         engine_kwargs: dict[str, Any],
+        log_dir: str | None = None,
     ) -> None:
+        from rft_core.actor_log import log_to_file
+
+        log_to_file(f"{log_dir}/explorer_engine_{rank}.log" if log_dir else None)
         if not use_gpu:
             # Ray sets OMP_NUM_THREADS=1 in workers; split this node's cores between its engines
             threads = max(1, _usable_cores() // max(1, engines_on_node))
@@ -152,6 +156,7 @@ class EnginePool:
         seed: int = 0,
         name: str | None = None,
         placement_timeout_s: float = PLACEMENT_TIMEOUT_S,
+        log_dir: str | None = None,
         **engine_kwargs: Any,
     ) -> None:
         import ray
@@ -203,7 +208,7 @@ class EnginePool:
                 kwargs["tensor_parallel_size"] = tensor_parallel_size
             self._actors.append(
                 actor_cls.options(**options).remote(
-                    rank, engine_type, model_path, per_node[nodes[rank]], use_gpu, kwargs
+                    rank, engine_type, model_path, per_node[nodes[rank]], use_gpu, kwargs, log_dir
                 )
             )
         try:

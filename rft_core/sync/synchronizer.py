@@ -40,13 +40,9 @@ class Synchronizer:
     """Version bookkeeping shared by the trainer and the explorer (run as a Ray async actor)."""
 
     def __init__(self, sync_method: str, sync_timeout: float, log_path: str | None = None):
-        if log_path:
-            handler = logging.FileHandler(log_path)
-            handler.setFormatter(
-                logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-            )
-            log.addHandler(handler)
-            log.setLevel(logging.INFO)
+        from rft_core.actor_log import log_to_file
+
+        log_to_file(log_path, log.name)
         self.sync_method = sync_method
         self.sync_timeout = float(sync_timeout)
         self.version = 0  # latest version the trainer published

@@ -135,7 +135,17 @@ def _cpu_threads(world_size: int) -> None:
 class TrainerRank:
     """Ranks 1..W-1 of a PolicyGroup, each in a Ray actor of its own."""
 
-    def __init__(self, rank: int, world_size: int, init_method: str, backend: str):
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        init_method: str,
+        backend: str,
+        log_dir: str | None = None,
+    ):
+        from rft_core.actor_log import log_to_file
+
+        log_to_file(f"{log_dir}/trainer_rank{rank}.log" if log_dir else None)
         self.rank, self.world_size = rank, world_size
         self.init_method, self.backend = init_method, backend
         self.policy: Any = None
@@ -169,6 +179,7 @@ class PolicyGroup:
         *,
         device: str = "cpu",
         name: str = "trainer",
+        log_dir: str | None = None,
         **kwargs: Any,
     ) -> None:
         import ray
@@ -186,7 +197,7 @@ class PolicyGroup:
             num_cpus=0, num_gpus=1 if use_gpu else 0, max_concurrency=2
         )
         self.ranks = [
-            actor.remote(r, world_size, init_method, backend) for r in range(1, world_size)
+            actor.remote(r, world_size, init_method, backend, log_dir) for r in range(1, world_size)
         ]
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rank0")
         if backend == "gloo":

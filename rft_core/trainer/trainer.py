@@ -119,7 +119,12 @@ class Trainer:
             self.policy = PolicyTrainer(model_path, cfg.algorithm, **settings)
         else:
             self.policy = PolicyGroup(
-                world_size, model_path, cfg.algorithm, name=self.role, **settings
+                world_size,
+                model_path,
+                cfg.algorithm,
+                name=self.role,
+                log_dir=str(self.job_dir / "log"),
+                **settings,
             )
         if resume_step is not None:
             self.step = self.policy.load(self.job_dir, resume_step)

@@ -233,6 +233,8 @@ def test_run_both_with_two_engines(demo, local_ray, tmp_path, sync_method):
     explorer_log = (Path(result.job_dir) / "log" / "explorer.log").read_text()
     assert "engine pool: 2 engines (PACK)" in explorer_log
     assert "explorer step 2: loaded weights version 2" in explorer_log
+    logs = {p.name for p in (Path(result.job_dir) / "log").iterdir()}
+    assert {"explorer_engine_0.log", "explorer_engine_1.log"} <= logs  # one file per actor
     # the pool is gone with the explorer: no placement group left holding CPUs
     assert set(_pg_states()) <= {"REMOVED"}
     assert _cpus_back(2)

@@ -192,6 +192,8 @@ def test_two_trainer_ranks_train_sync_and_checkpoint_in_mode_both(demo, local_ra
     assert result.trainer["steps"] == 3
     assert [v for _, v in result.explorer["model_versions"]] == [0, 1, 2]
     assert "trainer: 2 ranks (gloo), FSDP2" in (job_dir / "log" / "trainer.log").read_text()
+    logs = {p.name for p in (job_dir / "log").iterdir()}
+    assert {"trainer_rank1.log", "queue_exp.log", "synchronizer.log", "explorer.log"} <= logs
     actor = job_dir / "global_step_3" / "actor"
     assert sorted(p.name for p in actor.glob("model_*.pt")) == [
         "model_world_size_2_rank_0.pt",
