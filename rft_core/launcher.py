@@ -76,7 +76,12 @@ def setup_actor_logging(cfg: Any, role: str, logger_name: str = "rft_core") -> A
     log_to_file(job_dir / "log" / f"{role}.log", logger_name)
     logger = logging.getLogger(logger_name)
     monitor = build_monitor(
-        cfg.monitor.monitor_type, cfg.monitor.monitor_args, job_dir, role, _run_name(cfg)
+        cfg.monitor.monitor_type,
+        cfg.monitor.monitor_args,
+        job_dir,
+        role,
+        _run_name(cfg),
+        stage=cfg.stage_name or "",
     )
     logger.addHandler(MonitorLogHandler(monitor))
     from rft_core.config.trinity_compat import warn_unimplemented

@@ -7,6 +7,8 @@ the string fields below; ``data`` is JSON. Stream entry ids give the order.
     run    the run id the dashboard gave (RFT_RUN_ID)
     kind   metric | log | checkpoint | status | heartbeat
     role   explorer | trainer | launcher | ...
+    stage  the stage's stage_name ("" for a config without stages): a staged run's roles and
+           step numbers start again in each stage
     step   integer step, or "" when the event has none
     ts     unix time in seconds (float, as text)
     data   JSON object: metric -> {name: value}; log -> {level, text};
@@ -47,6 +49,7 @@ class MonitorEvent:
     step: int | None = None
     data: dict[str, Any] = field(default_factory=dict)
     ts: float = field(default_factory=time.time)
+    stage: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -57,6 +60,7 @@ class MonitorEvent:
             "run": self.run_id,
             "kind": self.kind,
             "role": self.role,
+            "stage": self.stage,
             "step": "" if self.step is None else str(int(self.step)),
             "ts": repr(float(self.ts)),
             "data": json.dumps(self.data, separators=(",", ":"), allow_nan=True),
@@ -76,4 +80,5 @@ class MonitorEvent:
             step=int(step) if step not in ("", None) else None,
             data=json.loads(text.get("data") or "{}"),
             ts=float(text.get("ts") or 0.0),
+            stage=text.get("stage", ""),
         )

@@ -35,10 +35,11 @@ ENV_HEARTBEAT_S = "RFT_HEARTBEAT_S"  # seconds between heartbeats on the Redis s
 class Monitor:
     """Fans each event out to every sink; safe to call from several threads."""
 
-    def __init__(self, sinks: list[Sink], role: str, run_id: str):
+    def __init__(self, sinks: list[Sink], role: str, run_id: str, stage: str = ""):
         self.sinks = sinks
         self.role = role
         self.run_id = run_id
+        self.stage = stage
         # Reentrant: a sink that logs a warning while writing comes back here via MonitorLogHandler.
         self._lock = threading.RLock()
         self._closed = False
@@ -46,7 +47,9 @@ class Monitor:
         self._heartbeat_thread: threading.Thread | None = None
 
     def _emit(self, kind: str, data: dict[str, Any], step: int | None = None) -> None:
-        event = MonitorEvent(run_id=self.run_id, kind=kind, role=self.role, step=step, data=data)
+        event = MonitorEvent(
+            run_id=self.run_id, kind=kind, role=self.role, step=step, data=data, stage=self.stage
+        )
         with self._lock:
             if self._closed:
                 return
@@ -108,6 +111,7 @@ def build_monitor(
     job_dir: Path,
     role: str,
     run_name: str,
+    stage: str = "",
 ) -> Monitor:
     monitor_type = (monitor_type or "tensorboard").lower()
     if monitor_type not in MONITOR_TYPES:
@@ -132,7 +136,7 @@ def build_monitor(
     if redis_url:
         _check_run_id(run_id)
         sinks.append(RedisStreamSink(redis_url, run_id))
-    monitor = Monitor(sinks, role=role, run_id=run_id)
+    monitor = Monitor(sinks, role=role, run_id=run_id, stage=stage)
     if redis_url:
         monitor.start_heartbeat(float(os.environ.get(ENV_HEARTBEAT_S, "10")))
     return monitor

@@ -72,7 +72,9 @@ def test_redis_sink_streams_every_kind_tagged_with_the_run_id(
     tmp_path, redis_client, dashboard_run
 ):
     unique_id = dashboard_run
-    monitor = build_monitor("tensorboard", {}, tmp_path, role="trainer", run_name="demo")
+    monitor = build_monitor(
+        "tensorboard", {}, tmp_path, role="trainer", run_name="demo", stage="sft_warmup"
+    )
     monitor.status("running")
     monitor.log({"actor/pg_loss": 0.5}, step=4)
     monitor.log_line("step 4 done", "INFO")
@@ -86,6 +88,7 @@ def test_redis_sink_streams_every_kind_tagged_with_the_run_id(
     assert kinds == ["heartbeat", "status", "metric", "log", "checkpoint", "heartbeat"]
     assert {e.run_id for e in events} == {unique_id}
     assert {e.role for e in events} == {"trainer"}
+    assert {e.stage for e in events} == {"sft_warmup"}  # a staged run's stages stay apart
     assert events[2].step == 4 and events[2].data == {"actor/pg_loss": 0.5}
     assert events[3].data == {"level": "INFO", "text": "step 4 done"}
     assert events[4].data == {"path": "/ckpt/global_step_4"}
