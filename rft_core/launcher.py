@@ -199,7 +199,23 @@ def _dataset_problems(cfg: Any) -> list[tuple[str, str]]:
 
 
 def _ray_address(cfg: Any) -> str | None:
-    return os.environ.get("RAY_ADDRESS") or cfg.cluster.ray_address or None
+    """The cluster ``ray.init`` joins: ``RAY_ADDRESS``, else ``cluster.ray_address``. A job
+    server address (``http://head:8265``, what the dashboard submits runs to, so often exported
+    in a user's shell) cannot be joined by a driver: ``cluster.ray_address`` wins over it when
+    set, else the same head's GCS (``head:6379``, Ray's default port) is joined."""
+    env = os.environ.get("RAY_ADDRESS")
+    if env and env.startswith(("http://", "https://")):
+        if cfg.cluster.ray_address:
+            return cfg.cluster.ray_address
+        host = env.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[0]
+        log.warning(
+            "RAY_ADDRESS=%s is a Ray job server address; joining that head's cluster at %s:6379 "
+            "(set cluster.ray_address to choose another)",
+            env,
+            host,
+        )
+        return f"{host}:6379"
+    return env or cfg.cluster.ray_address or None
 
 
 def _probe_ray_address(address: str, timeout_s: float = 5.0) -> None:
