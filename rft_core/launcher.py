@@ -522,7 +522,7 @@ def run_experiment(cfg: Any) -> RunResult:
     stages = resolve_stages(cfg)
     for i, stage in enumerate(stages):
         preflight(stage, check_model=i == 0)
-    own_ray = start_ray(cfg, min_cpus=_engine_pool_cpus(stages))
+    own_ray = False
     try:
         previous_hf: Path | None = None
         for stage in stages:
@@ -536,14 +536,12 @@ def run_experiment(cfg: Any) -> RunResult:
                     stage.stage_name,
                     job_dir / STAGE_META,
                 )
-                print(
-                    f"trinity run: stage {stage.stage_name} already finished, skipped",
-                    file=sys.stderr,
-                )
                 result.stages.append(
                     StageResult(stage.stage_name, str(job_dir), stage.mode, skipped=True)
                 )
             else:
+                # Ray only once a stage has work: a rerun of a finished run starts none
+                own_ray = start_ray(cfg, min_cpus=_engine_pool_cpus(stages)) or own_ray
                 result.stages.append(run_stage(stage))
             if stage.stage_name:
                 previous_hf = _latest_hf_dir(job_dir) or previous_hf

@@ -232,3 +232,45 @@ def test_a_resumed_run_reads_its_sql_buffer_on_from_where_the_checkpoint_left_it
     meta = json.loads((Path(second.job_dir) / "trainer_meta.json").read_text())
     # steps 3 and 4 read the rows after the first 8, not the first 8 again
     assert meta["experience_buffer"]["consumed"] == 16
+
+
+@pytest.mark.slow
+def test_a_rerun_skips_finished_stages_without_starting_ray(demo, tmp_path, monkeypatch):
+    import rft_core.launcher as launcher
+
+    cfg = _config(demo, tmp_path, "staged")
+    cfg["stages"] = [
+        {
+            "stage_name": "sft_warmup",
+            "mode": "train",
+            "algorithm": {"algorithm_type": "sft", "optimizer": {"lr": 1e-4}},
+            "buffer": {
+                "train_batch_size": 4,
+                "total_steps": 2,
+                "trainer_input": {
+                    "experience_buffer": {
+                        "name": "sft",
+                        "storage_type": "file",
+                        "path": str(demo.sft_path),
+                        "format": {"messages_key": "messages"},
+                    }
+                },
+            },
+        },
+        {"stage_name": "rft", "mode": "both"},
+    ]
+    cfg["buffer"]["total_steps"] = 2
+    first = run_experiment(load_config_from_dict(cfg))
+    assert [s.skipped for s in first.stages] == [False, False]
+    assert first.stages[1].trainer["steps"] == 2
+    # the GRPO stage started from the SFT stage's weights
+    sft_dir = tmp_path / "orchestration" / "staged" / "sft_warmup"
+    meta = json.loads((sft_dir / "stage_meta.json").read_text())
+    assert meta["finished"] is True and meta["hf_dir"].endswith("global_step_2/actor/huggingface")
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("Ray started although every stage had finished")
+
+    monkeypatch.setattr(launcher, "start_ray", no_ray)
+    again = run_experiment(load_config_from_dict(cfg))
+    assert [s.skipped for s in again.stages] == [True, True]
