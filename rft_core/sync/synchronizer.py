@@ -178,9 +178,16 @@ class WeightSender(_WeightEnd):
                 timeout=self.sync_timeout + 30,
             )
             if not joined:  # the explorer finished, or did not come within sync_timeout
-                log.warning(
-                    "weights version %d: no explorer joined the broadcast; not sent", version
-                )
+                if ray.get(self.synchronizer.state.remote())["explorer_done"]:
+                    # its last steps are done: the final weights still reach its closing eval
+                    log.info("weights version %d: the explorer has finished; not sent", version)
+                else:
+                    log.warning(
+                        "weights version %d: no explorer joined the broadcast within "
+                        "synchronizer.sync_timeout (%gs); not sent",
+                        version,
+                        self.sync_timeout,
+                    )
                 return
             if self.group is None:
                 self.group = BroadcastGroup(
