@@ -42,6 +42,13 @@ MOVED_KEYS = {
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
     """Load a YAML config file, apply ``key=value`` overrides, resolve and validate it."""
     path = Path(path)
+    if path.is_dir():
+        found = sorted(str(p) for p in path.glob("*.yaml"))[:5]
+        raise ConfigError(
+            "",
+            f"{str(path)!r} is a directory; give the path of a YAML file"
+            + (f", e.g. {', '.join(found)}" if found else ""),
+        )
     if not path.is_file():
         raise ConfigError(
             "", f"config file {str(path)!r} does not exist (give the path of a YAML file)"

@@ -103,6 +103,13 @@ def test_unregistered_names_fail_the_dry_run_and_the_run_before_ray(
     assert not (tmp_path / "checkpoints").exists()  # nothing started, nothing written
 
 
+def test_a_directory_as_config_names_the_yaml_files_in_it(tmp_path):
+    proc = _trinity("run", "--config", str(DEMO.parent), "--dry-run", cwd=tmp_path)
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "is a directory; give the path of a YAML file" in last and "grpo_demo.yaml" in last
+
+
 def test_unreachable_ray_address_is_a_service_error_naming_it(tmp_path, monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
     cfg = load_config(DEMO)
