@@ -183,15 +183,13 @@ def _dataset_problems(cfg: Any) -> list[tuple[str, str]]:
         from rft_core.buffer import QUEUE_BETWEEN_JOBS_NEEDS_PATH
 
         out.append(("buffer.trainer_input.experience_buffer.path", QUEUE_BETWEEN_JOBS_NEEDS_PATH))
-    if not preset.use_rollout or cfg.mode == "train":
-        if eb is not None and eb.storage_type == "file" and eb.path and not preset.use_rollout:
-            if not Path(eb.path).expanduser().exists():
-                out.append(
-                    (
-                        "buffer.trainer_input.experience_buffer.path",
-                        f"{eb.path!r} does not exist; point it at the SFT/DPO dataset (a .jsonl/.parquet file or dataset directory)",
-                    )
-                )
+    if not preset.use_rollout and eb is not None and eb.storage_type == "file" and eb.path:
+        from rft_core.data.sft import check_sft_dataset
+
+        try:  # the file and the columns its format names, before the trainer reads it
+            check_sft_dataset(eb, schema=preset.schema)
+        except RFTError as err:
+            out.append(("", str(err)))
     return out
 
 

@@ -47,9 +47,7 @@ def check_registered_names(cfg: Config) -> None:
         _check_fn_args(stage.algorithm, prefix)
         ei = stage.buffer.explorer_input
         for ts in [*ei.all_tasksets, *ei.eval_tasksets]:
-            where = getattr(ts, "_yaml_path", "buffer.explorer_input.taskset")
-            if cfg.stages and cfg.stages[i].buffer is not None:
-                where = f"stages[{i}].{where}"
+            where = getattr(ts, "_yaml_path", "buffer.explorer_input.taskset")  # stage's own
             workflows.get(ts.default_workflow_type, path=f"{where}.default_workflow_type")
             if ts.default_reward_fn_type:
                 rewards.get(ts.default_reward_fn_type, path=f"{where}.default_reward_fn_type")

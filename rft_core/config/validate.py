@@ -83,6 +83,15 @@ def validate_stage(cfg: Config, index: int) -> Config:
     out._written = copy.deepcopy(out)
     try:
         _derive(out)
+        if stage.buffer is not None:  # data errors name the stage's own section
+            ei = out.buffer.explorer_input
+            for section in [
+                *ei.all_tasksets,
+                *ei.eval_tasksets,
+                out.buffer.trainer_input.experience_buffer,
+            ]:
+                if getattr(section, "_yaml_path", None):
+                    section._yaml_path = f"stages[{index}].{section._yaml_path}"
     except ConfigError as err:
         head = err.path.split(".")[0].split("[")[0]
         given = head == "mode" and stage.mode is not None or getattr(stage, head, None) is not None

@@ -28,20 +28,35 @@ def load_sft_dataset(
     cfg: BufferConfig | ExperienceBufferConfig, *, schema: str = "sft"
 ) -> list[dict[str, Any]]:
     """Every row of the SFT (or DPO) dataset named by the experience buffer config."""
+    eb, rows, where = _open(cfg, schema)
+    if schema == "dpo":
+        return _dpo_rows(rows, eb.format, where)
+    return _sft_rows(rows, eb.format, where)
+
+
+def check_sft_dataset(cfg: BufferConfig | ExperienceBufferConfig, *, schema: str = "sft") -> None:
+    """What ``load_sft_dataset`` needs of the file and its columns, without converting the
+    rows: ``trinity run`` calls it before any actor starts."""
+    eb, rows, where = _open(cfg, schema)
+    if schema == "dpo":
+        _dpo_columns(rows, eb.format, where)
+        _layout(rows, eb.format, where, [("prompt_key", eb.format.prompt_key)])
+    else:
+        _sft_layout(rows, eb.format, where)
+
+
+def _open(cfg: BufferConfig | ExperienceBufferConfig, schema: str) -> tuple[Any, Rows, str]:
     eb = cfg.trainer_input.experience_buffer if isinstance(cfg, BufferConfig) else cfg
     where = config_path(eb, DEFAULT_PATH)
     if eb is None:
         raise DataError(f"{DEFAULT_PATH}: not set; give the {schema.upper()} dataset there")
+    if schema not in ("sft", "dpo"):
+        raise ValueError(f"unknown dataset schema {schema!r}; expected sft or dpo")
     if eb.storage_type not in (None, "file"):
         raise DataError(
             f"{where}.storage_type: {schema.upper()} data is read from files; got {eb.storage_type!r}, use storage_type: file"
         )
-    rows = read_config_rows(eb, where, f"{schema.upper()} dataset")
-    if schema == "dpo":
-        return _dpo_rows(rows, eb.format, where)
-    if schema != "sft":
-        raise ValueError(f"unknown dataset schema {schema!r}; expected sft or dpo")
-    return _sft_rows(rows, eb.format, where)
+    return eb, read_config_rows(eb, where, f"{schema.upper()} dataset"), where
 
 
 def _layout(
@@ -97,10 +112,14 @@ def _cell(row: dict[str, Any], fmt: FormatConfig, key: str, where: str, i: int, 
     return value
 
 
-def _sft_rows(rows: Rows, fmt: FormatConfig, where: str) -> list[dict[str, Any]]:
-    layout = _layout(
+def _sft_layout(rows: Rows, fmt: FormatConfig, where: str) -> str:
+    return _layout(
         rows, fmt, where, [("prompt_key", fmt.prompt_key), ("response_key", fmt.response_key)]
     )
+
+
+def _sft_rows(rows: Rows, fmt: FormatConfig, where: str) -> list[dict[str, Any]]:
+    layout = _sft_layout(rows, fmt, where)
     out = []
     for i in range(len(rows)):
         row = rows.row(i)
@@ -118,13 +137,17 @@ def _sft_rows(rows: Rows, fmt: FormatConfig, where: str) -> list[dict[str, Any]]
     return out
 
 
-def _dpo_rows(rows: Rows, fmt: FormatConfig, where: str) -> list[dict[str, Any]]:
+def _dpo_columns(rows: Rows, fmt: FormatConfig, where: str) -> None:
     columns = rows.columns
     for key, column in (("chosen_key", fmt.chosen_key), ("rejected_key", fmt.rejected_key)):
         if column not in columns:
             raise DataError(
                 f"{where}.format.{key}: column {column!r} is not in {rows.describe()}; columns present: {', '.join(columns)}"
             )
+
+
+def _dpo_rows(rows: Rows, fmt: FormatConfig, where: str) -> list[dict[str, Any]]:
+    _dpo_columns(rows, fmt, where)
     layout = _layout(rows, fmt, where, [("prompt_key", fmt.prompt_key)])
     out = []
     for i in range(len(rows)):

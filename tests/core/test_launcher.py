@@ -110,6 +110,18 @@ def test_a_directory_as_config_names_the_yaml_files_in_it(tmp_path):
     assert "is a directory; give the path of a YAML file" in last and "grpo_demo.yaml" in last
 
 
+def test_an_sft_file_without_the_columns_its_format_names_fails_before_ray(tmp_path):
+    bad = tmp_path / "sft.jsonl"
+    bad.write_text('{"foo": 1}\n{"foo": 2}\n')
+    override = f"stages[0].buffer.trainer_input.experience_buffer.path={bad}"
+    proc = _trinity("run", "--config", str(DEMO), override, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "stages[0].buffer.trainer_input.experience_buffer.format." in last
+    assert "columns present: foo" in last
+    assert not (tmp_path / "checkpoints").exists()
+
+
 def test_unreachable_ray_address_is_a_service_error_naming_it(tmp_path, monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
     cfg = load_config(DEMO)
