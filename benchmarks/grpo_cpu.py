@@ -454,6 +454,9 @@ def trinity_config(w: Workload, root: Path) -> dict[str, Any]:
             "save_interval": 0,
             "save_hf_checkpoint": "never",
             "micro_batch_size_per_gpu": w.prompts * w.group,
+            # one micro-batch a step, as the in-process side (the derived default,
+            # 2 x max_model_len tokens, would cut it into ~20 micro-batches)
+            "max_token_len_per_gpu": w.prompts * w.group * (128 + w.response_len),
         },
     }
 
