@@ -173,6 +173,8 @@ class PolicyTrainer:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         if self.device.type == "cuda":
+            if self.device.index is None:  # "cuda": the GPU Ray gave this rank's process
+                self.device = torch.device("cuda", torch.cuda.current_device())
             torch.cuda.set_device(self.device)
             mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         else:
