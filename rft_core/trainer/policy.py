@@ -63,6 +63,7 @@ from rft_core.trainer.batching import (
     split_to_count,
 )
 from rft_core.trainer.messages import experiences_from_messages
+from rft_core.trainer.policy_checkpoints import PolicyCheckpoints
 from rft_core.trainer.ranks import max_across_ranks, sum_across_ranks, sum_tensor_across_ranks
 from rft_core.trainer.settings import (
     AlgorithmSettings,
@@ -77,7 +78,7 @@ log = logging.getLogger(__name__)
 __all__ = ["AlgorithmSettings", "PolicyTrainer", "experiences_from_messages", "lr_factor"]
 
 
-class PolicyTrainer:
+class PolicyTrainer(PolicyCheckpoints):
     def __init__(
         self,
         model_path: str,
@@ -609,126 +610,6 @@ class PolicyTrainer:
                 sums[f"actor/{name}"] = sums.get(f"actor/{name}", 0.0) + value * weight
         return sums
 
-    # ---- weights and checkpoints ----------------------------------------------------------
-
-    def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
-        """Full model weights as CPU tensors under Hugging Face names (a copy)."""
-        if self.sharded:
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions,
-                get_model_state_dict,
-            )
-
-            return get_model_state_dict(
-                self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-            )
-        return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
-
-    def _optimizer_state(self) -> dict[str, Any]:
-        if self.sharded:
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions,
-                get_optimizer_state_dict,
-            )
-
-            return get_optimizer_state_dict(
-                self.model,
-                self.optimizer,
-                options=StateDictOptions(full_state_dict=True, cpu_offload=True),
-            )
-        return self.optimizer.state_dict()
-
-    def save(self, job_dir: Path, step: int, save_hf: bool) -> None:
-        """Full checkpoint of ``step`` in the seed's layout (rank 0 writes)."""
-        from rft_core.trainer.checkpoint import save_checkpoint
-
-        state_dict = self.state_dict_for_sync()
-        optimizer_state = self._optimizer_state()
-        if self.rank != 0:
-            return
-        extra: dict[str, Any] = {
-            "lr_scheduler": self.scheduler.state_dict(),
-            "algorithm_type": self.algo.algorithm_type,
-        }
-        if self.critic is not None:
-            extra["critic"] = self.critic.full_state()
-        save_checkpoint(
-            Path(job_dir),
-            step,
-            state_dict=state_dict,
-            optimizer_state=optimizer_state,
-            extra_state=extra,
-            hf_config=self.model.config,
-            tokenizer=self.tokenizer,
-            generation_config=getattr(self.model, "generation_config", None),
-            save_hf=save_hf,
-            world_size=self.world_size,
-            tokenizer_source=self.model_path,
-        )
-
-    def add_hf_weights(self, job_dir: Path, step: int) -> None:
-        """Hugging Face weights into the saved checkpoint of ``step`` (rank 0 writes)."""
-        from rft_core.trainer.checkpoint import add_hf_weights
-
-        state_dict = self.state_dict_for_sync()
-        if self.rank == 0:
-            add_hf_weights(Path(job_dir), step, state_dict, self.model.config)
-
-    def load(self, job_dir: Path, step: int | None) -> int:
-        """Restore model, optimizer, LR schedule, critic and RNG states; return the step."""
-        from rft_core.trainer.checkpoint import load_checkpoint
-
-        ckpt = load_checkpoint(Path(job_dir), step)
-        if ckpt.optimizer_state is not None:  # saved at any world size
-            names = [n for n, p in self.model.named_parameters() if p.requires_grad]
-            ckpt.optimizer_state = _optimizer_state_keyed(
-                ckpt.optimizer_state, names, by_name=self.sharded
-            )
-        if self.sharded:
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions,
-                set_model_state_dict,
-                set_optimizer_state_dict,
-            )
-
-            options = StateDictOptions(full_state_dict=True)
-            set_model_state_dict(self.model, ckpt.state_dict, options=options)
-            if ckpt.optimizer_state is not None:
-                set_optimizer_state_dict(
-                    self.model, self.optimizer, ckpt.optimizer_state, options=options
-                )
-        else:
-            self.model.load_state_dict(ckpt.state_dict)
-            if ckpt.optimizer_state is not None:
-                self.optimizer.load_state_dict(ckpt.optimizer_state)
-        extra = ckpt.extra_state or {}
-        if "lr_scheduler" in extra:
-            self.scheduler.load_state_dict(extra["lr_scheduler"])
-        if self.critic is not None and "critic" in extra:
-            self.critic.load_full_state(extra["critic"])
-        _restore_rng(extra.get("rng") or {})
-        self.global_step = ckpt.step
-        return ckpt.step
-
-
-def _optimizer_state_keyed(state: dict[str, Any], names: list[str], *, by_name: bool) -> dict:
-    """An optimizer state dict with its parameters keyed by name (FSDP2's full form, what
-    sharded ranks save and load) or by position (torch's own, one process)."""
-    keys = [p for g in state.get("param_groups", []) for p in g["params"]]
-    if not keys or isinstance(keys[0], str) == by_name:
-        return state
-    position = {n: i for i, n in enumerate(names)}
-
-    def key(k: Any) -> Any:
-        return names[k] if by_name else position[k]
-
-    return {
-        "state": {key(k): v for k, v in state["state"].items()},
-        "param_groups": [
-            dict(g, params=[key(p) for p in g["params"]]) for g in state["param_groups"]
-        ],
-    }
-
 
 def _rows_of(full: torch.Tensor, mb: MicroBatch, width: int) -> torch.Tensor:
     """``mb``'s rows of a right-aligned [N, width] batch tensor (zeros for padding)."""
@@ -744,16 +625,3 @@ def shares_prefix(model: Any) -> bool:
     if model.training and getattr(model, "is_activation_checkpointing", False):
         return False
     return full_attention_cache(model)
-
-
-def _restore_rng(rng: dict[str, Any]) -> None:
-    if "cpu" in rng:
-        torch.set_rng_state(rng["cpu"])
-    if "python" in rng:
-        random.setstate(rng["python"])
-    if "cuda" in rng and torch.cuda.is_available():
-        torch.cuda.set_rng_state(rng["cuda"])
-    if "numpy" in rng:
-        import numpy as np
-
-        np.random.set_state(rng["numpy"])
