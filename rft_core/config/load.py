@@ -175,15 +175,28 @@ def _get(node: DictConfig | ListConfig, key: Any, path: str) -> Any:
         raise ConfigError(path, msg, value=raw) from err
     child = node._get_node(key)
     if value is None and child is not None and child._is_interpolation():
-        # the key it names is unset here: the validator may derive it later, too late for this
         raw = child._value()
-        raise ConfigError(
-            path,
-            f"{raw!r} is null when the config is read (the key it names is unset, or derived "
-            "by the validator after loading); write the value here",
-            value=raw,
-        )
+        target = _PLAIN_REFERENCE.fullmatch(str(raw).strip())
+        if target and target.group(1) in _derived_paths():
+            # the validator fills that key after loading: too late for this reference
+            raise ConfigError(
+                path,
+                f"{raw!r} is null when the config is read ({target.group(1)} is derived by the "
+                "validator after loading); write the value here",
+                value=raw,
+            )
     return value
+
+
+_PLAIN_REFERENCE = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")
+
+
+@cache
+def _derived_paths() -> frozenset[str]:
+    """YAML paths of the fields the validator derives when left null (no list items)."""
+    from rft_core.config.fields import iter_fields
+
+    return frozenset(f.path for f in iter_fields() if f.derived and "[]" not in f.path)
 
 
 # ---------------------------------------------------------------- typed building

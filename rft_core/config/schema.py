@@ -160,13 +160,19 @@ class ModelConfig:
     critic_model_path: str = _field("", "critic model for ppo (empty: model_path)")
     max_model_len: int | None = _field(
         None,
-        "prompt + response tokens (any two of the three lengths determine the third)",
+        "prompt + response tokens (derived from the other two lengths when unset: any two of "
+        "the three determine the third)",
         level=BEGINNER,
     )
     max_prompt_tokens: int | None = _field(
-        None, "longest prompt; longer prompts are truncated", level=BEGINNER
+        None,
+        "longest prompt; longer prompts keep their last tokens (derived: max_model_len - "
+        "max_response_tokens)",
+        level=BEGINNER,
     )
-    max_response_tokens: int | None = _field(None, "longest response", level=BEGINNER)
+    max_response_tokens: int | None = _field(
+        None, "longest response (derived: max_model_len - max_prompt_tokens)", level=BEGINNER
+    )
     temperature: float = _field(1.0, "rollout sampling temperature", level=BEGINNER)
     top_p: float = _field(1.0, "rollout nucleus sampling")
     top_k: int = _field(-1, "rollout top-k sampling (-1: off)")

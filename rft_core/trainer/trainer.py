@@ -184,7 +184,7 @@ class Trainer:
 
     def _rollout_temperature(self) -> float:
         # old log-probs were taken at the sampling temperature; the trainer scores the same way
-        tasksets = self.cfg.buffer.explorer_input.tasksets
+        tasksets = self.cfg.buffer.explorer_input.all_tasksets  # `taskset` or `tasksets`
         t = tasksets[0].rollout_args.temperature if tasksets else None
         return float(t if t is not None else self.cfg.model.temperature)
 

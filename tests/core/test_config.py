@@ -551,3 +551,15 @@ def test_user_errors_survive_pickling_as_themselves():
     )
     for other in (DataError("row 3 has no 'answer'"), ActorFailed("trainer failed")):
         assert str(pickle.loads(pickle.dumps(other))) == str(other)
+
+
+def test_null_interpolations_of_optional_keys_still_load():
+    # `${oc.env:X,null}` and references to keys that are null by choice are ordinary configs;
+    # only a plain reference to a key the validator derives is an error (broken_configs/)
+    d = dict(
+        MINIMAL,
+        cluster={"ray_address": "${oc.env:RFT_TEST_NO_SUCH_VAR,null}"},
+        trainer={"trainer_config": {"a": {"b": None}, "c": "${trainer.trainer_config.a.b}"}},
+    )
+    cfg = load_config_from_dict(d)
+    assert cfg.cluster.ray_address is None and cfg.trainer.trainer_config["c"] is None
