@@ -76,6 +76,13 @@ class MicroBatch:
         return self.targets.shape[1]
 
 
+def is_trained(experience: Experience) -> bool:
+    """False for an experience whose every response token is masked: a group the advantage fn
+    filtered out, or a trainer rank's stand-in (``trainer/ranks.py``). Such rows count in no
+    mean (rows, rewards, lengths), as if they had been dropped."""
+    return not experience.action_mask or any(experience.action_mask)
+
+
 def response_mask(experience: Experience) -> list[int]:
     """The action mask of a response (all ones when the experience leaves it empty)."""
     n = len(experience.response_ids)

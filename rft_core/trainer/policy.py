@@ -32,6 +32,7 @@ import inspect
 import logging
 import random
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ from rft_core.trainer.batching import (
     MicroBatch,
     SharedPrefix,
     collate,
+    is_trained,
     loss_weight,
     micro_batches,
     padding_micro_batch,
@@ -315,7 +317,13 @@ class PolicyTrainer(PolicyCheckpoints):
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
-        if torch.isfinite(grad_norm):
+        if not self._trained:
+            # every response of the batch was masked (all groups filtered): no update, not even
+            # AdamW's momentum and weight decay on zero gradients
+            log.warning(
+                "step %d: no trainable tokens in the batch, update skipped", self.global_step + 1
+            )
+        elif torch.isfinite(grad_norm):
             self.optimizer.step()
         else:
             log.warning(
@@ -323,29 +331,36 @@ class PolicyTrainer(PolicyCheckpoints):
                 self.global_step + 1,
                 float(grad_norm),
             )
-        self.scheduler.step()
+        with warnings.catch_warnings():
+            # a skipped update still advances the schedule: it counts trainer steps
+            warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step")
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.global_step += 1
         elapsed = time.perf_counter() - start
-        lengths = [len(e.response_ids) for e in experiences]
         tokens = sum(
             len(e.prompt_ids) + len(e.response_ids) + len(e.rejected_ids) for e in experiences
         )
-        # means over the global batch: a sharded rank reports its share (ranks.merge_metrics)
-        (rows,) = self._global(len(experiences))
+        # means over the trained experiences of the global batch (filtered groups and a rank's
+        # stand-in count in none); a sharded rank reports its share (ranks.merge_metrics)
+        trained = [e for e in experiences if is_trained(e)]
+        lengths = [len(e.response_ids) for e in trained]
+        (rows,) = self._global(len(trained))
+        rows = max(rows, 1.0)
         metrics.update(
             {
                 "actor/grad_norm": float(grad_norm),
                 "actor/lr": float(lr),
-                "critic/rewards/mean": sum(e.reward for e in experiences) / rows,
+                "critic/rewards/mean": sum(e.reward for e in trained) / rows,
                 "response_length/mean": sum(lengths) / rows,
-                "response_length/max": float(max(lengths)),
-                "response_length/min": float(min(lengths)),
-                "response_length/clip_ratio": sum(e.truncated for e in experiences) / rows,
+                "response_length/clip_ratio": sum(e.truncated for e in trained) / rows,
                 "perf/throughput": tokens / elapsed,
                 "time/train_step": elapsed,
             }
         )
+        if lengths:
+            metrics["response_length/max"] = float(max(lengths))
+            metrics["response_length/min"] = float(min(lengths))
         return metrics
 
     def _advantages(
@@ -459,7 +474,7 @@ class PolicyTrainer(PolicyCheckpoints):
         if self.sharded and not self.loss_horizon:
             horizon = int(max_across_ranks([horizon], self.device)[0])
         total_tokens, total_rows = self._global(
-            float(sum(mb.mask.sum() for mb in mbs)), len(experiences)
+            float(sum(mb.mask.sum() for mb in mbs)), _trained_rows(experiences, mbs)
         )
         metrics: dict[str, float] = {}
         sft = algo.policy_loss_fn == "sft"
@@ -501,9 +516,12 @@ class PolicyTrainer(PolicyCheckpoints):
             self.model.train()
             advantages, critic_inputs = self._advantages(experiences, mbs, old, ref, metrics)
             # std_threshold may drop rows
-            (total_tokens,) = self._global(float(sum(mb.mask.sum() for mb in mbs)))
+            total_tokens, total_rows = self._global(
+                float(sum(mb.mask.sum() for mb in mbs)), _trained_rows(experiences, mbs)
+            )
             adv_sum = sum(float((a * mb.mask).sum()) for a, mb in zip(advantages, mbs, strict=True))
             metrics["critic/advantages/mean"] = adv_sum / max(total_tokens, 1.0)
+        self._trained = total_tokens > 0  # the same on every rank (a global count)
         pg_args = accepted_args(
             ppo_clip_loss, algo.policy_loss_args, "algorithm.policy_loss_fn_args"
         )
@@ -580,7 +598,8 @@ class PolicyTrainer(PolicyCheckpoints):
         ]
         size = max(1, (self.micro_batch_size or len(experiences)) // 2)
         groups, padding = self._in_step(micro_batches(pair_lengths, size, self.max_token_len))
-        (total_rows,) = self._global(len(experiences))
+        (total_rows,) = self._global(sum(map(is_trained, experiences)))
+        self._trained = total_rows > 0
         for k, group in enumerate(groups + [groups[0][:1]] * padding):
             chosen = [
                 (
@@ -604,11 +623,24 @@ class PolicyTrainer(PolicyCheckpoints):
             logp_sums = (self._logprobs(self.model, mb)[0] * mb.mask).sum(-1)
             p = len(group)
             loss, m = dpo_loss(logp_sums[:p], logp_sums[p:], ref_sums[:p], ref_sums[p:], **args)
-            weight = p / total_rows if k < len(groups) else 0.0  # padding: in step, no share
+            real = k < len(groups) and all(is_trained(experiences[i]) for i in group)
+            weight = p / max(total_rows, 1) if real else 0.0  # padding: in step, no share
             (loss * (weight * self.world_size)).backward()
             for name, value in m.items():
                 sums[f"actor/{name}"] = sums.get(f"actor/{name}", 0.0) + value * weight
         return sums
+
+
+def _trained_rows(experiences: list[Experience], mbs: list[MicroBatch]) -> int:
+    """Rows the seq-mean losses average over: all but those whose every token is masked (a
+    response of no tokens still counts, as one row of loss 0)."""
+    return sum(
+        1
+        for mb in mbs
+        if not mb.padding
+        for b, row in enumerate(mb.rows)
+        if not experiences[row].response_ids or float(mb.mask[b].sum()) > 0
+    )
 
 
 def _rows_of(full: torch.Tensor, mb: MicroBatch, width: int) -> torch.Tensor:

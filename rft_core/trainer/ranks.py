@@ -21,6 +21,7 @@ instead of waiting in a collective for the process group's timeout.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import datetime
 import logging
 import os
@@ -77,15 +78,13 @@ def sum_tensor_across_ranks(t: torch.Tensor) -> torch.Tensor:
 
 def shard_experiences(experiences: list[Experience], world_size: int) -> list[list[Experience]]:
     """``world_size`` shards of whole groups (``group_id``; experiences without one are groups
-    of one), balanced by token count, greedily: largest group to the lightest shard. A shard
-    never stays empty while another holds two groups or more (each rank must have rows)."""
+    of one), balanced by token count, greedily: largest group to the lightest shard, so group
+    advantages computed in the trainer see whole groups. A rank left without a group (fewer
+    groups than ranks, e.g. a short last batch) gets a stand-in: a copy of one experience with
+    every token masked, which runs the rank's forward and backward and counts in no mean."""
     groups: dict[Any, list[Experience]] = {}
     for i, e in enumerate(experiences):
         groups.setdefault(e.group_id if e.group_id not in (None, "") else ("row", i), []).append(e)
-    if len(groups) < world_size:
-        # fewer groups than ranks: split rows evenly (only the explorer's advantages are used)
-        order = list(experiences)
-        return [order[r::world_size] for r in range(world_size)]
 
     def tokens(group: list[Experience]) -> int:
         return sum(len(e.prompt_ids) + len(e.response_ids) + len(e.rejected_ids) for e in group)
@@ -96,7 +95,25 @@ def shard_experiences(experiences: list[Experience], world_size: int) -> list[li
         r = min(range(world_size), key=lambda k: (load[k], len(shards[k])))
         shards[r].extend(group)
         load[r] += tokens(group)
+    for r, shard in enumerate(shards):
+        if not shard:
+            shard.append(stand_in(experiences[0], r))
     return shards
+
+
+def stand_in(experience: Experience, rank: int) -> Experience:
+    """A fully masked copy of ``experience`` for a rank that got no group (see above)."""
+    response = experience.response_ids or experience.prompt_ids[-1:]
+    return dataclasses.replace(
+        experience,
+        response_ids=list(response),
+        action_mask=[0] * len(response),
+        logprobs=[0.0] * len(response),  # present: no recompute is asked for on its account
+        advantage=0.0,
+        reward=0.0,
+        group_id=f"__stand_in__/{rank}",
+        metrics={},
+    )
 
 
 def merge_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
@@ -104,7 +121,8 @@ def merge_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
     global mean), max for ``*/max`` and ``time/*``, min for ``*/min``, rank 0's for values every
     rank computes alike (grad norm, lr)."""
     merged: dict[str, float] = {}
-    for key in per_rank[0]:
+    keys = list(dict.fromkeys(k for metrics in per_rank for k in metrics))  # a rank may lack some
+    for key in keys:
         values = [float(m[key]) for m in per_rank if key in m]
         if key in SAME_ON_EVERY_RANK:
             merged[key] = values[0]

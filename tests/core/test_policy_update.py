@@ -421,3 +421,32 @@ def test_response_blocks_split_where_padding_outweighs_a_forward():
     assert response_blocks(lengths, max_blocks=1) == [list(range(17))]
     assert response_blocks([12, 11, 12, 10], overhead_tokens=64) == [[0, 1, 2, 3]]
     assert len(response_blocks(lengths, max_blocks=4, overhead_tokens=0)) == 4
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_masked_rows_count_as_dropped_and_a_fully_masked_batch_changes_nothing(model_dir, mode):
+    # groups the explorer filtered stay in a mode-both step with every token masked: the
+    # update must equal the one without them, in every aggregation mode
+    experiences = rollout(model_dir, n=3)
+    for i, exp in enumerate(experiences):
+        exp.advantage = [0.5, -1.0, 2.0][i % 3]
+    kept, masked = experiences[:6], experiences[6:]
+    for exp in masked:
+        exp.action_mask = [0] * len(exp.response_ids)
+    cfg = dict(loss_agg_mode=mode, optimizer={"optimizer_type": "sgd", "weight_decay": 0.0})
+    results = []
+    for batch in (kept, kept + masked):
+        trainer = PolicyTrainer(model_dir, algorithm(lr=1.0, **cfg), grad_clip=1e9, temperature=0.8)
+        metrics = trainer.train_step(batch)
+        results.append((metrics, trainer.state_dict_for_sync()))
+    (m_kept, w_kept), (m_all, w_all) = results
+    for name in w_kept:
+        torch.testing.assert_close(w_all[name], w_kept[name], atol=2e-6, rtol=1e-4)
+    for key in ("actor/pg_loss", "critic/rewards/mean", "response_length/mean"):
+        assert m_all[key] == pytest.approx(m_kept[key], rel=1e-5, abs=1e-7), key
+    # nothing to train on: no update at all (AdamW would still decay the weights)
+    trainer = PolicyTrainer(model_dir, algorithm(lr=1e-2), temperature=0.8)
+    before = trainer.state_dict_for_sync()
+    trainer.train_step(masked)
+    for name, value in trainer.state_dict_for_sync().items():
+        assert torch.equal(value, before[name]), name

@@ -104,6 +104,35 @@ def test_two_ranks_take_the_step_of_one_process(model_dir, local_ray, case):
         assert m2["actor/kl_penalty"] == pytest.approx(m1["actor/kl_penalty"], rel=1e-4)
 
 
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+def test_a_rank_without_a_group_runs_a_stand_in_and_the_step_is_unchanged(
+    model_dir, local_ray, mode
+):
+    # one group (3 rows) over 2 ranks, e.g. a short last batch: rank 1 trains nothing
+    experiences = _uneven_batch(model_dir)[:3]
+    settings = dict(micro_batch_size=2, grad_clip=1e9, temperature=0.8)
+    algo = algorithm(
+        "grpo", lr=1.0, optimizer={"optimizer_type": "sgd", "weight_decay": 0.0}, loss_agg_mode=mode
+    )
+    single = PolicyTrainer(model_dir, algo, **settings)
+    m1 = single.train_step(experiences)
+    group = PolicyGroup(2, model_dir, algo, **settings)
+    try:
+        m2 = group.train_step(experiences)
+        after2 = _weights(group)
+    finally:
+        group.close()
+    for name, value in _weights(single).items():
+        torch.testing.assert_close(after2[name], value, atol=3e-6, rtol=1e-4, msg=name)
+    for key in (
+        "actor/pg_loss",
+        "critic/rewards/mean",
+        "response_length/mean",
+        "response_length/min",
+    ):
+        assert m2[key] == pytest.approx(m1[key], rel=1e-4, abs=1e-6), key
+
+
 def test_two_ranks_save_the_sharded_tree_and_resume_at_either_world_size(
     model_dir, local_ray, tmp_path
 ):
@@ -156,14 +185,17 @@ def test_shards_keep_groups_whole_and_balance_tokens():
     batch = [exp("a", 10), exp("a", 10), exp("b", 2), exp("b", 2), exp("c", 9), exp("c", 9)]
     shards = shard_experiences(batch, 2)
     assert [sorted({e.group_id for e in s}) for s in shards] == [["a"], ["b", "c"]]
-    # fewer groups than ranks: rows are dealt out, no rank is left without rows
-    assert [len(s) for s in shard_experiences(batch[:2], 2)] == [1, 1]
+    # fewer groups than ranks: the group stays whole, the other rank gets a masked stand-in
+    shards = shard_experiences(batch[:2], 2)
+    assert [e.group_id for e in shards[0]] == ["a", "a"]
+    (pad,) = shards[1]
+    assert pad.action_mask == [0] * 10 and pad.group_id == "__stand_in__/1"
 
 
 def test_merged_metrics_add_shares_and_keep_extremes():
     merged = merge_metrics(
         [
-            {"actor/pg_loss": 0.25, "response_length/max": 7, "actor/grad_norm": 3.0, "time/x": 1},
+            {"actor/pg_loss": 0.25, "actor/grad_norm": 3.0, "time/x": 1},  # a stand-in rank
             {"actor/pg_loss": 0.5, "response_length/max": 9, "actor/grad_norm": 3.0, "time/x": 2},
         ]
     )
