@@ -363,6 +363,22 @@ class PolicyTrainer(PolicyCheckpoints):
             metrics["response_length/min"] = float(min(lengths))
         return metrics
 
+    def _old_logprobs(
+        self, experiences: list[Experience], mb: MicroBatch, recomputed: torch.Tensor | None
+    ) -> torch.Tensor:
+        """[B, R] old log-probs: the rollout engine's for each row that carries them, the
+        recomputed ones for a row that does not (row by row, so that neither the micro-batch
+        layout nor the number of ranks changes which rows keep the engine's)."""
+        rows = [experiences[i] for i in mb.rows]
+        given = [e.logprobs if len(e.logprobs) == len(e.response_ids) else [] for e in rows]
+        engine = right_aligned(given, mb.response_width).to(self.device)
+        if recomputed is None:
+            return engine
+        has = torch.tensor(
+            [bool(g) or not e.response_ids for g, e in zip(given, rows, strict=True)]
+        )
+        return torch.where(has.to(self.device).unsqueeze(-1), engine, recomputed)
+
     def _advantages(
         self,
         experiences: list[Experience],
@@ -494,20 +510,16 @@ class PolicyTrainer(PolicyCheckpoints):
                     for i in mb.rows
                 )
             }
-            if self.sharded and max_across_ranks([len(recompute)], self.device)[0]:
-                recompute = {id(mb) for mb in mbs}  # ranks recompute together (FSDP collectives)
+            # sharded ranks run the forward together (FSDP collectives) when any of them needs
+            # it; each keeps the engine's log-probs where it has them
+            forward_all = self.sharded and max_across_ranks([len(recompute)], self.device)[0]
             with torch.no_grad():
-                if recompute:
+                if recompute or forward_all:
                     self.model.eval()
                 for mb in mbs:
-                    if id(mb) in recompute:
-                        old.append(self._logprobs(self.model, mb)[0])
-                    else:
-                        old.append(
-                            right_aligned(
-                                [experiences[i].logprobs for i in mb.rows], mb.response_width
-                            ).to(self.device)
-                        )
+                    needed = id(mb) in recompute
+                    logp = self._logprobs(self.model, mb)[0] if needed or forward_all else None
+                    old.append(self._old_logprobs(experiences, mb, logp if needed else None))
                     ref.append(
                         self._logprobs(self.ref_model, mb)[0]
                         if self.ref_model is not None

@@ -55,6 +55,9 @@ CASES = {
     "reinforceplusplus-seq-mean-token-sum": dict(
         kind="reinforceplusplus", micro=4, cfg=dict(loss_agg_mode="seq-mean-token-sum")
     ),
+    # one group lacks old log-probs (recomputed), the others carry shifted ones: each rank keeps
+    # what it was given, though every rank must run the recompute forward
+    "old-logprobs-recomputed-on-one-rank": dict(kind="grpo", micro=2, cfg={}, old="mixed"),
     # rloo with kl_penalty_fn recomputes group advantages in the trainer: whole groups per rank
     "rloo-kl-penalty-seq-mean-token-mean": dict(
         kind="rloo",
@@ -68,6 +71,9 @@ CASES = {
 def test_two_ranks_take_the_step_of_one_process(model_dir, local_ray, case):
     spec = CASES[case]
     experiences = _uneven_batch(model_dir)
+    if spec.get("old") == "mixed":
+        for exp in experiences:
+            exp.logprobs = [] if exp.group_id == "g2" else [lp + 0.05 for lp in exp.logprobs]
     settings = dict(micro_batch_size=spec["micro"], grad_clip=1e9, temperature=0.8)
     opt = {"optimizer_type": "sgd", "weight_decay": 0.0}
     algo = algorithm(spec["kind"], lr=1.0, optimizer=opt, **spec["cfg"])
