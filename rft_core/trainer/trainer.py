@@ -230,6 +230,13 @@ class Trainer:
             f"; pruned global_step_{removed}" if removed else "",
         )
 
+    def _final_lacks_hf(self) -> bool:
+        """The last checkpoint (this run's, or the one a resumed run found) has no HF weights."""
+        if self.saved_steps:
+            return True  # this run saved it at an interval, without HF weights
+        meta = read_trainer_meta(self.job_dir) or {}
+        return meta.get("latest_iteration") == self.step and not meta.get("saved_hf", True)
+
     def _write_meta(self, saved_hf: bool) -> None:
         meta = {
             "latest_iteration": self.step,
@@ -282,7 +289,7 @@ class Trainer:
                     last_saved = self.step
             if self.step > 0 and last_saved != self.step:
                 self.save(save_hf=tr.save_hf_checkpoint != "never")
-            elif self.step > 0 and tr.save_hf_checkpoint == "last" and self.saved_steps:
+            elif self.step > 0 and tr.save_hf_checkpoint == "last" and self._final_lacks_hf():
                 # the last interval checkpoint is the final one: add its HF weights only
                 self.policy.add_hf_weights(self.job_dir, self.step)
                 self._write_meta(saved_hf=True)

@@ -274,3 +274,41 @@ def test_a_rerun_skips_finished_stages_without_starting_ray(demo, tmp_path, monk
     monkeypatch.setattr(launcher, "start_ray", no_ray)
     again = run_experiment(load_config_from_dict(cfg))
     assert [s.skipped for s in again.stages] == [True, True]
+
+
+@pytest.mark.slow
+def test_the_final_interval_checkpoint_gets_hf_weights_once_even_after_a_crash(
+    demo, local_ray, tmp_path
+):
+    cfg = _config(
+        demo, tmp_path, "sft_hf", trainer={"save_interval": 2, "save_hf_checkpoint": "last"}
+    )
+    cfg["mode"] = "train"
+    cfg["synchronizer"] = {"sync_method": "checkpoint"}
+    cfg["algorithm"] = {"algorithm_type": "sft", "optimizer": {"lr": 1e-4}}
+    cfg["buffer"] = {
+        "train_batch_size": 4,
+        "total_steps": 2,
+        "trainer_input": {
+            "experience_buffer": {
+                "name": "sft",
+                "storage_type": "file",
+                "path": str(demo.sft_path),
+                "format": {"messages_key": "messages"},
+            }
+        },
+    }
+    result = run_experiment(load_config_from_dict(cfg)).last
+    job_dir = Path(result.job_dir)
+    hf = job_dir / "global_step_2" / "actor" / "huggingface" / "model.safetensors"
+    assert hf.exists()
+    log = (job_dir / "log" / "trainer.log").read_text()
+    assert log.count("saved checkpoint") == 1  # the shards once, then the HF weights added
+    assert "added Hugging Face weights to global_step_2" in log
+    # a run that died between the interval checkpoint and its HF weights: the rerun adds them
+    hf.unlink()
+    meta = json.loads((job_dir / "trainer_meta.json").read_text())
+    (job_dir / "trainer_meta.json").write_text(json.dumps(dict(meta, saved_hf=False)))
+    again = run_experiment(load_config_from_dict(cfg)).last
+    assert again.trainer["steps"] == 2 and hf.exists()
+    assert json.loads((job_dir / "trainer_meta.json").read_text())["saved_hf"] is True
