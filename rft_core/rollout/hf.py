@@ -576,6 +576,10 @@ class HFRolloutEngine(PromptEncoding):
                     break
                 input_ids = tokens.unsqueeze(-1)
                 positions = positions[:, -1:] + 1
+                if self.max_model_len is not None:
+                    # a finished row decodes on, unread, until it leaves the batch: keep its
+                    # position inside the model's (learned position tables end there)
+                    positions = positions.clamp(max=self.max_model_len - 1)
                 attention = torch.cat([attention, attention.new_ones((len(alive), 1))], dim=-1)
                 # finished rows leave the batch (and the KV cache) once there are enough of them
                 # to pay for the copy of the cache (and, in a shared layout, for the layout no

@@ -6,7 +6,7 @@ import contextlib
 
 import pytest
 import torch
-from tiny_lm import build_tiny_model
+from tiny_lm import build_tiny_model, build_tokenizer
 
 from rft_core.errors import ConfigError, DataError, EngineUnavailable
 from rft_core.rollout import SamplingParams, build_engine, decode_step, hf
@@ -144,6 +144,30 @@ def test_long_prompts_keep_their_end_and_each_row_has_its_own_budget(model_dir, 
     # the short prompt is not held to the long one's room: 30 = max_tokens, 24 = 40 - 16
     assert [len(g[0].response_ids) for g in out] == [30, 24]
     assert [g[0].finish_reason for g in out] == ["length", "length"]
+
+
+def test_a_finished_row_left_in_the_batch_stays_inside_learned_positions(tmp_path):
+    # GPT-2 learns 40 positions; 15 short rows keep a finished long row in the batch, unread,
+    # while they go on: its positions must not run past the table (an IndexError before)
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tok = build_tokenizer()
+    config = GPT2Config(
+        vocab_size=len(tok),
+        n_positions=40,
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    GPT2LMHeadModel(config).save_pretrained(tmp_path / "gpt2")
+    tok.save_pretrained(tmp_path / "gpt2")
+    engine = build_engine("hf", str(tmp_path / "gpt2"), max_model_len=40)
+    engine.eos_token_ids = set()
+    prompts = [list(range(5, 13))] * 15 + [list(range(5, 35))]
+    out = engine.generate_ids(prompts, SamplingParams(temperature=0, max_tokens=30))
+    assert [len(g[0].response_ids) for g in out] == [30] * 15 + [10]
 
 
 def test_filter_logits_keeps_top_k_and_nucleus():
