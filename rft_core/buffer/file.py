@@ -9,6 +9,7 @@ position after the last consumed line plus a count; ``state()`` returns both.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -46,6 +47,19 @@ class FileBuffer(ExperienceBuffer):
 
     def close(self) -> None:
         self.closed_marker.touch()
+
+    def drop_after(self, state: dict[str, Any]) -> int:
+        """Remove the experiences written after the reader position ``state`` (a resumed mode
+        both run's explorer makes them again); returns how many."""
+        offset = int(state.get("byte_offset", 0))
+        with self._lock:
+            if not self.path.exists() or self.path.stat().st_size <= offset:
+                return 0
+            with self.path.open("rb") as fh:
+                fh.seek(offset)
+                dropped = sum(1 for line in fh if line.strip())
+            os.truncate(self.path, offset)
+        return dropped
 
     # ---- reader ---------------------------------------------------------------------------
     def _scan(self) -> None:

@@ -84,6 +84,14 @@ class SQLBuffer(ExperienceBuffer):
         with self._lock, self._db:
             self._set_closed(True)
 
+    def drop_after(self, state: dict[str, Any]) -> int:
+        """Remove the experiences written after the reader position ``state`` (a resumed mode
+        both run's explorer makes them again); returns how many."""
+        last_id = int(state.get("last_id", 0))
+        with self._lock, self._db:
+            cursor = self._db.execute(f'DELETE FROM "{self.table}" WHERE id > ?', (last_id,))
+        return cursor.rowcount
+
     def _closed(self) -> bool:
         row = self._db.execute(
             "SELECT closed FROM rft_buffer_meta WHERE buffer = ?", (self.table,)

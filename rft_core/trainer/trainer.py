@@ -155,8 +155,17 @@ class Trainer:
             persistent = beside_explore_job or eb.storage_type in ("file", "sql")
             if persistent and not beside_explore_job:
                 # this run's explorer writes it: reopen the stream an earlier run closed before
-                # reading (the explorer may not have opened it yet)
+                # reading (the explorer may not have opened it yet); a resumed run's explorer
+                # makes the experiences after the checkpoint again, so the old ones go
                 writer = open_buffer("writer")
+                state = self._checkpoint_buffer_state(resume_step)
+                if state is not None and (dropped := writer.drop_after(state)):
+                    log.info(
+                        "experience buffer: %d experiences written after global_step_%d dropped "
+                        "(the resumed explorer makes them again)",
+                        dropped,
+                        resume_step,
+                    )
                 getattr(writer, "shutdown", lambda: None)()
             self._source = open_buffer("reader")
             if persistent and resume_step is not None:
@@ -175,12 +184,21 @@ class Trainer:
                 self.device,
             )
 
+    def _checkpoint_buffer_state(self, resume_step: int | None) -> dict[str, Any] | None:
+        """The experience buffer's reader position saved with the checkpoint of ``resume_step``."""
+        if resume_step is None:
+            return None
+        meta = read_trainer_meta(self.job_dir) or {}
+        if meta.get("latest_iteration") == resume_step:
+            return meta.get("experience_buffer")
+        return None
+
     def _resume_buffer_offset(self, resume_step: int) -> None:
         """Skip the experiences the checkpoint of ``resume_step`` already trained on."""
-        meta = read_trainer_meta(self.job_dir) or {}
-        if meta.get("latest_iteration") == resume_step and "experience_buffer" in meta:
-            self._source.load_state(meta["experience_buffer"])
-            log.info("experience buffer resumed at %s", meta["experience_buffer"])
+        state = self._checkpoint_buffer_state(resume_step)
+        if state is not None:
+            self._source.load_state(state)
+            log.info("experience buffer resumed at %s", state)
 
     def _rollout_temperature(self) -> float:
         # old log-probs were taken at the sampling temperature; the trainer scores the same way

@@ -151,3 +151,15 @@ def test_sql_rejects_a_file_that_is_not_sqlite(tmp_path):
     (tmp_path / "buffer" / "x.db").write_text("this is not a database" * 100)
     with pytest.raises(DataError, match=r"x.db: cannot use as a SQLite experience buffer"):
         build_buffer("sql", name="e", path="sqlite:///x.db", job_dir=tmp_path)
+
+
+@pytest.mark.parametrize("kind, path", [("file", "exp.jsonl"), ("sql", "sqlite:///exp.db")])
+def test_drop_after_removes_what_came_after_a_reader_position(tmp_path, kind, path):
+    writer = build_buffer(kind, name="exp", path=path, job_dir=tmp_path, role="writer")
+    writer.put([Experience(prompt_ids=[1], response_ids=[i]) for i in range(5)])
+    reader = build_buffer(kind, name="exp", path=path, job_dir=tmp_path, role="reader")
+    assert [e.response_ids for e in reader.get(2, timeout=5)] == [[0], [1]]
+    assert writer.drop_after(reader.state()) == 3
+    writer.put([Experience(prompt_ids=[1], response_ids=[9])])
+    writer.close()
+    assert [e.response_ids for e in reader.get(5, timeout=5)] == [[9]]

@@ -224,14 +224,24 @@ def test_a_resumed_run_reads_its_sql_buffer_on_from_where_the_checkpoint_left_it
         }
         return run_experiment(load_config_from_dict(cfg)).last
 
+    from rft_core.buffer.experience import Experience
+    from rft_core.buffer.sql import SQLBuffer
+
     first = run(2)
     meta = json.loads((Path(first.job_dir) / "trainer_meta.json").read_text())
     assert meta["experience_buffer"]["consumed"] == 8  # 2 steps x batch 2 x repeat 2
+    # rows an explorer wrote after the checkpoint before the run died: made again on resume
+    late = SQLBuffer(tmp_path / "experiences.db", name="exp")
+    late.put([Experience(prompt_ids=[1], response_ids=[2], explorer_step=3)] * 4)
+    late.shutdown()
     second = run(4)
     assert second.trainer["steps"] == 4
     meta = json.loads((Path(second.job_dir) / "trainer_meta.json").read_text())
     # steps 3 and 4 read the rows after the first 8, not the first 8 again
     assert meta["experience_buffer"]["consumed"] == 16
+    db = SQLBuffer(tmp_path / "experiences.db", name="exp", role="reader")
+    assert db.total() == 16  # the 4 late rows were dropped, not trained on
+    db.shutdown()
 
 
 @pytest.mark.slow
