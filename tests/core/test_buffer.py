@@ -159,7 +159,10 @@ def test_drop_after_removes_what_came_after_a_reader_position(tmp_path, kind, pa
     writer.put([Experience(prompt_ids=[1], response_ids=[i]) for i in range(5)])
     reader = build_buffer(kind, name="exp", path=path, job_dir=tmp_path, role="reader")
     assert [e.response_ids for e in reader.get(2, timeout=5)] == [[0], [1]]
-    assert writer.drop_after(reader.state()) == 3
+    state = reader.state()  # what a checkpoint saves
+    assert writer.drop_after(state) == 3
     writer.put([Experience(prompt_ids=[1], response_ids=[9])])
     writer.close()
-    assert [e.response_ids for e in reader.get(5, timeout=5)] == [[9]]
+    resumed = build_buffer(kind, name="exp", path=path, job_dir=tmp_path, role="reader")
+    resumed.load_state(state)
+    assert [e.response_ids for e in resumed.get(5, timeout=5)] == [[9]]
