@@ -70,6 +70,22 @@ def _config(demo, root: Path, name: str, **sections) -> dict:
     return cfg
 
 
+def _sft_buffer(demo) -> dict:
+    """A buffer section for 2 SFT steps of 4 examples from the demo's messages file."""
+    return {
+        "train_batch_size": 4,
+        "total_steps": 2,
+        "trainer_input": {
+            "experience_buffer": {
+                "name": "sft",
+                "storage_type": "file",
+                "path": str(demo.sft_path),
+                "format": {"messages_key": "messages"},
+            }
+        },
+    }
+
+
 def _logged_steps(job_dir: Path, role: str) -> list[int]:
     path = job_dir / "monitor" / f"{role}_metrics.jsonl"
     return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()]
@@ -254,18 +270,7 @@ def test_a_rerun_skips_finished_stages_without_starting_ray(demo, tmp_path, monk
             "stage_name": "sft_warmup",
             "mode": "train",
             "algorithm": {"algorithm_type": "sft", "optimizer": {"lr": 1e-4}},
-            "buffer": {
-                "train_batch_size": 4,
-                "total_steps": 2,
-                "trainer_input": {
-                    "experience_buffer": {
-                        "name": "sft",
-                        "storage_type": "file",
-                        "path": str(demo.sft_path),
-                        "format": {"messages_key": "messages"},
-                    }
-                },
-            },
+            "buffer": _sft_buffer(demo),
         },
         {"stage_name": "rft", "mode": "both"},
     ]
@@ -296,18 +301,7 @@ def test_the_final_interval_checkpoint_gets_hf_weights_once_even_after_a_crash(
     cfg["mode"] = "train"
     cfg["synchronizer"] = {"sync_method": "checkpoint"}
     cfg["algorithm"] = {"algorithm_type": "sft", "optimizer": {"lr": 1e-4}}
-    cfg["buffer"] = {
-        "train_batch_size": 4,
-        "total_steps": 2,
-        "trainer_input": {
-            "experience_buffer": {
-                "name": "sft",
-                "storage_type": "file",
-                "path": str(demo.sft_path),
-                "format": {"messages_key": "messages"},
-            }
-        },
-    }
+    cfg["buffer"] = _sft_buffer(demo)
     result = run_experiment(load_config_from_dict(cfg)).last
     job_dir = Path(result.job_dir)
     hf = job_dir / "global_step_2" / "actor" / "huggingface" / "model.safetensors"
