@@ -46,6 +46,10 @@ class ExperienceBuffer(ABC):
     def load_state(self, state: dict[str, Any]) -> None:
         return None
 
+    def shutdown(self) -> None:
+        """Release this handle's resources (not the stream: see ``close``)."""
+        return None
+
     def __len__(self) -> int:
         return self.qsize()
 

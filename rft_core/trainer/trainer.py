@@ -166,7 +166,7 @@ class Trainer:
                         dropped,
                         resume_step,
                     )
-                getattr(writer, "shutdown", lambda: None)()
+                writer.shutdown()
             self._source = open_buffer("reader")
             if persistent and resume_step is not None:
                 self._resume_buffer_offset(resume_step)
