@@ -33,8 +33,8 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "core"))
 
-from tiny_lm import build_tokenizer  # noqa: E402
-from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+from tiny_lm import build_tiny_model  # noqa: E402
+from transformers import Qwen2ForCausalLM  # noqa: E402
 
 from rft_core.buffer.experience import Experience  # noqa: E402
 from rft_core.rollout import SamplingParams, build_engine  # noqa: E402
@@ -52,27 +52,15 @@ def timed(fn) -> tuple[float, object]:
 
 
 def build_model() -> Path:
-    tok = build_tokenizer()
-    cfg = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=896,
+    """A random model of Qwen2.5-0.5B's shape with the demo's byte tokenizer."""
+    return build_tiny_model(
+        ROOT / "model",
+        hidden=896,
+        layers=24,
         intermediate_size=4864,
-        num_hidden_layers=24,
         num_attention_heads=14,
-        num_key_value_heads=2,
         max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
     )
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(cfg)
-    model.generation_config = GenerationConfig(
-        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
-    )
-    model.save_pretrained(ROOT / "model")
-    tok.save_pretrained(ROOT / "model")
-    return ROOT / "model"
 
 
 def trainer(model_dir: Path, algo: object, *, pretend_ranks: int | None = None) -> PolicyTrainer:

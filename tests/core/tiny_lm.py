@@ -15,12 +15,15 @@ def build_tokenizer():
     return demo_tokenizer()
 
 
-def build_tiny_model(out_dir: Path, *, seed: int = 0, hidden: int = 64, layers: int = 2) -> Path:
-    """Save a random Qwen2 model + tokenizer as a Hugging Face directory; return its path."""
+def build_tiny_model(
+    out_dir: Path, *, seed: int = 0, hidden: int = 64, layers: int = 2, **config: int
+) -> Path:
+    """Save a random Qwen2 model + tokenizer as a Hugging Face directory; return its path.
+    ``config`` overrides Qwen2Config fields (heads, intermediate size, positions, ...)."""
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     tokenizer = build_tokenizer()
-    config = Qwen2Config(
+    settings = dict(
         vocab_size=len(tokenizer),
         hidden_size=hidden,
         intermediate_size=2 * hidden,
@@ -33,8 +36,9 @@ def build_tiny_model(out_dir: Path, *, seed: int = 0, hidden: int = 64, layers: 
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,
     )
+    model_config = Qwen2Config(**{**settings, **config})
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config)
+    model = Qwen2ForCausalLM(model_config)
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
     )
