@@ -60,9 +60,16 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "channels",
+    "rest_framework",
+    "drf_spectacular",
     "webapp.accounts",
     "webapp.health",
+    "webapp.audit",
+    "webapp.experiments",
+    "webapp.runs",
+    "webapp.checkpoints",
     "webapp.events",
+    "webapp.api",
 ]
 
 MIDDLEWARE = [
@@ -144,6 +151,58 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_RESULT_EXPIRES = 3600
+
+# ---------------------------------------------------------------- RFT Studio
+# Where the project is checked out: relative paths in a web config (./var/demo/model) resolve here,
+# as they do for `trinity run` started in this directory.
+RFT_WORK_DIR = Path(os.environ.get("RFT_WORK_DIR", BASE_DIR))
+# The demo model and data (`trinity init-demo`), and where runs launched from the web write their
+# job dirs: each run gets <checkpoint root>/run-<id>/<project>/<name>.
+RFT_DEMO_DIR = Path(os.environ.get("RFT_DEMO_DIR", VAR_DIR / "demo"))
+RFT_RUNS_DIR = Path(os.environ.get("RFT_RUNS_DIR", VAR_DIR / "runs"))
+# A web-submitted config may name only paths inside these roots (after resolving symlinks and ..).
+RFT_ALLOWED_PATH_ROOTS = [
+    Path(p)
+    for p in os.environ.get(
+        "RFT_ALLOWED_PATH_ROOTS", os.pathsep.join([str(RFT_DEMO_DIR), str(RFT_RUNS_DIR)])
+    ).split(os.pathsep)
+    if p
+]
+# ${oc.env:VAR} in a web-submitted config may read only variables matching these (fnmatch) patterns.
+RFT_OC_ENV_ALLOWLIST = [
+    p.strip()
+    for p in os.environ.get("RFT_OC_ENV_ALLOWLIST", "TRINITY_*,RFT_DEMO_DIR").split(",")
+    if p.strip()
+]
+# Untrusted YAML: refused above this size, or when aliases expand to more than this many nodes.
+RFT_YAML_MAX_BYTES = int(os.environ.get("RFT_YAML_MAX_BYTES", 256 * 1024))
+RFT_YAML_MAX_ALIASES = int(os.environ.get("RFT_YAML_MAX_ALIASES", 100))
+# A running run whose last heartbeat is older than this becomes "lost" at the next reconcile.
+RFT_HEARTBEAT_TIMEOUT_S = float(os.environ.get("RFT_HEARTBEAT_TIMEOUT_S", 120))
+RFT_RECONCILE_INTERVAL_S = float(os.environ.get("RFT_RECONCILE_INTERVAL_S", 30))
+# The example the demo user gets as their first experiment (`manage.py ensure_demo_experiment`).
+RFT_DEMO_CONFIG = BASE_DIR / "examples" / "demo" / "grpo_demo.yaml"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "RFT Studio API",
+    "DESCRIPTION": "Experiments, runs, metrics, logs and checkpoints of RFT Studio.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+CELERY_BEAT_SCHEDULE = {
+    "reconcile-runs": {"task": "runs.reconcile", "schedule": RFT_RECONCILE_INTERVAL_S},
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 LOGGING = {
     "version": 1,

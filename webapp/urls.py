@@ -1,6 +1,13 @@
+"""URLs are fixed (docs, scripts and bookmarks rely on them):
+
+/ -> /experiments/; /experiments/ (list), /experiments/new/, /experiments/<id>/,
+/experiments/<id>/edit/, /experiments/<id>/yaml/; /runs/<id>/; /runs/compare/?ids=1,2;
+/account/ (API tokens); /admin/; the JSON API under /api/v1/ (schema at /api/v1/schema/).
+"""
+
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 
 from webapp.accounts.views import home
 from webapp.health.views import health_json, health_page
@@ -12,5 +19,10 @@ urlpatterns = [
     path("health/", health_page, name="health"),
     path("health.json", health_json, name="health-json"),
     path("api/health", health_json, name="api-health"),
+    path("experiments/", include("webapp.experiments.urls")),
+    path("runs/", include("webapp.runs.urls")),
+    path("checkpoints/", include("webapp.checkpoints.urls")),
+    path("account/", include("webapp.accounts.urls")),
+    path("api/v1/", include("webapp.api.urls")),
     path("admin/", admin.site.urls),
 ]

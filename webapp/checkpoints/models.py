@@ -1,0 +1,48 @@
+"""Checkpoints of a run: one row per ``global_step_N`` of a stage's job dir, with its Hugging
+Face conversion state. Rows come from the run's checkpoint events and from reading the tree."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class HFStatus(models.TextChoices):
+    ABSENT = "absent", "not converted"
+    CONVERTING = "converting"
+    READY = "ready", "HF ready"
+    FAILED = "failed"
+
+
+class CheckpointQuerySet(models.QuerySet):
+    def visible_to(self, user) -> CheckpointQuerySet:
+        if user is None or not user.is_authenticated:
+            return self.none()
+        return self if user.is_staff else self.filter(run__experiment__owner=user)
+
+
+class Checkpoint(models.Model):
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="checkpoints")
+    stage = models.CharField(max_length=100, blank=True)
+    step = models.BigIntegerField()
+    path = models.CharField(max_length=1000, help_text="the global_step_N directory")
+    size_bytes = models.BigIntegerField(null=True, blank=True)
+    hf_status = models.CharField(max_length=12, choices=HFStatus.choices, default=HFStatus.ABSENT)
+    hf_path = models.CharField(max_length=1000, blank=True)
+    hf_progress = models.FloatField(null=True, blank=True, help_text="0..1 while converting")
+    hf_error = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    objects = CheckpointQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["run", "stage", "step"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "stage", "step"], name="checkpoint_unique_stage_step"
+            )
+        ]
+
+    def __str__(self) -> str:
+        where = f"{self.stage}/" if self.stage else ""
+        return f"{self.run} {where}global_step_{self.step}"

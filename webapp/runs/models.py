@@ -1,0 +1,133 @@
+"""Runs of an experiment and what they report: status, metric points and log lines.
+
+A run's life: queued (row written, Celery task enqueued) -> starting (Ray job submitted) ->
+running (first heartbeat) -> succeeded | failed | cancelled | lost. ``lost`` means the Ray job
+is gone or unknown to Ray (a restarted head) or its heartbeat stopped. ``key`` is the id the
+run's monitor streams under (``RFT_RUN_ID``, Redis stream ``rft:run:<key>``): random, so two
+deployments or test sessions sharing one Redis never mix their streams.
+
+``MetricPoint.id`` and ``LogLine.id`` are the sequence numbers clients page by ("metric X of
+run R after S" is a range scan of the (run, name, id) index).
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from django.conf import settings
+from django.db import models
+
+
+def new_run_key() -> str:
+    return f"r{secrets.token_hex(8)}"
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    LOST = "lost"
+
+
+ACTIVE_STATUSES = frozenset({RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING})
+FINAL_STATUSES = frozenset(
+    {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.LOST}
+)
+
+
+class RunQuerySet(models.QuerySet):
+    def visible_to(self, user) -> RunQuerySet:
+        if user is None or not user.is_authenticated:
+            return self.none()
+        return self if user.is_staff else self.filter(experiment__owner=user)
+
+    def active(self) -> RunQuerySet:
+        return self.filter(status__in=ACTIVE_STATUSES)
+
+
+class Run(models.Model):
+    experiment = models.ForeignKey(
+        "experiments.Experiment", on_delete=models.CASCADE, related_name="runs"
+    )
+    number = models.PositiveIntegerField(help_text="1, 2, ... within the experiment")
+    key = models.CharField(max_length=40, unique=True, default=new_run_key, editable=False)
+    status = models.CharField(
+        max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED, db_index=True
+    )
+    config_yaml = models.TextField(help_text="the config as launched (snapshot)")
+    config = models.JSONField(default=dict)
+    experiment_version = models.PositiveIntegerField(null=True, blank=True)
+    launched_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    submission_id = models.CharField(max_length=120, blank=True, help_text="Ray job submission id")
+    celery_task_id = models.CharField(max_length=64, blank=True)
+    job_dir = models.CharField(max_length=1000, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    exit_reason = models.CharField(max_length=300, blank=True)
+    last_error = models.TextField(blank=True, help_text="last error line of the job's log")
+    stage = models.CharField(max_length=100, blank=True)
+    step = models.BigIntegerField(null=True, blank=True)
+    total_steps = models.BigIntegerField(null=True, blank=True)
+    last_eval_accuracy = models.FloatField(null=True, blank=True)
+    best_eval_accuracy = models.FloatField(null=True, blank=True)
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["experiment", "number"], name="run_unique_number")
+        ]
+        indexes = [models.Index(fields=["experiment", "-number"], name="run_experiment_number")]
+
+    def __str__(self) -> str:
+        return f"{self.experiment} #{self.number}"
+
+    def get_absolute_url(self) -> str:
+        return f"/runs/{self.pk}/"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+    @property
+    def owner_id(self) -> int:
+        return self.experiment.owner_id
+
+
+class MetricPoint(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metric_points")
+    name = models.CharField(max_length=200)
+    role = models.CharField(max_length=32, blank=True)
+    stage = models.CharField(max_length=100, blank=True)
+    step = models.BigIntegerField(null=True, blank=True)
+    wall_time = models.FloatField(help_text="unix seconds when the run emitted it")
+    value = models.FloatField(null=True, blank=True, help_text="null for NaN/inf")
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["run", "name", "id"], name="metric_run_name_seq")]
+
+
+class LogLine(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="log_lines")
+    actor = models.CharField(max_length=64, blank=True, help_text="explorer, trainer, ...")
+    level = models.CharField(max_length=10, blank=True)
+    stage = models.CharField(max_length=100, blank=True)
+    wall_time = models.FloatField()
+    text = models.TextField()
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["run", "id"], name="log_run_seq"),
+            models.Index(fields=["run", "actor", "id"], name="log_run_actor_seq"),
+        ]
