@@ -1,0 +1,64 @@
+"""The audit trail in the admin: read-only for everyone, superusers included.
+
+No add, no change, no delete and no bulk action; the change page shows every field with the
+before/after JSON pretty-printed. The model refuses changes too (``AuditImmutable``), so this
+is the second of two locks: the admin never offers what the model would refuse.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.utils.html import format_html
+
+from webapp.audit.models import AuditEvent
+
+
+def _pretty_json(value) -> str:
+    if value is None:
+        return "-"
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    return format_html('<pre style="margin:0;white-space:pre-wrap">{}</pre>', text)
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    list_display = ("created", "actor_name", "action", "target_type", "target_id", "ip")
+    list_filter = ("action", "target_type", ("created", admin.DateFieldListFilter))
+    search_fields = ("actor_name", "=target_id")
+    date_hierarchy = "created"
+    list_per_page = 100
+    show_full_result_count = False  # COUNT(*) of a long trail on every page is the slow part
+    actions = None  # no "delete selected"
+    fields = (
+        "created",
+        "actor_id",
+        "actor_name",
+        "action",
+        "target_type",
+        "target_id",
+        "before_json",
+        "after_json",
+        "ip",
+        "user_agent",
+    )
+    readonly_fields = fields
+
+    @admin.display(description="before")
+    def before_json(self, event: AuditEvent) -> str:
+        return _pretty_json(event.before)
+
+    @admin.display(description="after")
+    def after_json(self, event: AuditEvent) -> str:
+        return _pretty_json(event.after)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: AuditEvent | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: AuditEvent | None = None) -> bool:
+        return False
