@@ -62,6 +62,7 @@ test: setup
 	  if [ $$rc2 -eq 5 ]; then echo "make: pytest collected no tests on PostgreSQL"; fi; \
 	else \
 	  echo "== pass 2 (PostgreSQL) NOT run: no PostgreSQL answers at $${RFT_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"; \
+	  if [ -n "$${RFT_REQUIRE_POSTGRES:-}" ]; then echo "make: RFT_REQUIRE_POSTGRES is set (.ci/run): the PostgreSQL pass is required"; rc2=1; fi; \
 	fi; \
 	echo "== make test: SQLite pass exit $$rc1, PostgreSQL pass exit $$rc2 $$([ -n "$$pg" ] || echo '(not run)')"; \
 	[ $$rc1 -eq 0 ] && [ $$rc2 -eq 0 ]

@@ -222,9 +222,12 @@ def test_prompts_that_do_not_fit_are_a_data_error(fake_vllm, model_dir):
         engine.generate_ids([list(range(5, 35))], SamplingParams(max_tokens=4))
     with pytest.raises(DataError, match="empty prompt"):
         engine.generate_ids([[]], SamplingParams(max_tokens=4))
-    # a response stops at max_model_len ("length"), as vLLM does
-    out = engine.generate_ids([list(range(5, 33))], SamplingParams(max_tokens=10))
-    assert len(out[0][0].response_ids) == 2 and out[0][0].finish_reason == "length"
+    # a prompt one token short of max_model_len is the adapter's to pass: it reaches vLLM with
+    # the request's max_tokens unclipped (cutting the response at max_model_len is vLLM's job)
+    engine.generate_ids([list(range(5, 34))], SamplingParams(max_tokens=10))
+    call = engine.llm.generate_calls[-1]
+    assert [sp.max_tokens for sp in call["sampling_params"]] == [10]
+    assert [len(p["prompt_token_ids"]) for p in call["prompts"]] == [29]
     assert engine.generate_ids([], SamplingParams()) == []
 
 
