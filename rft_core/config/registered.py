@@ -3,19 +3,35 @@ policy losses), checked before a run starts.
 
 Kept out of ``validate`` because the registries import torch (seconds, and memory the web
 process should not pay for a form); ``run_experiment`` and ``trinity run --dry-run`` call it.
+
+The check reads a *table* of what is registered: the workflow and reward names, and per
+advantage fn / policy loss the arguments a config may set with their defaults.
+``registered_names_table()`` builds it from the live registries (imports torch; this is what
+``trinity run`` uses, so plug-ins a user registered count). ``registered_names.json`` beside this
+file is that table committed, for the web process, which checks web-submitted configs against
+the built-in names without importing torch (a web user cannot register code, so the built-ins
+are the whole truth there); ``tests/core/test_registered_names.py`` fails when it is stale:
+
+    python -m rft_core.config.registered   # rewrites rft_core/config/registered_names.json
 """
 
 from __future__ import annotations
 
 import difflib
 import inspect
+import json
 import logging
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 from rft_core.config.schema import Config
 from rft_core.errors import ConfigError
+from rft_core.registry import Registry
 
 log = logging.getLogger(__name__)
+
+REGISTERED_NAMES_FILE = Path(__file__).with_name("registered_names.json")
 
 # arguments the trainer passes itself, never from the config
 _INTERNAL_ARGS = {"horizon", "loss_agg_mode", "sum_across_ranks"}
@@ -24,27 +40,58 @@ _KL_ARGS = ["kl_coef"]
 _KL_ARGS_IGNORED = ["adaptive", "target_kl", "horizon"]
 
 
-def check_registered_names(cfg: Config) -> None:
-    """Every workflow, reward function, advantage function and policy loss the config names is
-    registered, and their ``*_fn_args`` hold no misspelt argument."""
+def registered_names_table() -> dict[str, Any]:
+    """What is registered now: ``workflows``, ``reward_fns`` (names), ``advantage_fns`` and
+    ``policy_loss_fns`` (name -> {settable argument: default}). Imports the registries (torch)."""
     from rft_core import rewards, workflows
-    from rft_core.algorithms.advantages import ADVANTAGE_FNS
-    from rft_core.algorithms.policy_losses import POLICY_LOSS_FNS
+    from rft_core.algorithms.advantages import ADVANTAGE_FNS, get_advantage_fn
+    from rft_core.algorithms.policy_losses import dpo_loss, ppo_clip_loss, sft_loss
+
+    losses = {"ppo": ppo_clip_loss, "sft": sft_loss, "dpo": dpo_loss}
+    return {
+        "workflows": workflows.names(),
+        "reward_fns": rewards.names(),
+        "advantage_fns": {n: _settable(get_advantage_fn(n).fn) for n in ADVANTAGE_FNS.names()},
+        "policy_loss_fns": {n: _settable(fn) for n, fn in losses.items()},
+    }
+
+
+@cache
+def committed_registered_names() -> dict[str, Any]:
+    """The table as committed in ``registered_names.json`` (torch-free; see the module doc)."""
+    return json.loads(REGISTERED_NAMES_FILE.read_text())
+
+
+def write_registered_names_table(path: Path = REGISTERED_NAMES_FILE) -> None:
+    path.write_text(json.dumps(registered_names_table(), indent=2) + "\n")
+
+
+def check_registered_names(cfg: Config, table: dict[str, Any] | None = None) -> None:
+    """Every workflow, reward function, advantage function and policy loss the config names is
+    registered, and their ``*_fn_args`` hold no misspelt argument. ``table``: what counts as
+    registered (default: the live registries, ``registered_names_table()``)."""
     from rft_core.config.stages import resolve_stages
 
+    table = table if table is not None else registered_names_table()
+    advantage_fns = _registry(
+        "advantage function", "algorithm.advantage_fn", table["advantage_fns"]
+    )
+    workflows = _registry("workflow", "", table["workflows"])
+    rewards = _registry("reward function", "", table["reward_fns"])
+    policy_losses = list(table["policy_loss_fns"])
     for i, stage in enumerate(resolve_stages(cfg)):
         prefix = f"stages[{i}]." if cfg.stages and cfg.stages[i].algorithm is not None else ""
         if stage.algorithm.advantage_fn:
-            ADVANTAGE_FNS.get(stage.algorithm.advantage_fn, path=f"{prefix}algorithm.advantage_fn")
+            advantage_fns.get(stage.algorithm.advantage_fn, path=f"{prefix}algorithm.advantage_fn")
         loss = stage.algorithm.policy_loss_fn
-        if loss and loss not in POLICY_LOSS_FNS:
+        if loss and loss not in policy_losses:
             raise ConfigError(
                 f"{prefix}algorithm.policy_loss_fn",
-                f"unknown policy loss {loss!r}; choose one of {', '.join(POLICY_LOSS_FNS)}",
+                f"unknown policy loss {loss!r}; choose one of {', '.join(policy_losses)}",
                 value=loss,
-                allowed=list(POLICY_LOSS_FNS),
+                allowed=policy_losses,
             )
-        _check_fn_args(stage.algorithm, prefix)
+        _check_fn_args(stage.algorithm, prefix, table)
         ei = stage.buffer.explorer_input
         for ts in [*ei.all_tasksets, *ei.eval_tasksets]:
             where = getattr(ts, "_yaml_path", "buffer.explorer_input.taskset")  # stage's own
@@ -53,33 +100,39 @@ def check_registered_names(cfg: Config) -> None:
                 rewards.get(ts.default_reward_fn_type, path=f"{where}.default_reward_fn_type")
 
 
-def _settable(fn: Any) -> list[str]:
-    """The keyword arguments of ``fn`` a config may set (those with defaults)."""
-    return [
-        name
+def _registry(kind: str, path: str, names: Any) -> Registry[None]:
+    registry: Registry[None] = Registry(kind, path)
+    for name in names:
+        registry.add(name, None)
+    return registry
+
+
+def _settable(fn: Any) -> dict[str, Any]:
+    """The keyword arguments of ``fn`` a config may set (those with defaults), with the defaults."""
+    return {
+        name: p.default
         for name, p in inspect.signature(fn).parameters.items()
         if p.default is not p.empty and name not in _INTERNAL_ARGS
-    ]
+    }
 
 
-def _check_fn_args(algorithm: Any, prefix: str) -> None:
+def _check_fn_args(algorithm: Any, prefix: str, table: dict[str, Any]) -> None:
     """A key of ``*_fn_args`` close to one the function takes is a typo: an error naming it
     (``kl_coeff`` -> ``kl_coef``). Other unknown keys are warned about and ignored (Trinity
     configs carry keys for features this engine does not have)."""
-    from rft_core.algorithms.advantages import get_advantage_fn
-    from rft_core.algorithms.policy_losses import dpo_loss, ppo_clip_loss, sft_loss
-    from rft_core.trainer.settings import AlgorithmSettings
+    from rft_core.algorithms.presets import get_preset
 
-    algo = AlgorithmSettings.from_config(algorithm)
-    loss_fn = {"ppo": ppo_clip_loss, "sft": sft_loss, "dpo": dpo_loss}[algo.policy_loss_fn]
+    preset = get_preset(getattr(algorithm, "algorithm_type", "grpo"))
+    loss = str(algorithm.policy_loss_fn or preset.policy_loss_fn).lower()
+    advantage_fn = algorithm.advantage_fn or preset.advantage_fn
     known = {
-        "policy_loss_fn_args": (_settable(loss_fn), []),
+        "policy_loss_fn_args": (list(table["policy_loss_fns"][loss]), []),
         "kl_loss_fn_args": (_KL_ARGS, _KL_ARGS_IGNORED),
         "kl_penalty_fn_args": (_KL_ARGS, _KL_ARGS_IGNORED),
         "entropy_loss_fn_args": (["entropy_coef"], []),
     }
-    if algo.advantage_fn:
-        known["advantage_fn_args"] = (_settable(get_advantage_fn(algo.advantage_fn).fn), [])
+    if advantage_fn:
+        known["advantage_fn_args"] = (list(table["advantage_fns"][advantage_fn]), [])
     for section, (accepted, ignored) in known.items():
         for key in getattr(algorithm, section, None) or {}:
             if key in accepted:
@@ -96,3 +149,8 @@ def _check_fn_args(algorithm: Any, prefix: str) -> None:
             log.warning(
                 "%s: not used by this engine, ignored (used: %s)", path, ", ".join(accepted)
             )
+
+
+if __name__ == "__main__":
+    write_registered_names_table()
+    print(f"wrote {REGISTERED_NAMES_FILE}")

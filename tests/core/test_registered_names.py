@@ -1,0 +1,64 @@
+"""The committed table of registered names (rft_core/config/registered_names.json), which the
+web process checks configs against without importing torch, matches the live registries; and
+the check gives the same verdicts from the table as from the registries."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from rft_core.config import check_registered_names, load_config_from_dict
+from rft_core.config.registered import (
+    REGISTERED_NAMES_FILE,
+    committed_registered_names,
+    registered_names_table,
+)
+from rft_core.errors import ConfigError
+
+
+def test_the_committed_table_matches_the_live_registries():
+    live = json.loads(json.dumps(registered_names_table()))  # as JSON would hold it
+    assert committed_registered_names() == live, (
+        f"{REGISTERED_NAMES_FILE} is stale; run `python -m rft_core.config.registered`"
+    )
+
+
+def test_reading_the_committed_table_imports_no_torch():
+    code = (
+        "import sys\n"
+        "from rft_core.config.registered import committed_registered_names\n"
+        "t = committed_registered_names()\n"
+        "assert 'math_workflow' in t['workflows'] and 'grpo' in t['advantage_fns']\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def _config(**algorithm) -> dict:
+    return {
+        "model": {"model_path": "m", "max_model_len": 64},
+        "algorithm": {"algorithm_type": "grpo", **algorithm},
+        "buffer": {"batch_size": 2, "explorer_input": {"taskset": {"name": "t", "path": "d"}}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "path", "text"),
+    [
+        ({"advantage_fn": "grpoo"}, "algorithm.advantage_fn", "unknown advantage function 'grpoo'"),
+        ({"advantage_fn_args": {"epsilonn": 1}}, "algorithm.advantage_fn_args.epsilonn", "did you mean 'epsilon'"),
+        ({"policy_loss_fn_args": {"clip_rang": 1}}, "algorithm.policy_loss_fn_args.clip_rang", "did you mean 'clip_range'"),
+    ],
+)  # fmt: skip
+def test_the_table_and_the_registries_refuse_alike(algorithm, path, text):
+    errors = []
+    for table in (None, committed_registered_names()):
+        with pytest.raises(ConfigError) as err:
+            check_registered_names(load_config_from_dict(_config(**algorithm)), table)
+        errors.append(str(err.value))
+        assert err.value.path == path and text in err.value.message
+    assert errors[0] == errors[1]
