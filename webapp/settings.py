@@ -184,7 +184,9 @@ RFT_RECONCILE_INTERVAL_S = float(os.environ.get("RFT_RECONCILE_INTERVAL_S", 30))
 RFT_DEMO_CONFIG = BASE_DIR / "examples" / "demo" / "grpo_demo.yaml"
 
 REST_FRAMEWORK = {
+    # Token first: its WWW-Authenticate header makes an anonymous API call a 401, not a 403.
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "webapp.api.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

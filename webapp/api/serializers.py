@@ -1,0 +1,170 @@
+"""What the API reads and writes. Output serializers mirror the models (read-only); input
+serializers only check shapes and types — what a value means (a config's validity, a name
+already taken) is the actions' business, and they answer with ``ActionError``."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from webapp.checkpoints.models import Checkpoint
+from webapp.experiments.models import Experiment
+from webapp.runs.models import FINAL_STATUSES, Run, RunStatus
+
+NAME_MAX = Experiment._meta.get_field("name").max_length
+PROJECT_MAX = Experiment._meta.get_field("project").max_length
+TAG_MAX = 64
+
+
+class RunSerializer(serializers.ModelSerializer):
+    experiment_name = serializers.CharField(source="experiment.name", read_only=True)
+    is_final = serializers.SerializerMethodField()
+    url = serializers.CharField(source="get_absolute_url", read_only=True)
+
+    class Meta:
+        model = Run
+        fields = [
+            "id", "experiment", "experiment_name", "number", "status", "is_final", "key",
+            "experiment_version", "stage", "step", "total_steps", "created", "started_at",
+            "finished_at", "last_heartbeat", "cancel_requested_at", "exit_reason", "last_error",
+            "last_eval_accuracy", "best_eval_accuracy", "submission_id", "job_dir", "url",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+    def get_is_final(self, run: Run) -> bool:
+        return run.status in FINAL_STATUSES
+
+
+class RunDetailSerializer(RunSerializer):
+    class Meta(RunSerializer.Meta):
+        fields = [*RunSerializer.Meta.fields, "config_yaml", "config"]
+        read_only_fields = fields
+
+
+class LastRunSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Run
+        fields = ["id", "number", "status", "last_eval_accuracy", "best_eval_accuracy", "created"]
+        read_only_fields = fields
+
+
+class ExperimentSerializer(serializers.ModelSerializer):
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    tags = serializers.SlugRelatedField(many=True, read_only=True, slug_field="name")
+    last_run = LastRunSerializer(read_only=True)
+    url = serializers.CharField(source="get_absolute_url", read_only=True)
+
+    class Meta:
+        model = Experiment
+        fields = [
+            "id", "name", "project", "description", "tags", "owner", "version", "last_run",
+            "created", "updated", "url",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class ExperimentDetailSerializer(ExperimentSerializer):
+    class Meta(ExperimentSerializer.Meta):
+        fields = [*ExperimentSerializer.Meta.fields, "config_yaml", "config"]
+        read_only_fields = fields
+
+
+class ExperimentWriteSerializer(serializers.Serializer):
+    """Create: ``name`` and one of ``config_yaml`` (text) / ``config`` (a mapping)."""
+
+    name = serializers.CharField(max_length=NAME_MAX)
+    config_yaml = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    config = serializers.DictField(required=False)
+    project = serializers.CharField(required=False, allow_blank=True, max_length=PROJECT_MAX)
+    description = serializers.CharField(required=False, allow_blank=True)
+    tags = serializers.ListField(
+        child=serializers.CharField(max_length=TAG_MAX), required=False, max_length=50
+    )
+
+    config_required = True
+
+    def validate(self, attrs: dict) -> dict:
+        given = [key for key in ("config_yaml", "config") if key in attrs]
+        if len(given) == 2:
+            raise serializers.ValidationError(
+                {"config": "give config_yaml or config, not both"}, code="both"
+            )
+        if not given and self.config_required:
+            raise serializers.ValidationError(
+                {"config_yaml": "give the config, as config_yaml (YAML text) or config (a mapping)"}
+            )
+        return attrs
+
+
+class ExperimentUpdateSerializer(ExperimentWriteSerializer):
+    """Update (PATCH): any of the create fields, and a note for the new config version."""
+
+    name = serializers.CharField(max_length=NAME_MAX, required=False)
+    note = serializers.CharField(required=False, allow_blank=True, max_length=200)
+
+    config_required = False
+
+    def validate(self, attrs: dict) -> dict:
+        attrs = super().validate(attrs)
+        if not attrs:
+            raise serializers.ValidationError("nothing to update: give at least one field")
+        return attrs
+
+
+class CheckpointSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Checkpoint
+        fields = [
+            "id", "run", "stage", "step", "path", "size_bytes", "hf_status", "hf_path",
+            "hf_progress", "hf_error", "created", "updated",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class RunFilterSerializer(serializers.Serializer):
+    experiment = serializers.IntegerField(required=False, min_value=1)
+    status = serializers.ChoiceField(choices=RunStatus.values, required=False)
+
+
+class ExperimentFilterSerializer(serializers.Serializer):
+    project = serializers.CharField(required=False, max_length=PROJECT_MAX)
+    tag = serializers.CharField(required=False, max_length=TAG_MAX)
+    search = serializers.CharField(required=False, max_length=200)
+
+
+class PageQuerySerializer(serializers.Serializer):
+    """``after`` (a sequence number: the ``next_after`` of the previous page) and ``limit``."""
+
+    after = serializers.IntegerField(required=False, min_value=0, default=0)
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=5000)
+
+
+class MetricQuerySerializer(PageQuerySerializer):
+    name = serializers.CharField(required=False, max_length=200)
+
+
+class LogQuerySerializer(PageQuerySerializer):
+    actor = serializers.CharField(required=False, max_length=64)
+    level = serializers.CharField(required=False, max_length=10)
+
+
+class MetricPageSerializer(serializers.Serializer):
+    run = serializers.IntegerField()
+    name = serializers.CharField()
+    points = serializers.ListField(child=serializers.DictField())
+    next_after = serializers.IntegerField()
+
+
+class MetricNamesSerializer(serializers.Serializer):
+    run = serializers.IntegerField()
+    names = serializers.ListField(child=serializers.CharField())
+
+
+class LogPageSerializer(serializers.Serializer):
+    run = serializers.IntegerField()
+    lines = serializers.ListField(child=serializers.DictField())
+    next_after = serializers.IntegerField()
+
+
+class ErrorSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    errors = serializers.DictField(child=serializers.CharField())
