@@ -42,6 +42,12 @@ from pathlib import Path
 
 import torch
 
+from rft_core.checkpoint.layout import (  # noqa: F401 - find_step_dirs is public here too
+    HF_DIR,
+    STEP_DIR_RE,
+    find_step_dirs,
+    hf_weights_complete,
+)
 from rft_core.checkpoint_formats import (
     CONFIG_DTYPES,
     DTYPES,
@@ -52,11 +58,9 @@ from rft_core.checkpoint_formats.hf_safetensors import (
     DEFAULT_MAX_SHARD_BYTES,
     WEIGHTS_TMP_INFIX,
     drop_tied_weights,
-    hf_weights_complete,
     write_hf_weights,
 )
 from rft_core.errors import ConvertError, RFTError
-from rft_core.trainer.checkpoint import HF_DIR, STEP_DIR_RE
 
 ProgressFn = Callable[[str, int, int], None]
 # files of a base model directory that describe it (everything but weights)
@@ -106,33 +110,6 @@ class ConvertReport:
         for p in self.critic_ignored:
             lines.append(f"  note: {p} left alone (trinity convert handles the actor only)")
         return "\n".join(lines)
-
-
-def find_step_dirs(checkpoint_dir: str | Path) -> list[tuple[int, Path]]:
-    """The ``global_step_<N>`` directories that ``checkpoint_dir`` designates, by step."""
-    path = Path(checkpoint_dir).expanduser().absolute()
-    if not path.exists():
-        raise ConvertError(f"--checkpoint-dir {checkpoint_dir}: no such directory")
-    if not path.is_dir():
-        raise ConvertError(f"--checkpoint-dir {checkpoint_dir}: not a directory")
-    m = STEP_DIR_RE.match(path.name)
-    if m:
-        return [(int(m.group(1)), path)]
-    for parent in path.parents:
-        m = STEP_DIR_RE.match(parent.name)
-        if m and (parent / "actor").is_dir():
-            return [(int(m.group(1)), parent)]
-    found = []
-    for root, dirs, _files in os.walk(path):  # followlinks=False: no cycles
-        keep = []
-        for d in sorted(dirs):
-            m = STEP_DIR_RE.match(d)
-            if m:
-                found.append((int(m.group(1)), Path(root) / d))
-            elif not d.startswith("."):
-                keep.append(d)
-        dirs[:] = keep  # do not descend into steps or hidden (temporary) dirs
-    return sorted(found)
 
 
 def _pid_alive(pid: int) -> bool:

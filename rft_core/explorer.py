@@ -25,17 +25,11 @@ from typing import Any
 import torch
 
 from rft_core.buffer.experience import Experience
+from rft_core.checkpoint.layout import EXPLORER_META, read_explorer_meta  # noqa: F401
 from rft_core.data.task import Task
 from rft_core.sync.schedule import explorer_syncs_after, trainer_version_for_explorer_sync
 
-EXPLORER_META = "explorer_meta.json"
-
 log = logging.getLogger("rft_core.explorer")
-
-
-def read_explorer_meta(job_dir: Path) -> dict[str, Any] | None:
-    path = Path(job_dir) / EXPLORER_META
-    return json.loads(path.read_text()) if path.exists() else None
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:

@@ -31,10 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from rft_core.errors import ActorFailed, ConfigError, RFTError, ServiceUnavailable
+from rft_core.monitor.events import ENV_REDIS_URL, ENV_RUN_ID
 
 STAGE_META = "stage_meta.json"
 # env vars the dashboard sets for the monitor's Redis sink; actors need them too
-FORWARDED_ENV = ("RFT_EVENTS_REDIS_URL", "RFT_RUN_ID", "RFT_DEMO_DIR", "HF_HUB_OFFLINE")
+FORWARDED_ENV = (ENV_REDIS_URL, ENV_RUN_ID, "RFT_DEMO_DIR", "HF_HUB_OFFLINE")
 
 log = logging.getLogger("rft_core.launcher")
 

@@ -27,8 +27,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-SAFETENSORS_FILE = "model.safetensors"
-SAFETENSORS_INDEX = "model.safetensors.index.json"
+# the layout's names and its reader of finished weights are torch-free (rft_core.checkpoint)
+from rft_core.checkpoint.layout import (  # noqa: F401
+    SAFETENSORS_FILE,
+    SAFETENSORS_INDEX,
+    hf_weights_complete,
+)
+
 # hidden dir beside huggingface/ where weights are written before being moved in
 WEIGHTS_TMP_INFIX = ".weights-tmp-"
 # Hugging Face's long-standing default shard limit for save_pretrained.
@@ -249,19 +254,3 @@ def write_hf_weights(
         if own_tmp:
             shutil.rmtree(tmp, ignore_errors=True)
     return names
-
-
-def hf_weights_complete(hf_dir: Path) -> bool:
-    """True when ``hf_dir`` holds finished weights: ``model.safetensors``, or an index whose
-    every shard file exists. Reads no tensor data."""
-    hf_dir = Path(hf_dir)
-    if (hf_dir / SAFETENSORS_FILE).is_file():
-        return True
-    index = hf_dir / SAFETENSORS_INDEX
-    if not index.is_file():
-        return False
-    try:
-        files = set(json.loads(index.read_text())["weight_map"].values())
-    except (ValueError, KeyError, TypeError):
-        return False
-    return all((hf_dir / f).is_file() for f in files)

@@ -1,6 +1,7 @@
 """The run event stream: the one wire format between a run's monitor and the dashboard.
 
-A run launched by the dashboard appends events to the Redis stream ``rft:run:<run_id>`` and
+A run whose processes have ``RFT_EVENTS_REDIS_URL`` and ``RFT_RUN_ID`` set (the dashboard sets
+them when it launches one) appends events to the Redis stream ``rft:run:<run_id>`` and
 adds ``<run_id>`` to the set ``rft:runs`` so that consumers can discover it. Every entry has
 the string fields below; ``data`` is JSON. Stream entry ids give the order.
 
@@ -13,6 +14,8 @@ the string fields below; ``data`` is JSON. Stream entry ids give the order.
     ts     unix time in seconds (float, as text)
     data   JSON object: metric -> {name: value}; log -> {level, text};
            checkpoint -> {path}; status -> {state, message}; heartbeat -> {}
+
+This module imports nothing but the standard library: the dashboard's web process uses it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+# Set on a run's processes (the dashboard sets both at launch): its monitor then streams here.
+ENV_REDIS_URL = "RFT_EVENTS_REDIS_URL"
+ENV_RUN_ID = "RFT_RUN_ID"
+ENV_HEARTBEAT_S = "RFT_HEARTBEAT_S"  # seconds between heartbeats on the stream (default 10)
 
 STREAM_PREFIX = "rft:run:"
 RUNS_SET = "rft:runs"

@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from rft_core.errors import ConfigError
-from rft_core.monitor.events import RUN_ID_RE, MonitorEvent
+from rft_core.monitor.events import (
+    ENV_HEARTBEAT_S,
+    ENV_REDIS_URL,
+    ENV_RUN_ID,
+    RUN_ID_RE,
+    MonitorEvent,
+)
 from rft_core.monitor.sinks import (
     JsonlSink,
     MlflowSink,
@@ -27,9 +33,6 @@ from rft_core.monitor.sinks import (
 )
 
 MONITOR_TYPES = ("tensorboard", "wandb", "mlflow", "none")
-ENV_REDIS_URL = "RFT_EVENTS_REDIS_URL"
-ENV_RUN_ID = "RFT_RUN_ID"
-ENV_HEARTBEAT_S = "RFT_HEARTBEAT_S"  # seconds between heartbeats on the Redis stream
 
 
 class Monitor:

@@ -1,5 +1,7 @@
 """On-disk checkpoint format of a job: one writer, one reader, shared by the trainer, the
-checkpoint synchronizer, ``trinity convert`` and the dashboard.
+checkpoint synchronizer and ``trinity convert``. The tree's names and its torch-free readers
+(step dirs, ``latest_*`` files, meta files) are in :mod:`rft_core.checkpoint.layout`, which the
+dashboard reads without importing torch.
 
 Layout (the seed's tree, verl/Trinity-compatible)::
 
@@ -51,16 +53,24 @@ from typing import Any
 import torch
 from torch import Tensor
 
+# The tree's names and its torch-free readers live in rft_core.checkpoint.layout (the web
+# process reads checkpoints without torch); they are re-exported here for the writers' callers.
+from rft_core.checkpoint.layout import (  # noqa: F401
+    FSDP_CONFIG,
+    FULL_CHECKPOINT_MARKER,
+    HF_DIR,
+    LATEST_CHECKPOINTED,
+    LATEST_STATE_DICT,
+    STEP_DIR_RE,
+    latest_checkpoint_step,
+    latest_state_dict_step,
+    list_step_dirs,
+    step_dir,
+)
 from rft_core.checkpoint_formats.hf_safetensors import drop_tied_weights, write_hf_weights
 from rft_core.errors import CheckpointError
 
-STEP_DIR_RE = re.compile(r"^global_step_(\d+)$")
 MODEL_FILE_RE = re.compile(r"^model_world_size_(\d+)_rank_(\d+)\.pt$")
-FULL_CHECKPOINT_MARKER = ".full_checkpoint"
-LATEST_CHECKPOINTED = "latest_checkpointed_iteration.txt"
-LATEST_STATE_DICT = "latest_state_dict_iteration.txt"
-FSDP_CONFIG = "fsdp_config.json"
-HF_DIR = "huggingface"
 # Weight-sync dirs that are not full checkpoints: keep the newest few (a reader may still use one).
 SYNC_DIRS_TO_KEEP = 2
 
@@ -72,10 +82,6 @@ class LoadedCheckpoint:
     optimizer_state: dict | None
     extra_state: dict
     path: Path
-
-
-def step_dir(job_dir: Path, step: int) -> Path:
-    return Path(job_dir) / f"global_step_{step}"
 
 
 def shard_file_name(kind: str, world_size: int, rank: int) -> str:
@@ -535,47 +541,6 @@ def save_state_dict_for_sync(job_dir: Path, step: int, state_dict: dict[str, Ten
     for s in sync_only[:-SYNC_DIRS_TO_KEEP]:
         shutil.rmtree(step_dir(job_dir, s), ignore_errors=True)
     return final
-
-
-def list_step_dirs(job_dir: Path) -> list[tuple[int, Path]]:
-    """``global_step_<N>`` directories directly inside ``job_dir``, sorted by step."""
-    job_dir = Path(job_dir)
-    if not job_dir.is_dir():
-        return []
-    found = []
-    for entry in os.scandir(job_dir):
-        m = STEP_DIR_RE.match(entry.name)
-        if m and entry.is_dir():
-            found.append((int(m.group(1)), Path(entry.path)))
-    return sorted(found)
-
-
-def _read_step_file(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def latest_checkpoint_step(job_dir: Path) -> int | None:
-    """Step of the last full checkpoint: ``latest_checkpointed_iteration.txt`` when it names
-    an existing full checkpoint, else the highest ``global_step_N`` marked full."""
-    job_dir = Path(job_dir)
-    step = _read_step_file(job_dir / LATEST_CHECKPOINTED)
-    if step is not None and (step_dir(job_dir, step) / FULL_CHECKPOINT_MARKER).exists():
-        return step
-    full = [s for s, d in list_step_dirs(job_dir) if (d / FULL_CHECKPOINT_MARKER).exists()]
-    return full[-1] if full else None
-
-
-def latest_state_dict_step(job_dir: Path) -> int | None:
-    """Step of the newest weights usable for weight sync (full or sync-only)."""
-    job_dir = Path(job_dir)
-    step = _read_step_file(job_dir / LATEST_STATE_DICT)
-    if step is not None and step_dir(job_dir, step).is_dir():
-        return step
-    steps = [s for s, _ in list_step_dirs(job_dir)]
-    return steps[-1] if steps else None
 
 
 def load_state_dict(actor_dir: Path) -> dict[str, Tensor]:

@@ -21,17 +21,11 @@ from typing import Any
 
 import torch
 
+from rft_core.checkpoint.layout import TRAINER_META, read_trainer_meta
 from rft_core.errors import ConfigError
 from rft_core.sync.schedule import trainer_syncs_after
 
-TRAINER_META = "trainer_meta.json"
-
 log = logging.getLogger("rft_core.trainer")
-
-
-def read_trainer_meta(job_dir: Path) -> dict[str, Any] | None:
-    path = Path(job_dir) / TRAINER_META
-    return json.loads(path.read_text()) if path.exists() else None
 
 
 class DatasetExperiences:
