@@ -1,0 +1,306 @@
+"""A web-submitted config is untrusted input: ``check_config`` is the one gate it passes, when an
+experiment is saved and again when a run is launched.
+
+    checked = check_config(config_yaml=text)      # or config={...} (the JSON API)
+    checked.data            # the user's mapping in schema order, ${...} left unresolved
+    checked.canonical_yaml  # that mapping as YAML (what Experiment.config_yaml stores)
+    checked.config          # rft_core.config.Config, loaded and validated
+
+In order, each failure an ``ActionError`` (400) whose ``errors`` map the YAML path to the message:
+
+1. YAML is parsed with a SafeLoader subclass (OmegaConf's own loader, so ``1e-5`` is a float as
+   for ``trinity run``), refused above ``RFT_YAML_MAX_BYTES`` and when aliases expand to more
+   than ``RFT_YAML_MAX_ALIASES`` extra nodes (a billion-laughs document stops at composing).
+2. Interpolations: only ``${oc.env:VAR[,default]}`` with VAR matching ``RFT_OC_ENV_ALLOWLIST``
+   (fnmatch) and plain ``${section.key}`` references; other resolvers (``oc.decode``,
+   ``oc.create``, ...) would run code paths or read state the page must not expose. Checked
+   before loading, because loading resolves them.
+3. ``rft_core.config.load_config_from_dict``: the CLI's validation, with its wording.
+4. Registered names (workflows, rewards, advantage fns, policy losses and their arguments),
+   against the table ``rft_core/config/registered_names.json``: the registries themselves
+   import torch, which the web process must not (the table is generated from them, and a core
+   test fails when it is stale). There is no dotted-import path anywhere: a name is either in
+   the table or refused.
+5. Paths resolve (``os.path.realpath``: symlinks and ``..``) inside ``RFT_ALLOWED_PATH_ROOTS``:
+   model and critic model, chat template file, every taskset and eval taskset, every experience
+   buffer (``sqlite:///`` included, a stage's own SFT/DPO data too) and ``checkpoint_root_dir``.
+   Relative model/taskset paths resolve against ``RFT_WORK_DIR`` (where the job runs), relative
+   buffer paths under the run's job dir (``rft_core.buffer.resolve_buffer_path``), and a relative
+   ``checkpoint_root_dir`` against ``RFT_RUNS_DIR``: the web decides where runs write (a run's
+   job dir is ``<checkpoint_root_dir>/run-<id>/<project>/<name>``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import os
+import re
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from django.conf import settings
+from omegaconf._yaml import get_yaml_loader
+
+from rft_core.config import Config, load_config_from_dict
+from rft_core.config.fields import strip_optional
+from rft_core.config.registered import check_registered_names, committed_registered_names
+from rft_core.errors import ConfigError
+from webapp.errors import ActionError
+
+# ---------------------------------------------------------------- 1. safe, bounded YAML
+
+
+class AliasBomb(yaml.YAMLError):
+    """Aliases that expand past ``RFT_YAML_MAX_ALIASES`` (or refer to themselves)."""
+
+
+class BoundedYamlLoader(get_yaml_loader(max_yaml_expanded_nodes=None)):
+    """OmegaConf's SafeLoader with our alias limit (``max_aliases`` extra nodes after expansion)."""
+
+    max_aliases = 100
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        try:
+            self._reject_recursive_aliases(node)
+        except yaml.constructor.ConstructorError as err:
+            raise AliasBomb("an alias refers to itself (recursive aliases are refused)") from err
+        unique = self._unique_node_count(node)
+        expanded = self._expanded_node_count(node, limit=unique + self.max_aliases + 1)
+        if expanded - unique > self.max_aliases:
+            raise AliasBomb(
+                f"its aliases expand to more than {self.max_aliases} extra nodes "
+                "(RFT_YAML_MAX_ALIASES); write the values out instead of repeating aliases"
+            )
+        return super().construct_document(node)
+
+
+def parse_yaml(text: str, *, what: str = "the config") -> Any:
+    """``text`` parsed safely within the size and alias limits, or an ActionError."""
+    size = len(text.encode("utf-8"))
+    limit = settings.RFT_YAML_MAX_BYTES
+    if size > limit:
+        raise ActionError(
+            f"{what} is {size / 1024:.0f} KB; the limit is {limit / 1024:.0f} KB (RFT_YAML_MAX_BYTES)"
+        )
+    loader_cls = type(
+        "Loader", (BoundedYamlLoader,), {"max_aliases": settings.RFT_YAML_MAX_ALIASES}
+    )
+    try:
+        return yaml.load(text, Loader=loader_cls)  # noqa: S506 - a SafeLoader subclass
+    except AliasBomb as err:
+        raise ActionError(f"{what} is refused: {err}") from err
+    except yaml.YAMLError as err:
+        first = " ".join(str(err).split())
+        raise ActionError(f"{what} is not valid YAML: {first}") from err
+
+
+# ---------------------------------------------------------------- canonical form
+
+
+def canonical_order(data: Any, cls: type = Config) -> Any:
+    """``data`` with the keys of every schema section in the schema's order (unknown keys last,
+    as written; free-form mappings as written)."""
+    if not isinstance(data, Mapping):
+        return data
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    out: dict[str, Any] = {}
+    for key in [*[n for n in names if n in data], *[k for k in data if k not in names]]:
+        value = data[key]
+        tp, _ = strip_optional(hints[key]) if key in hints else (None, False)
+        if tp is not None and dataclasses.is_dataclass(tp):
+            value = canonical_order(value, tp)
+        elif tp is not None and typing.get_origin(tp) is list and isinstance(value, list):
+            (item,) = typing.get_args(tp)
+            if dataclasses.is_dataclass(item):
+                value = [canonical_order(v, item) for v in value]
+        out[key] = value
+    return out
+
+
+def canonical_yaml(data: Mapping[str, Any]) -> str:
+    """The user's mapping as YAML in schema key order (what an experiment stores and exports)."""
+    return yaml.safe_dump(
+        canonical_order(data), sort_keys=False, allow_unicode=True, default_flow_style=False
+    )
+
+
+# ---------------------------------------------------------------- 2. interpolations
+
+_OC_ENV = re.compile(r"\$\{oc\.env:\s*([^,{}$\s]*)\s*(?:,[^${}]*)?\}")
+_REFERENCE = re.compile(r"\$\{\.*[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*|\[\d+\])*\}")
+_RESOLVER = re.compile(r"\$\{\s*([\w.]+)\s*:")
+
+
+def interpolation_errors(data: Any, path: str = "") -> dict[str, str]:
+    """YAML path -> why, for every interpolation a web config may not use (see module doc)."""
+    errors: dict[str, str] = {}
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            errors.update(interpolation_errors(value, f"{path}.{key}" if path else str(key)))
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            errors.update(interpolation_errors(value, f"{path}[{i}]"))
+    elif isinstance(data, str) and "${" in data:
+        if why := _interpolation_error(data):
+            errors[path] = why
+    return errors
+
+
+def _interpolation_error(text: str) -> str | None:
+    allow = settings.RFT_OC_ENV_ALLOWLIST
+    for match in _OC_ENV.finditer(text):
+        var = match.group(1)
+        if not any(fnmatch.fnmatchcase(var, pattern) for pattern in allow):
+            return (
+                f"{match.group(0)!r} reads the environment variable {var!r}, which a web config "
+                f"may not read; allowed: {', '.join(allow) or 'none'} (RFT_OC_ENV_ALLOWLIST)"
+            )
+    rest = _REFERENCE.sub("", _OC_ENV.sub("", text))
+    if "${" not in rest:
+        return None
+    resolver = _RESOLVER.search(rest)
+    what = f"the resolver {resolver.group(1)!r}" if resolver else f"{text!r}"
+    return (
+        f"{what} is not allowed in a web config; use ${{oc.env:VAR,default}} "
+        "or a ${section.key} reference"
+    )
+
+
+# ---------------------------------------------------------------- 5. paths
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def allowed_roots() -> list[str]:
+    return [os.path.realpath(root) for root in settings.RFT_ALLOWED_PATH_ROOTS]
+
+
+def resolve_path(value: str, base: str | Path) -> str:
+    """Where ``value`` (relative to ``base``) really is: symlinks and ``..`` resolved."""
+    return os.path.realpath(os.path.join(base, value))
+
+
+def _outside(real: str, roots: list[str]) -> bool:
+    return not any(os.path.commonpath([real, root]) == root for root in roots)
+
+
+def path_errors(cfg: Config) -> dict[str, str]:
+    """YAML path -> why, for every path of ``cfg`` outside the allowed roots."""
+    roots = allowed_roots()
+    work = settings.RFT_WORK_DIR
+    errors: dict[str, str] = {}
+
+    def check(where: str, value: str | None, base: str | Path) -> None:
+        if not value or not str(value).strip():
+            return
+        value = str(value)
+        if value.startswith("sqlite:///"):
+            value = value[len("sqlite:///") :]
+        elif _URL.match(value):
+            errors[where] = (
+                f"{value!r}: a web config may name only files and directories (or sqlite:/// "
+                "databases) inside the allowed roots, not a URL"
+            )
+            return
+        real = resolve_path(value, base)
+        if _outside(real, roots):
+            errors[where] = (
+                f"{value!r} resolves to {real}, outside the allowed roots "
+                f"({', '.join(roots) or 'none'}; RFT_ALLOWED_PATH_ROOTS)"
+            )
+
+    check("checkpoint_root_dir", cfg.checkpoint_root_dir, settings.RFT_RUNS_DIR)
+    root = resolve_path(cfg.checkpoint_root_dir, settings.RFT_RUNS_DIR)
+    for key in ("project", "group", "name"):
+        value = str(getattr(cfg, key))
+        if "/" in value or "\\" in value or value in (".", ".."):
+            errors[key] = f"{value!r} cannot be a directory name; use letters, digits, _ or -"
+    check("model.model_path", cfg.model.model_path, work)
+    if cfg.algorithm.algorithm_type == "ppo" or cfg.model.critic_model_path:
+        check("model.critic_model_path", cfg.model.critic_model_path, work)
+    check("model.chat_template_path", cfg.model.chat_template_path, work)
+    buffers = [("", cfg.buffer, "")]
+    buffers += [
+        (f"stages[{i}].", s.buffer, s.stage_name) for i, s in enumerate(cfg.stages) if s.buffer
+    ]
+    for prefix, buffer, stage_name in buffers:
+        ei = buffer.explorer_input
+        tasksets = [("taskset", ei.taskset)] if ei.taskset is not None else []
+        tasksets += [(f"tasksets[{j}]", ts) for j, ts in enumerate(ei.tasksets)]
+        tasksets += [(f"eval_tasksets[{j}]", ts) for j, ts in enumerate(ei.eval_tasksets)]
+        for key, ts in tasksets:
+            check(f"{prefix}buffer.explorer_input.{key}.path", ts.path, work)
+        eb = buffer.trainer_input.experience_buffer
+        if eb is not None:
+            parts = ["run-0", cfg.project, cfg.group, cfg.name, stage_name or "stage", "buffer"]
+            job_buffer = Path(root).joinpath(*[p for p in parts if p])
+            check(f"{prefix}buffer.trainer_input.experience_buffer.path", eb.path, job_buffer)
+    return errors
+
+
+# ---------------------------------------------------------------- the gate
+
+
+@dataclass(frozen=True)
+class CheckedConfig:
+    data: dict[str, Any]  # the user's mapping in schema order, interpolations unresolved
+    canonical_yaml: str
+    config: Config  # loaded and validated
+
+
+def raise_errors(errors: Mapping[str, str]) -> None:
+    """An ActionError naming the first problem (``path: message``, as the CLI prints it)."""
+    if not errors:
+        return
+    path, message = next(iter(errors.items()))
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    raise ActionError(f"{path}: {message}{more}" if path else message + more, errors=dict(errors))
+
+
+def config_error(err: ConfigError) -> ActionError:
+    return ActionError(str(err), errors={err.path: err.message} if err.path else {})
+
+
+def load_data(data: Mapping[str, Any]) -> Config:
+    """``rft_core``'s loading and validation of a mapping, its errors as an ActionError."""
+    try:
+        return load_config_from_dict(data)
+    except ConfigError as err:
+        raise config_error(err) from err
+
+
+def check_config(
+    *, config_yaml: str | None = None, config: Mapping[str, Any] | None = None
+) -> CheckedConfig:
+    """Parse, check and load a web-submitted config (see the module doc for every rule)."""
+    if (config_yaml is None) == (config is None):
+        raise ActionError("give the config either as config_yaml (text) or as config (a mapping)")
+    if config_yaml is not None:
+        if not isinstance(config_yaml, str):
+            raise ActionError("config_yaml must be a string holding YAML")
+        data = parse_yaml(config_yaml)
+    else:
+        data = config
+    if not isinstance(data, Mapping):
+        raise ActionError(
+            "the config must be a mapping of sections (mode, model, buffer, ...), got "
+            f"{'nothing' if data is None else type(data).__name__}"
+        )
+    data = canonical_order(dict(data))
+    text = canonical_yaml(data)
+    if config is not None:
+        parse_yaml(text, what="the config")  # the same size limit for a posted mapping
+    raise_errors(interpolation_errors(data))
+    cfg = load_data(data)
+    try:
+        check_registered_names(cfg, committed_registered_names())
+    except ConfigError as err:
+        raise config_error(err) from err
+    raise_errors(path_errors(cfg))
+    return CheckedConfig(data=data, canonical_yaml=text, config=cfg)
