@@ -28,9 +28,10 @@ class AuditEventAdmin(admin.ModelAdmin):
     list_display = ("created", "actor_name", "action", "target_type", "target_id", "ip")
     list_filter = ("action", "target_type", ("created", admin.DateFieldListFilter))
     search_fields = ("actor_name", "=target_id")
-    date_hierarchy = "created"
     list_per_page = 100
-    show_full_result_count = False  # COUNT(*) of a long trail on every page is the slow part
+    # No date_hierarchy: its SELECT DISTINCT of every row's day grows with the trail (66 ms at
+    # 10k rows on SQLite); the date filter needs no query. No full COUNT(*) beside a search.
+    show_full_result_count = False
     actions = None  # no "delete selected"
     fields = (
         "created",

@@ -85,7 +85,13 @@ class ExperimentAdmin(admin.ModelAdmin):
     actions = ["delete_through_action"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Experiment]:
-        return super().get_queryset(request).prefetch_related("tags")
+        # The list shows no config: leave it (a few KiB a row, twice with the last run) unread.
+        return (
+            super()
+            .get_queryset(request)
+            .prefetch_related("tags")
+            .defer("config_yaml", "config", "last_run__config_yaml", "last_run__config")
+        )
 
     @admin.display(description="tags")
     def tag_list(self, experiment: Experiment) -> str:

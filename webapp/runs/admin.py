@@ -65,6 +65,14 @@ class RunAdmin(admin.ModelAdmin):
     )
     readonly_fields = fields
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Run]:
+        # The list shows no config: leave the snapshots (a few KiB a row) in the database.
+        return (
+            super()
+            .get_queryset(request)
+            .defer("config_yaml", "config", "experiment__config_yaml", "experiment__config")
+        )
+
     @admin.display(description="config snapshot (YAML)")
     def config_yaml_pre(self, run: Run) -> str:
         return format_html('<pre style="margin:0">{}</pre>', run.config_yaml)
