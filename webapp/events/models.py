@@ -1,8 +1,10 @@
-"""Run events as the ingestor stored them from the Redis streams ``rft:run:<id>``.
+"""Run events as the ingestor stored them from the Redis streams ``rft:run:<key>``.
 
 One row per stream entry, unique on (run_key, stream_id), so replaying a stream writes nothing
-twice. The dashboard's richer models (metric points, log chunks, checkpoints) are derived from
-these events by later apps.
+twice. ``run_key`` is ``Run.key`` (the run's ``RFT_RUN_ID``); a key that matches no Run (a CLI
+run with ``RFT_RUN_ID`` set by hand) keeps its events here only. The dashboard's richer rows
+(metric points, log lines, checkpoints, run status) are projected from each new event by
+``webapp.events.projection`` through the runs and checkpoints apps.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ class RunEvent(models.Model):
     )
     kind = models.CharField(max_length=16)
     role = models.CharField(max_length=32, blank=True)
+    stage = models.CharField(max_length=100, blank=True, help_text="stage_name; '' unstaged")
     step = models.BigIntegerField(null=True, blank=True)
     payload = models.JSONField(default=dict)
     emitted_at = models.DateTimeField(help_text="when the run emitted it")
@@ -29,6 +32,8 @@ class RunEvent(models.Model):
                 fields=["run_key", "stream_id"], name="runevent_unique_stream_entry"
             ),
         ]
+        # a WebSocket's ?after=<id> replay: the events of one run after a sequence number
+        indexes = [models.Index(fields=["run_key", "id"], name="runevent_run_seq")]
 
     def __str__(self) -> str:
         return f"{self.run_key} {self.stream_id} {self.kind}"
@@ -41,6 +46,7 @@ class RunEvent(models.Model):
             "run": self.run_key,
             "kind": self.kind,
             "role": self.role,
+            "stage": self.stage,
             "step": self.step,
             "data": self.payload,
             "ts": self.emitted_at.timestamp(),

@@ -1,0 +1,123 @@
+"""What a run reports, as rows: metric points and log lines from its monitor's events, and the
+run's key figures (last and best eval accuracy) derived from them.
+
+Called by the ingestor's projection (``webapp.events.projection``) for each event it stores
+for the first time, inside that transaction, so a replayed stream adds nothing twice. Takes
+``RunEvent`` rows (or anything with their attributes: ``kind``, ``role``, ``stage``, ``step``,
+``payload``, ``emitted_at``).
+
+Eval accuracy comes from the explorer's ``eval/<taskset>/accuracy/mean@<k>`` metrics
+(``rft_core.workflows.metrics.eval_metrics``; the reward part ``accuracy`` of ``math_reward``).
+With several eval tasksets an eval's figure is the mean over them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce, Greatest
+
+from webapp.runs.models import LogLine, MetricPoint, Run
+
+log = logging.getLogger(__name__)
+
+EVAL_ACCURACY_RE = re.compile(r"^eval/(?P<taskset>.+)/accuracy/mean@(?P<k>\d+)$")
+NAME_MAX = MetricPoint._meta.get_field("name").max_length
+
+
+class EventLike(Protocol):
+    kind: str
+    role: str
+    stage: str
+    step: int | None
+    payload: dict[str, Any]
+
+    @property
+    def emitted_at(self) -> Any: ...
+
+
+def finite_or_none(value: Any) -> float | None:
+    """A metric value as stored: NaN, inf, and anything not a number become null."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def eval_accuracy(metrics: dict[str, Any]) -> float | None:
+    """The eval accuracy one metric event reports (mean over its eval tasksets), or None."""
+    values = [
+        v
+        for name, raw in metrics.items()
+        if EVAL_ACCURACY_RE.match(name) and (v := finite_or_none(raw)) is not None
+    ]
+    return sum(values) / len(values) if values else None
+
+
+def record_metrics(run: Run, events: Iterable[EventLike]) -> list[MetricPoint]:
+    """One MetricPoint per (event, metric name), in event order; updates the run's last/best
+    eval accuracy. Returns the points written."""
+    points: list[MetricPoint] = []
+    last_accuracy: float | None = None
+    best_accuracy: float | None = None
+    for event in events:
+        metrics = event.payload if isinstance(event.payload, dict) else {}
+        wall_time = event.emitted_at.timestamp()
+        for name, raw in metrics.items():
+            if len(name) > NAME_MAX:
+                log.warning(
+                    "run %s: metric name longer than %d skipped: %.60s…", run.pk, NAME_MAX, name
+                )
+                continue
+            points.append(
+                MetricPoint(
+                    run=run,
+                    name=name,
+                    role=event.role[:32],
+                    stage=event.stage,
+                    step=event.step,
+                    wall_time=wall_time,
+                    value=finite_or_none(raw),
+                )
+            )
+        accuracy = eval_accuracy(metrics)
+        if accuracy is not None:
+            last_accuracy = accuracy
+            best_accuracy = accuracy if best_accuracy is None else max(best_accuracy, accuracy)
+    MetricPoint.objects.bulk_create(points)
+    if last_accuracy is not None:
+        _update_accuracy(run, last_accuracy, best_accuracy)
+    return points
+
+
+def _update_accuracy(run: Run, last: float, best: float) -> None:
+    # one UPDATE computing the best in SQL: two ingestors never lose each other's maximum
+    Run.objects.filter(pk=run.pk).update(
+        last_eval_accuracy=Value(last),
+        best_eval_accuracy=Greatest(Coalesce(F("best_eval_accuracy"), Value(best)), Value(best)),
+    )
+    run.refresh_from_db(fields=["last_eval_accuracy", "best_eval_accuracy"])
+
+
+def record_logs(run: Run, events: Iterable[EventLike]) -> list[LogLine]:
+    """One LogLine per log event (actor = the emitting role). Returns the lines written."""
+    lines = []
+    for event in events:
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        lines.append(
+            LogLine(
+                run=run,
+                actor=event.role[:64],
+                level=str(payload.get("level", ""))[:10],
+                stage=event.stage,
+                wall_time=event.emitted_at.timestamp(),
+                text=str(payload.get("text", "")),
+            )
+        )
+    LogLine.objects.bulk_create(lines)
+    return lines
