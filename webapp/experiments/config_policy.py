@@ -103,14 +103,15 @@ def parse_yaml(text: str, *, what: str = "the config") -> Any:
 
 
 def canonical_order(data: Any, cls: type = Config) -> Any:
-    """``data`` with the keys of every schema section in the schema's order (unknown keys last,
-    as written; free-form mappings as written)."""
+    """``data`` with the keys of every schema section in the schema's order; free-form mappings
+    as written. Unknown keys come first, as written: they are what loading refuses, and a refused
+    config then reports the same key before and after the reordering."""
     if not isinstance(data, Mapping):
         return data
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     out: dict[str, Any] = {}
-    for key in [*[n for n in names if n in data], *[k for k in data if k not in names]]:
+    for key in [*[k for k in data if k not in names], *[n for n in names if n in data]]:
         value = data[key]
         tp, _ = strip_optional(hints[key]) if key in hints else (None, False)
         if tp is not None and dataclasses.is_dataclass(tp):

@@ -1,0 +1,565 @@
+"""The experiment form, generated from ``rft_core.config.json_schema()`` section by section, and
+the merge of a posted form back onto the config mapping it was rendered from.
+
+A field's name is its YAML path with list indices (``buffer.explorer_input.eval_tasksets[0].name``),
+so a ``ConfigError`` path lands beside its field (``field_for_path``). Every field is a text-like
+control holding the value as text (numbers as text, so ``${oc.env:...}`` fits anywhere):
+
+- scalars: ``string`` (raw text), ``number``/``integer`` (parsed as a YAML scalar), ``select``
+  (choices; an unknown value the YAML holds is kept as an extra option), ``bool`` (true/false);
+- ``yaml``: free-form mappings (``*_args``, ``trainer_config``, ...) and scalar lists (betas);
+- the arguments of the chosen advantage fn and policy loss as real fields
+  (``algorithm.advantage_fn_args.epsilon``), from the committed table of registered names;
+- lists of sections (tasksets, eval tasksets, stages) with add/remove/reorder: each item posts
+  ``<list>[i].__origin__``, the index it had in the original mapping (or ``new``);
+- stages: each stage's ``stage_name``, ``mode`` and its section overrides as YAML
+  (``stages[0].buffer``; a stage section replaces the global one wholesale).
+
+Left out of the form but preserved in the YAML: ``x-unimplemented`` fields, deprecated spellings,
+``stage_name`` (set per stage by the engine). Conditional fields carry ``show_when``
+(``{"explorer.rollout_model.engine_type": ["vllm"]}``; ``@advantage_fn`` / ``@policy_loss_fn``
+mean the effective function, the preset's when the field is empty); the page's JS hides them.
+
+Merging (``merge_form``): the result starts as the original mapping; a field whose posted text
+equals the text it was rendered with is unchanged (its original value, ``${oc.env:...}`` included,
+stays as written); a changed field sets its parsed value, an emptied one removes the key; a field
+left empty that the original did not have adds nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import yaml
+
+from rft_core.algorithms.presets import PRESETS
+from rft_core.config import json_schema
+from rft_core.config.registered import committed_registered_names
+from webapp.errors import ActionError
+from webapp.experiments.config_policy import parse_yaml
+
+# (title, top-level keys); the keys of "general" are the root's scalars
+SECTIONS = [
+    ("general", "General", ["mode", "project", "group", "name", "checkpoint_root_dir", "continue_from_checkpoint"]),
+    ("model", "Model", ["model"]),
+    ("cluster", "Cluster", ["cluster"]),
+    ("algorithm", "Algorithm", ["algorithm"]),
+    ("buffer", "Data", ["buffer"]),
+    ("explorer", "Explorer", ["explorer"]),
+    ("synchronizer", "Synchronizer", ["synchronizer"]),
+    ("trainer", "Trainer", ["trainer"]),
+    ("monitor", "Monitor", ["monitor"]),
+    ("stages", "Stages", ["stages"]),
+]  # fmt: skip
+STAGE_SECTIONS = ["algorithm", "buffer", "explorer", "synchronizer", "trainer"]
+MULTILINE = {"system_prompt", "custom_chat_template", "chat_template"}
+ORIGIN = "__origin__"
+RENDERED = "__rendered__"
+NEW = "new"
+
+
+@dataclass
+class Field:
+    name: str  # YAML path with list indices: the form field's name
+    label: str
+    help: str
+    kind: str  # string | number | integer | select | bool | yaml
+    level: str = "beginner"
+    default_text: str = ""
+    choices: list[str] = field(default_factory=list)
+    optional: bool = False
+    multiline: bool = False
+    show_when: dict[str, list[str]] | None = None
+    text: str = ""  # the value as rendered
+    error: str = ""
+
+    @property
+    def show_when_json(self) -> str:
+        return json.dumps(self.show_when) if self.show_when else ""
+
+    @property
+    def options(self) -> list[str]:
+        extra = [self.text] if self.text and self.text not in self.choices else []
+        return [*self.choices, *extra]
+
+
+@dataclass
+class Group:
+    """Fields of one (sub)section, e.g. ``buffer.explorer_input.taskset.format``."""
+
+    name: str
+    title: str
+    fields: list[Field]
+    groups: list[Group] = field(default_factory=list)
+    lists: list[ListBlock] = field(default_factory=list)
+
+
+@dataclass
+class ListItem:
+    index: int
+    origin: str  # index in the original list, or "new"
+    group: Group
+
+
+@dataclass
+class ListBlock:
+    name: str  # buffer.explorer_input.eval_tasksets
+    title: str
+    help: str
+    items: list[ListItem]
+    template: Group  # one item with __i__ as its index (the JS clones it)
+    level: str = "beginner"
+
+
+@dataclass
+class Section:
+    key: str
+    title: str
+    group: Group
+
+
+@dataclass
+class ExperimentForm:
+    sections: list[Section]
+    base_yaml: str  # what merge_form merges onto
+    errors: dict[str, str] = field(default_factory=dict)  # field name -> message
+    top_errors: list[str] = field(default_factory=list)
+
+    def fields(self) -> list[Field]:
+        out: list[Field] = []
+        for section in self.sections:
+            out.extend(_group_fields(section.group))
+        return out
+
+    @property
+    def presets_json(self) -> str:
+        return json.dumps(
+            {k: {"advantage_fn": p.advantage_fn, "policy_loss_fn": p.policy_loss_fn} for k, p in PRESETS.items()}
+        )  # fmt: skip
+
+
+def _group_fields(group: Group) -> list[Field]:
+    out = list(group.fields)
+    for sub in group.groups:
+        out.extend(_group_fields(sub))
+    for block in group.lists:
+        for item in block.items:
+            out.extend(_group_fields(item.group))
+    return out
+
+
+# ---------------------------------------------------------------- paths in a mapping
+
+_TOKEN = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def split_path(name: str) -> list[str | int]:
+    return [int(i) if i else k for k, i in _TOKEN.findall(name)]
+
+
+_MISSING = object()
+
+
+def get_path(data: Any, tokens: list[str | int]) -> Any:
+    node = data
+    for token in tokens:
+        if isinstance(token, int):
+            if not isinstance(node, list) or token >= len(node):
+                return _MISSING
+            node = node[token]
+        else:
+            if not isinstance(node, Mapping) or token not in node:
+                return _MISSING
+            node = node[token]
+    return node
+
+
+def set_path(data: dict, tokens: list[str | int], value: Any) -> None:
+    node: Any = data
+    for i, token in enumerate(tokens[:-1]):
+        nxt = node[token] if isinstance(token, int) else node.get(token)
+        if not isinstance(nxt, (dict, list)):
+            nxt = [] if isinstance(tokens[i + 1], int) else {}
+            node[token] = nxt
+        node = nxt
+    node[tokens[-1]] = value
+
+
+def del_path(data: dict, tokens: list[str | int]) -> None:
+    parent = get_path(data, tokens[:-1]) if len(tokens) > 1 else data
+    if isinstance(parent, dict):
+        parent.pop(tokens[-1], None)
+
+
+def field_for_path(path: str, names: list[str] | set[str]) -> str | None:
+    """The form field an error at YAML ``path`` belongs beside: itself or its closest ancestor."""
+    candidate = path
+    while candidate:
+        if candidate in names:
+            return candidate
+        cut = max(candidate.rfind("."), candidate.rfind("["))
+        candidate = candidate[:cut] if cut > 0 else ""
+    return None
+
+
+# ---------------------------------------------------------------- value <-> text
+
+
+def value_text(value: Any, kind: str) -> str:
+    if value is _MISSING or value is None:
+        return ""
+    if kind == "yaml" or isinstance(value, (dict, list)):
+        flow = isinstance(value, list) and all(not isinstance(v, (dict, list)) for v in value)
+        text = yaml.safe_dump(value, default_flow_style=flow or None, sort_keys=False, width=100)
+        return text.strip().removesuffix("...").strip()
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    return yaml.safe_dump(value).strip().removesuffix("...").strip()
+
+
+def parse_text(text: str, kind: str, original: Any, name: str) -> Any:
+    """The value a posted text means for a field of ``kind`` (the original decides raw vs YAML)."""
+    raw_string = kind in ("string", "select") and (
+        original in (None, _MISSING) or isinstance(original, str)
+    )
+    if raw_string:
+        return text
+    try:
+        return parse_yaml(text, what=f"{name}")
+    except ActionError as err:
+        raise ActionError(err.message, errors={name: err.message}) from err
+
+
+def _norm(text: str) -> str:
+    return text.replace("\r\n", "\n").strip()
+
+
+# ---------------------------------------------------------------- building the form
+
+
+@cache
+def _schema() -> dict[str, Any]:
+    return json_schema()
+
+
+def _kind(prop: dict[str, Any]) -> tuple[str, bool]:
+    types = prop.get("type")
+    types = types if isinstance(types, list) else [types]
+    optional = "null" in types
+    main = next((t for t in types if t != "null"), "string")
+    if main == "object" or main == "array":
+        return "yaml", optional
+    if "enum" in prop:
+        return "select", optional
+    return {"boolean": "bool", "integer": "integer", "number": "number"}.get(
+        main, "string"
+    ), optional
+
+
+def _skipped(name: str, prop: dict[str, Any], top: bool) -> bool:
+    help_text = prop.get("description", "")
+    return bool(
+        prop.get("x-unimplemented")
+        or "deprecated" in help_text
+        or help_text.startswith("old ")
+        or (top and name == "stage_name")
+    )
+
+
+def _is_section(prop: dict[str, Any]) -> bool:
+    return "properties" in prop
+
+
+def _is_section_list(prop: dict[str, Any]) -> bool:
+    return "items" in prop and "properties" in prop["items"]
+
+
+def _show_when(path: str, prop: dict[str, Any]) -> dict[str, list[str]] | None:
+    if path.startswith("explorer.rollout_model.") and "vLLM" in prop.get("description", ""):
+        return {"explorer.rollout_model.engine_type": ["vllm"]}
+    if path == "model.critic_model_path":
+        return {"algorithm.algorithm_type": ["ppo"]}
+    return None
+
+
+def _scalar_field(name: str, prop: dict[str, Any], value: Any, schema_path: str) -> Field:
+    kind, optional = _kind(prop)
+    default = prop.get("default")
+    default_text = "" if default is None else value_text(default, kind)
+    leaf = schema_path.rsplit(".", 1)[-1]
+    text = value_text(value, kind)
+    return Field(
+        name=name,
+        label=prop.get("title", leaf),
+        help=prop.get("description", ""),
+        kind=kind,
+        level=prop.get("x-level", "expert"),
+        default_text=default_text,
+        choices=[c for c in prop.get("enum", []) if c is not None],
+        optional=optional,
+        multiline=leaf in MULTILINE or "\n" in text,
+        show_when=_show_when(schema_path, prop),
+        text=text,
+    )
+
+
+def _fn_arg_fields(prefix: str, args_key: str, table_key: str, data: Any) -> list[Field]:
+    """Real fields for the arguments of the chosen advantage fn / policy loss."""
+    by_arg: dict[str, tuple[Any, list[str]]] = {}
+    for fn, args in committed_registered_names()[table_key].items():
+        for arg, default in args.items():
+            by_arg.setdefault(arg, (default, []))[1].append(fn)
+    out = []
+    selector = "@advantage_fn" if table_key == "advantage_fns" else "@policy_loss_fn"
+    for arg, (default, fns) in by_arg.items():
+        name = f"{prefix}{args_key}.{arg}"
+        kind = {bool: "bool", int: "integer", float: "number"}.get(type(default), "string")
+        kind = "number" if default is None else kind
+        out.append(
+            Field(
+                name=name,
+                label=arg.replace("_", " ").capitalize(),
+                help=f"argument of {', '.join(fns)} ({args_key})",
+                kind=kind,
+                level="expert",
+                default_text="" if default is None else value_text(default, kind),
+                show_when={selector: fns},
+                text=value_text(get_path(data, split_path(name)), kind),
+                optional=default is None,
+            )
+        )
+    return out
+
+
+def _build_group(obj: dict[str, Any], prefix: str, schema_prefix: str, data: Any, title: str, *, top: bool = False, only: list[str] | None = None) -> Group:  # fmt: skip
+    group = Group(name=prefix.rstrip("."), title=title, fields=[])
+    for key, prop in obj["properties"].items():
+        if only is not None and key not in only:
+            continue
+        if _skipped(key, prop, top):
+            continue
+        name, spath = f"{prefix}{key}", f"{schema_prefix}{key}"
+        if _is_section(prop):
+            sub = _build_group(prop, f"{name}.", f"{spath}.", data, prop.get("title", key))
+            group.groups.append(sub)
+        elif _is_section_list(prop):
+            group.lists.append(_build_list(name, spath, prop, data))
+        else:
+            group.fields.append(_scalar_field(name, prop, get_path(data, split_path(name)), spath))
+            if spath == "algorithm.advantage_fn_args":
+                group.fields.extend(_fn_arg_fields(prefix, key, "advantage_fns", data))
+            elif spath == "algorithm.policy_loss_fn_args":
+                group.fields.extend(_fn_arg_fields(prefix, key, "policy_loss_fns", data))
+    return group
+
+
+def _item_group(name: str, spath: str, prop: dict[str, Any], data: Any, index: str) -> Group:
+    item_prefix = f"{name}[{index}]."
+    items = prop["items"]
+    if spath != "stages":
+        return _build_group(items, item_prefix, f"{spath}[].", data, f"#{index}")
+    group = _build_group(
+        items, item_prefix, "stages[].", data, f"#{index}", only=["stage_name", "mode"]
+    )
+    for section in STAGE_SECTIONS:
+        sname = f"{item_prefix}{section}"
+        group.fields.append(
+            Field(
+                name=sname,
+                label=f"{section} (override)",
+                help=f"this stage's whole {section} section as YAML, replacing the global one (empty: inherit it)",
+                kind="yaml",
+                level="beginner",
+                text=value_text(get_path(data, split_path(sname)), "yaml"),
+            )
+        )  # fmt: skip
+    return group
+
+
+def _build_list(name: str, spath: str, prop: dict[str, Any], data: Any) -> ListBlock:
+    value = get_path(data, split_path(name))
+    items = []
+    for i in range(len(value) if isinstance(value, list) else 0):
+        items.append(ListItem(i, str(i), _item_group(name, spath, prop, data, str(i))))
+    return ListBlock(
+        name=name,
+        title=prop.get("title", name),
+        help=prop.get("description", ""),
+        items=items,
+        template=_item_group(name, spath, prop, {}, "__i__"),
+        level=prop.get("x-level", "expert"),
+    )
+
+
+def build_form(data: Mapping[str, Any]) -> ExperimentForm:
+    """The form for the config mapping ``data`` (interpolations unresolved)."""
+    from webapp.experiments.config_policy import canonical_yaml
+
+    schema = _schema()
+    sections = []
+    for key, title, keys in SECTIONS:
+        if key == "general":
+            group = _build_group(schema, "", "", data, title, top=True, only=keys)
+        elif key == "stages":
+            group = Group(name="stages", title=title, fields=[])
+            group.lists.append(
+                _build_list("stages", "stages", schema["properties"]["stages"], data)
+            )
+        else:
+            group = _build_group(schema["properties"][key], f"{key}.", f"{key}.", data, title)
+        sections.append(Section(key, title, group))
+    return ExperimentForm(sections=sections, base_yaml=canonical_yaml(dict(data)))
+
+
+def attach_errors(form: ExperimentForm, errors: Mapping[str, str], message: str = "") -> None:
+    """Put each error beside its field (or its closest ancestor), the rest at the top."""
+    fields = {f.name: f for f in form.fields()}
+    for path, msg in errors.items():
+        target = field_for_path(path, set(fields))
+        if target is None:
+            form.top_errors.append(f"{path}: {msg}" if path else msg)
+        else:
+            fields[target].error = msg if target == path else f"{path}: {msg}"
+            form.errors[target] = fields[target].error
+    if message and not errors:
+        form.top_errors.append(message)
+
+
+# ---------------------------------------------------------------- merging a post
+
+
+def initial_post(form: ExperimentForm) -> dict[str, str]:
+    """What a browser posts for ``form`` left as rendered (the list markers included)."""
+    post = {f.name: f.text for f in form.fields()}
+    for block in _blocks(form):
+        post[f"{block.name}.{RENDERED}"] = "1"
+        for item in block.items:
+            post[f"{block.name}[{item.index}].{ORIGIN}"] = item.origin
+    return post
+
+
+def _list_items(post: Mapping[str, str], name: str) -> list[tuple[int, str]]:
+    pattern = re.compile(rf"^{re.escape(name)}\[(\d+)\]\.{ORIGIN}$")
+    found = [(int(m.group(1)), post[k]) for k in post if (m := pattern.match(k))]
+    return sorted(found)
+
+
+def merge_form(original: Mapping[str, Any], post: Mapping[str, str], *, trust_unchanged: bool = True) -> dict[str, Any]:  # fmt: skip
+    """``post`` (field name -> text) merged onto ``original`` (see the module doc).
+    ``trust_unchanged=False`` parses every posted text (tests use it to prove the encoding)."""
+    form = build_form(original)
+    specs = _field_specs(form)
+    result: dict[str, Any] = copy.deepcopy(dict(original))
+    origins: dict[str, dict[int, str]] = {}
+    errors: dict[str, str] = {}
+    for block in _blocks(form):
+        if f"{block.name}.{RENDERED}" not in post:
+            continue
+        items = _list_items(post, block.name)
+        before = get_path(original, split_path(block.name))
+        before = before if isinstance(before, list) else []
+        new_list = []
+        origins[block.name] = {}
+        for index, origin in items:
+            ok = origin.isdigit() and int(origin) < len(before)
+            new_list.append(copy.deepcopy(before[int(origin)]) if ok else {})
+            origins[block.name][index] = origin if ok else NEW
+        if [origin for _, origin in items] == [str(i) for i in range(len(before))]:
+            continue  # the list as it was: left as written (an empty list too)
+        if new_list or get_path(original, split_path(block.name)) is not _MISSING:
+            if new_list:
+                set_path(result, split_path(block.name), new_list)
+            else:
+                del_path(result, split_path(block.name))
+    # field names as posted -> where the value was in the original and is in the result
+    for name, posted in post.items():
+        if name.endswith((ORIGIN, RENDERED)) or not _is_config_field(name):
+            continue
+        spec, original_name, result_name = _locate(form, specs, name, origins)
+        if spec is None:
+            continue
+        before = get_path(original, split_path(original_name)) if original_name else _MISSING
+        initial = value_text(before, spec.kind)
+        if trust_unchanged and _norm(posted) == _norm(initial):
+            continue
+        tokens = split_path(result_name)
+        if not _norm(posted):
+            if before is not _MISSING or not trust_unchanged:
+                del_path(result, tokens)
+            continue
+        if before is _MISSING and _norm(posted) == _norm(spec.default_text):
+            continue  # left at the default, not in the original: not added
+        try:
+            set_path(
+                result,
+                tokens,
+                parse_text(
+                    _norm(posted) if spec.kind != "string" else posted.replace("\r\n", "\n"),
+                    spec.kind,
+                    before,
+                    name,
+                ),
+            )
+        except ActionError as err:
+            errors.update(err.errors)
+    if errors:
+        path, msg = next(iter(errors.items()))
+        raise ActionError(f"{path}: {msg}", errors=errors)
+    return result
+
+
+def _is_config_field(name: str) -> bool:
+    return not name.startswith(
+        ("meta.", "csrfmiddlewaretoken", "base_yaml", "config_yaml", "source")
+    )
+
+
+def _blocks(form: ExperimentForm) -> list[ListBlock]:
+    out: list[ListBlock] = []
+
+    def walk(group: Group) -> None:
+        out.extend(group.lists)
+        for sub in group.groups:
+            walk(sub)
+
+    for section in form.sections:
+        walk(section.group)
+    return out
+
+
+_ITEM = re.compile(r"^(?P<list>.+?)\[(?P<i>\d+)\]\.(?P<rest>.+)$")
+
+
+def _locate(form: ExperimentForm, specs: dict[str, Field], name: str, origins: dict[str, dict[int, str]]) -> tuple[Field | None, str | None, str]:  # fmt: skip
+    """The field spec of posted ``name``, its name in the original (None: a new item) and in the result."""
+    m = _ITEM.match(name)
+    if m and m.group("list") in origins:
+        block, index, rest = m.group("list"), int(m.group("i")), m.group("rest")
+        origin = origins[block].get(index)
+        if origin is None:
+            return None, None, name
+        spec = _template_field(form, block, rest)
+        result_name = f"{block}[{sorted(origins[block]).index(index)}].{rest}"
+        return spec, (f"{block}[{origin}].{rest}" if origin != NEW else None), result_name
+    return specs.get(name), name, name
+
+
+def _field_specs(form: ExperimentForm) -> dict[str, Field]:
+    return {f.name: f for f in form.fields()}
+
+
+def _template_field(form: ExperimentForm, block_name: str, rest: str) -> Field | None:
+    for block in _blocks(form):
+        if block.name == block_name:
+            for f in _group_fields(block.template):
+                if f.name == f"{block_name}[__i__].{rest}":
+                    return f
+    return None
