@@ -157,3 +157,182 @@ def logged_in_page(page, live_site):
     page.click("button[type=submit]")
     page.wait_for_url(f"{live_site.url}/")
     return page
+
+
+# ------------------------------------------------------------------ the whole stack (helper E)
+
+
+@dataclass
+class Stack:
+    """Every process of the dashboard, started for one test: daphne, a Celery worker on a queue
+    of its own, the event ingestor in a consumer group of its own, on one database, one Redis
+    and a Ray head of the test's."""
+
+    url: str
+    username: str
+    password: str
+    env: dict[str, str]
+    var: Path
+    processes: dict[str, subprocess.Popen]
+
+    def log(self, name: str) -> str:
+        path = self.var / "log" / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def logs_tail(self, chars: int = 3000) -> str:
+        return "\n".join(f"--- {name}\n{self.log(name)[-chars:]}" for name in self.processes)
+
+    def check_alive(self) -> None:
+        for name, proc in self.processes.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited ({proc.returncode}):\n{self.log(name)[-3000:]}")
+
+
+def _database_for(var: Path, name: str):
+    """A database of the stack's own: a SQLite file, or (DATABASE_URL on PostgreSQL) a new
+    PostgreSQL database on that server, dropped after. Yields its URL."""
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith(("postgres://", "postgresql://")):
+        yield f"sqlite:///{var / 'db.sqlite3'}"
+        return
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{url.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _start(var: Path, name: str, cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
+    log = open(var / "log" / f"{name}.log", "wb")  # noqa: SIM115 - the child keeps it open
+    try:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    finally:
+        log.close()
+
+
+def _stop(processes: dict[str, subprocess.Popen]) -> None:
+    for proc in reversed(list(processes.values())):
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in processes.values():
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture
+def stack(tmp_path, redis_url, ray_head, unique_id) -> Stack:
+    """The whole dashboard for one test (see ``Stack``), with the demo model and data of
+    ``trinity init-demo`` in the test's tmp dir (``RFT_DEMO_DIR``) and a demo superuser."""
+    from workers.celery_app import app
+
+    var = tmp_path / "var"
+    (var / "log").mkdir(parents=True)
+    demo = tmp_path / "demo"
+    bin_dir = Path(sys.executable).parent
+    subprocess.run(
+        [str(bin_dir / "trinity"), "init-demo", "--out", str(demo)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    queue = f"q-{unique_id}"
+    databases = _database_for(var, f"rft_e2e_{unique_id}")
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "RFT_VAR_DIR": str(var),
+        "DATABASE_URL": next(databases),
+        "REDIS_URL": redis_url,
+        "RAY_ADDRESS": ray_head.address,
+        "RFT_DEMO_DIR": str(demo),
+        "RFT_RUNS_DIR": str(tmp_path / "runs"),
+        "RFT_RUNS_QUEUE": queue,
+        "RFT_INGESTOR_GROUP": f"ingestor-{unique_id}",
+        "DJANGO_SETTINGS_MODULE": "webapp.settings",
+    }
+    env.pop("RFT_ALLOWED_PATH_ROOTS", None)  # the defaults: the demo dir and the runs dir
+    login_file = var / "login.txt"
+    for args in (
+        ["migrate", "--noinput", "-v", "0"],
+        ["ensure_demo_user", "--username", "e2e", "--login-file", str(login_file)],
+    ):
+        subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True
+        )
+    fields = dict(line.split(": ", 1) for line in login_file.read_text().splitlines())
+    port = free_port()
+    worker = f"{unique_id}@{_hostname()}"
+    processes: dict[str, subprocess.Popen] = {}
+    try:
+        processes["worker"] = _start(
+            var,
+            "worker",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "workers.celery_app",
+                "worker",
+                "--pool",
+                "solo",
+                "-Q",
+                queue,
+                "-n",
+                f"{unique_id}@%h",
+                "--loglevel",
+                "INFO",
+                "--without-gossip",
+                "--without-mingle",
+            ],  # fmt: skip
+            env,
+        )
+        processes["ingestor"] = _start(
+            var,
+            "ingestor",
+            [sys.executable, "-m", "workers.ingestor", "--consumer", f"e2e-{unique_id}"],
+            env,
+        )
+        processes["web"] = _start(
+            var,
+            "web",
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "webapp.asgi:application",
+            ],  # fmt: skip
+            env,
+        )
+        url = f"http://127.0.0.1:{port}"
+        _wait_http(f"{url}/health.json", processes["web"], var / "log" / "web.log")
+        deadline = time.monotonic() + 60
+        while not app.control.ping(destination=[worker], timeout=0.5):
+            if processes["worker"].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    "celery worker did not answer a ping:\n"
+                    + (var / "log" / "worker.log").read_text()[-3000:]
+                )
+        site = Stack(url, fields["username"], fields["password"], env, var, processes)
+        site.check_alive()
+        yield site
+    finally:
+        _stop(processes)
+        databases.close()
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()
