@@ -1,4 +1,8 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from webapp.checkpoints import views
 
 app_name = "checkpoints"
-urlpatterns: list = []
+urlpatterns = [
+    path("<int:pk>/convert/", views.convert, name="convert"),
+]

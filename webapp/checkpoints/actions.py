@@ -1,0 +1,127 @@
+"""State changes of checkpoints: rows seen in a run's events or its job dir tree, and the
+conversion to Hugging Face weights.
+
+- :func:`observe_checkpoint` (the ingestor, for a ``checkpoint`` event) and
+  :func:`sync_checkpoints` (a run's whole tree, every stage) write rows from what the tree shows
+  (size, whether ``actor/huggingface/`` holds a loadable model), read with the torch-free
+  ``rft_core.checkpoint.layout``. System actions: no permission check, no audit row.
+- :func:`convert_checkpoint` is a user's action: access check, audit ``checkpoint.convert``,
+  ``hf_status`` converting, and the Celery task (``checkpoints.tasks``) enqueued on commit.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from rft_core.checkpoint import layout
+from webapp.accounts.access import check
+from webapp.audit.record import Actor, record
+from webapp.checkpoints.models import Checkpoint, HFStatus
+from webapp.errors import ActionError
+from webapp.runs.models import Run
+
+# A conversion that wrote no progress for this long is taken for dead (its worker was killed):
+# converting it again is allowed.
+CONVERT_STALE_AFTER = timedelta(minutes=15)
+
+
+def _observe(run: Run, stage: str, step: int, path: Path) -> Checkpoint:
+    size = layout.dir_size(path) if path.is_dir() else None
+    ready = layout.hf_model_ready(path)
+    checkpoint, created = Checkpoint.objects.get_or_create(
+        run=run,
+        stage=stage,
+        step=step,
+        defaults={
+            "path": str(path),
+            "size_bytes": size,
+            "hf_status": HFStatus.READY if ready else HFStatus.ABSENT,
+            "hf_path": str(layout.hf_dir(path)) if ready else "",
+        },
+    )
+    if created:
+        return checkpoint
+    changes = {"path": str(path), "size_bytes": size}
+    if checkpoint.hf_status != HFStatus.CONVERTING:
+        if ready:
+            changes |= {"hf_status": HFStatus.READY, "hf_path": str(layout.hf_dir(path))}
+        elif checkpoint.hf_status == HFStatus.READY:  # the weights were removed
+            changes |= {"hf_status": HFStatus.ABSENT, "hf_path": ""}
+    changed = {k: v for k, v in changes.items() if getattr(checkpoint, k) != v}
+    if changed:
+        for name, value in changed.items():
+            setattr(checkpoint, name, value)
+        checkpoint.save(update_fields=[*changed, "updated"])
+    return checkpoint
+
+
+def observe_checkpoint(run: Run, *, stage: str, step: int, path: str) -> Checkpoint:
+    """The row of ``global_step_<step>`` of ``stage``, created or refreshed from the tree."""
+    return _observe(run, stage or "", int(step), Path(path))
+
+
+def sync_checkpoints(run: Run) -> list[Checkpoint]:
+    """Rows for every saved checkpoint in the run's job dir and its stages' job dirs
+    (weight-sync-only step dirs are not checkpoints). Idempotent; returns them by stage, step."""
+    if not run.job_dir:
+        return []
+    return [
+        _observe(run, found.stage, found.step, found.path)
+        for found in layout.scan_checkpoints(Path(run.job_dir))
+        if found.full or (found.hf_path / "config.json").is_file()
+    ]
+
+
+def _refuse_unless_convertible(checkpoint: Checkpoint) -> Path:
+    path = Path(checkpoint.path)
+    where = f"{checkpoint.stage}/global_step_{checkpoint.step}".lstrip("/")
+    if checkpoint.hf_status == HFStatus.CONVERTING:
+        stale = timezone.now() - checkpoint.updated > CONVERT_STALE_AFTER
+        if not stale:
+            raise ActionError(f"{where} is being converted already", status=409)
+    if not (path / layout.ACTOR_DIR).is_dir():
+        raise ActionError(
+            f"{where} is gone from disk ({path} has no actor/ directory); "
+            "it may have been pruned by trainer.max_ckpt_to_keep",
+            status=409,
+        )
+    job_dir = Path(checkpoint.run.job_dir) if checkpoint.run.job_dir else None
+    if job_dir is not None and not path.resolve().is_relative_to(job_dir.resolve()):
+        raise ActionError(f"{where}: {path} is outside the run's job dir {job_dir}", status=409)
+    return path
+
+
+def convert_checkpoint(actor: Actor, checkpoint: Checkpoint) -> Checkpoint:
+    """Queue the conversion of ``checkpoint`` to Hugging Face weights (``actor/huggingface``).
+    Refused (409) while it is converting or when its step dir is gone."""
+    check(actor, checkpoint, "checkpoint.convert")
+    from webapp.checkpoints.tasks import convert_checkpoint_task
+
+    with transaction.atomic():
+        checkpoint = (
+            Checkpoint.objects.select_for_update().select_related("run").get(pk=checkpoint.pk)
+        )
+        _refuse_unless_convertible(checkpoint)
+        before = {"hf_status": checkpoint.hf_status}
+        checkpoint.hf_status = HFStatus.CONVERTING
+        checkpoint.hf_progress = 0.0
+        checkpoint.hf_error = ""
+        checkpoint.save(update_fields=["hf_status", "hf_progress", "hf_error", "updated"])
+        record(
+            actor,
+            "checkpoint.convert",
+            checkpoint,
+            before=before,
+            after={"hf_status": checkpoint.hf_status, "path": checkpoint.path},
+        )
+        # None: Celery's default queue; a deployment may route conversions to the workers on
+        # the hosts that see the checkpoint storage
+        queue = getattr(settings, "RFT_CONVERT_QUEUE", None)
+        pk = checkpoint.pk
+        transaction.on_commit(lambda: convert_checkpoint_task.apply_async((pk,), queue=queue))
+    return checkpoint
