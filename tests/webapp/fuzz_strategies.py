@@ -1,0 +1,163 @@
+"""Hypothesis strategies and row counts shared by the fuzz tests (test_fuzz_api.py,
+test_fuzz_forms.py): random JSON, config-shaped mappings, the demo config with one value
+mutated, and YAML texts from random to hostile (aliases, billion laughs, deep nesting, over the
+size limit, Python tags)."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from django.conf import settings
+from hypothesis import HealthCheck
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from webapp.audit.models import AuditEvent
+from webapp.experiments.models import Experiment, ExperimentVersion, Tag
+from webapp.runs.models import Run
+
+FUZZ = hsettings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+DEMO_YAML = settings.RFT_DEMO_CONFIG.read_text()
+DEMO = yaml.safe_load(DEMO_YAML)
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=40)
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=25,
+)
+# The config's own keys, so random mappings reach past "unknown key" into type checks.
+config_keys = st.sampled_from(
+    ["project", "name", "mode", "algorithm", "model", "buffer", "explorer", "trainer", "stages",
+     "synchronizer", "monitor", "cluster", "checkpoint_root_dir", "model_path", "batch_size",
+     "total_steps", "algorithm_type", "path", "taskset", "engine_type", "lr"]
+)  # fmt: skip
+config_like = st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(config_keys, inner, max_size=5),
+    max_leaves=30,
+)
+
+
+def _mutated_demo(draw) -> dict:
+    """The demo config with one value somewhere replaced by a random one (a type confusion, a
+    path outside the roots, an interpolation, a removed section)."""
+    config = json.loads(json.dumps(DEMO))
+    node = config
+    path = []
+    while isinstance(node, dict) and node and draw(st.booleans()):
+        key = draw(st.sampled_from(sorted(node)))
+        path.append(key)
+        if not isinstance(node[key], dict):
+            break
+        node = node[key]
+    if isinstance(node, dict):
+        key = draw(st.sampled_from(sorted(node) or ["x"]))
+        replacement = draw(
+            json_values
+            | st.sampled_from(
+                [
+                    "/etc/passwd",
+                    "../../../../etc",
+                    "${oc.env:SECRET_KEY}",
+                    "${oc.env:DATABASE_URL,x}",
+                    "${oc.decode:'{a: 1}'}",
+                    "os.system",
+                    "rft_core.cli.main",
+                    -1,
+                    0,
+                    1e308,
+                    "",
+                    [],
+                ]
+            )  # fmt: skip
+        )
+        if draw(st.booleans()) or key == "x":
+            node[key] = replacement
+        else:
+            node.pop(key, None)
+    return config
+
+
+@st.composite
+def mutated_demo(draw) -> dict:
+    return _mutated_demo(draw)
+
+
+yaml_texts = st.one_of(
+    st.text(max_size=300),
+    config_like.map(lambda v: yaml.safe_dump(v, sort_keys=False)),
+    mutated_demo().map(lambda v: yaml.safe_dump(v, sort_keys=False)),
+    st.sampled_from(
+        [
+            "a: &a [1, 2]\nb: [*a, *a, *a]\n",
+            # billion laughs
+            "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+            "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+            "e: [*d, *d, *d, *d, *d, *d, *d, *d, *d]\n",
+            "a: &a\n  b: *a\n",  # recursive alias
+            "[" * 5000 + "]" * 5000,  # deep flow sequence
+            "a:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 400)),  # deep mapping
+            "x: " + "y" * (settings.RFT_YAML_MAX_BYTES + 10),  # over the size limit
+            "!!python/object/apply:os.system ['true']",
+            "project: !!binary aGVsbG8=\n",
+            DEMO_YAML.replace("mode: both", "mode: [both"),
+            DEMO_YAML + "\nunknown_section: {a: 1}\n",
+            "\x00\x01\ufffe",
+        ]
+    ),
+)
+names = st.one_of(
+    st.text(max_size=250), st.sampled_from(["", " ", "x" * 201, "ok-name"]), json_values
+)
+create_bodies = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {"name": names},
+        optional={
+            "config_yaml": st.one_of(yaml_texts, json_values),
+            "config": st.one_of(config_like, mutated_demo(), json_values),
+            "project": st.one_of(st.text(max_size=250), json_values),
+            "description": st.one_of(st.text(max_size=50), json_values),
+            "tags": st.one_of(st.lists(st.text(max_size=70), max_size=60), json_values),
+        },
+    ),
+)
+update_bodies = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "name": names,
+            "config_yaml": st.one_of(yaml_texts, json_values),
+            "config": st.one_of(config_like, mutated_demo(), json_values),
+            "tags": st.one_of(st.lists(st.text(max_size=70), max_size=60), json_values),
+            "note": st.one_of(st.text(max_size=250), json_values),
+        },
+    ),
+)
+
+
+def row_counts() -> dict[str, int]:
+    return {
+        "experiments": Experiment.objects.count(),
+        "versions": ExperimentVersion.objects.count(),
+        "tags": Tag.objects.count(),
+        "runs": Run.objects.count(),
+        "audit": AuditEvent.objects.exclude(action="permission.denied").count(),
+    }
