@@ -138,3 +138,118 @@ def _hostname() -> str:
     import socket
 
     return socket.gethostname()
+
+
+# ---------------------------------------------------------------- ray_head (webapp/runs' tests)
+
+
+class RayHead:
+    """A real Ray head of this test session: 2 CPUs, ports the OS says are free, a temp dir
+    of its own; ``address`` is its job server. ``stop()`` ends only this head's processes
+    (its process tree and whatever names its temp dir), never ``ray stop``."""
+
+    def __init__(self) -> None:
+        from workers.services import free_port
+
+        self.gcs_port, self.dashboard_port = free_port(), free_port()
+        self.client_port, self.agent_port = free_port(), free_port()
+        # short: Ray puts Unix sockets under it (108-byte path limit)
+        self.temp_dir = tempfile.mkdtemp(prefix="rft-tray-", dir="/tmp")
+        self.address = f"http://127.0.0.1:{self.dashboard_port}"
+        self.proc = None
+
+    def start(self, timeout_s: float = 120) -> None:
+        import subprocess
+        import sys
+        import time
+
+        from webapp.health.checks import check_ray
+
+        bin_dir = os.path.dirname(sys.executable)
+        cmd = [
+            os.path.join(bin_dir, "ray"), "start", "--head", "--block", "--num-cpus", "2",
+            "--port", str(self.gcs_port),
+            "--dashboard-host", "127.0.0.1", "--dashboard-port", str(self.dashboard_port),
+            "--ray-client-server-port", str(self.client_port),
+            "--dashboard-agent-listen-port", str(self.agent_port),
+            "--temp-dir", self.temp_dir, "--disable-usage-stats",
+        ]  # fmt: skip
+        env = {
+            **os.environ,
+            # jobs run `trinity` from this venv; actors at normal priority; no drain on stop
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            "RAY_worker_niceness": "0",
+            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+        }
+        env.pop("RAY_ADDRESS", None)
+        self.proc = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + timeout_s
+        while not check_ray(self.address).up:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ray start exited with code {self.proc.returncode}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the Ray head did not answer at {self.address}")
+            time.sleep(0.5)
+
+    def processes(self) -> list:
+        import psutil
+
+        mine = {}
+        if self.proc is not None:
+            try:
+                for p in [
+                    psutil.Process(self.proc.pid),
+                    *psutil.Process(self.proc.pid).children(True),
+                ]:
+                    mine[p.pid] = p
+            except psutil.NoSuchProcess:
+                pass
+        for p in psutil.process_iter(["cmdline"]):
+            if any(self.temp_dir in part for part in p.info["cmdline"] or []):
+                mine.setdefault(p.pid, p)
+        return list(mine.values())
+
+    def stop(self) -> None:
+        import signal
+
+        import psutil
+
+        if self.proc is None:
+            return
+        tree = self.processes()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except Exception:  # noqa: BLE001 - killed below with the rest
+                pass
+        alive = [p for p in tree + self.processes() if p.is_running()]
+        for p in alive:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(alive, timeout=10)
+        self.proc = None
+
+    def restart(self) -> None:
+        """The same head again (same ports): everything it knew about jobs is gone."""
+        self.stop()
+        self.start()
+
+
+@pytest.fixture(scope="session")
+def ray_head():
+    """A real local Ray head for the session (see ``RayHead``); yields it (``.address``)."""
+    import shutil
+
+    head = RayHead()
+    head.start()
+    try:
+        yield head
+    finally:
+        head.stop()
+        shutil.rmtree(head.temp_dir, ignore_errors=True)

@@ -8,6 +8,7 @@ head whose job server answers at ``http://127.0.0.1:8265``. At scale: ``DATABASE
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from pathlib import Path
@@ -182,6 +183,15 @@ RFT_HEARTBEAT_TIMEOUT_S = float(os.environ.get("RFT_HEARTBEAT_TIMEOUT_S", 120))
 RFT_RECONCILE_INTERVAL_S = float(os.environ.get("RFT_RECONCILE_INTERVAL_S", 30))
 # The example the demo user gets as their first experiment (`manage.py ensure_demo_experiment`).
 RFT_DEMO_CONFIG = BASE_DIR / "examples" / "demo" / "grpo_demo.yaml"
+# Runs (webapp/runs): the Celery queue of the launch/cancel/follow tasks; how often a live run's
+# Ray job is polled; how long cancel waits for Ray to stop a job; the command the job runs
+# (`trinity` on the Ray nodes' PATH); extra runtime_env for every run's Ray job, as JSON (e.g.
+# {"pip": ["/shared/rft_studio-0.1-py3-none-any.whl"]} on a cluster without the project).
+RFT_RUNS_QUEUE = os.environ.get("RFT_RUNS_QUEUE", "celery")
+RFT_FOLLOW_INTERVAL_S = float(os.environ.get("RFT_FOLLOW_INTERVAL_S", 3))
+RFT_CANCEL_TIMEOUT_S = float(os.environ.get("RFT_CANCEL_TIMEOUT_S", 60))
+RFT_TRINITY_COMMAND = os.environ.get("RFT_TRINITY_COMMAND", "trinity")
+RFT_RAY_RUNTIME_ENV = json.loads(os.environ.get("RFT_RAY_RUNTIME_ENV") or "{}")
 
 REST_FRAMEWORK = {
     # Token first: its WWW-Authenticate header makes an anonymous API call a 401, not a 403.
