@@ -125,7 +125,24 @@ yaml_texts = st.one_of(
 names = st.one_of(
     st.text(max_size=250), st.sampled_from(["", " ", "x" * 201, "ok-name"]), json_values
 )
+plain_names = st.text(st.characters(codec="utf-8"), min_size=1, max_size=40)
+tag_lists = st.lists(st.text(min_size=1, max_size=20), max_size=5)
+configs = st.one_of(mutated_demo(), mutated_demo(), st.dictionaries(config_keys, config_like))
+# Well-typed bodies get past the shape check into the actions (config checks, names, tags);
+# the rest are random JSON of any shape, and type confusions of each field.
+well_typed_create = st.one_of(
+    st.fixed_dictionaries(
+        {"name": plain_names, "config_yaml": yaml_texts},
+        optional={"project": st.text(max_size=30), "tags": tag_lists},
+    ),
+    st.fixed_dictionaries(
+        {"name": plain_names, "config": configs},
+        optional={"description": st.text(max_size=30), "tags": tag_lists},
+    ),
+)
 create_bodies = st.one_of(
+    well_typed_create,
+    well_typed_create,
     json_values,
     st.fixed_dictionaries(
         {"name": names},
@@ -138,7 +155,14 @@ create_bodies = st.one_of(
         },
     ),
 )
+well_typed_update = st.one_of(
+    st.fixed_dictionaries({"config_yaml": yaml_texts}, optional={"note": st.text(max_size=30)}),
+    st.fixed_dictionaries({"config": configs}, optional={"name": plain_names}),
+    st.fixed_dictionaries({"name": plain_names}, optional={"tags": tag_lists}),
+)
 update_bodies = st.one_of(
+    well_typed_update,
+    well_typed_update,
     json_values,
     st.fixed_dictionaries(
         {},

@@ -22,7 +22,7 @@ from fuzz_strategies import (
     update_bodies,
     yaml_texts,
 )
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from webapp.experiments.models import Experiment
@@ -31,6 +31,9 @@ pytestmark = pytest.mark.django_db
 
 
 def assert_clean_refusal(response, before: dict[str, int], body) -> None:
+    event(f"status {response.status_code}")  # --hypothesis-show-statistics
+    if response.status_code >= 400 and response["Content-Type"] == "application/json":
+        event(f"errors at {sorted(response.json().get('errors', {}))[:1]}")
     assert response.status_code < 500, (response.status_code, body)
     if response.status_code >= 400:
         assert row_counts() == before, (response.status_code, response.content[:500], body)
