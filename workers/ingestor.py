@@ -3,17 +3,22 @@
     python -m workers.ingestor [--consumer NAME] [--block-ms 1000]
 
 Runs discover themselves by adding their id to the set ``rft:runs`` (see
-``rft_core/monitor/events.py``); each stream ``rft:run:<id>`` is read through the consumer
+``rft_core/monitor/events.py``); each stream ``rft:run:<key>`` is read through the consumer
 group ``ingestor``, so several ingestors share the work and an entry is handled once. Every
-entry is stored as a ``RunEvent`` (unique on run + stream id, so a replay writes nothing twice),
-fanned out to group ``run-<id>``, then acknowledged. Entries left pending by a consumer that
-died are claimed after ``CLAIM_IDLE_MS``.
+entry is stored as a ``RunEvent`` (unique on run key + stream id, so a replay writes nothing
+twice); in the same transaction each event stored for the first time is projected into
+metric points, log lines, checkpoints and run status (``webapp.events.projection``) when its
+key is a Run's ``key``. After the commit the new events are fanned out to the Channels group
+``run-<run pk>`` and acknowledged. Entries left pending by a consumer that died (or by a batch
+whose transaction failed) are claimed after ``CLAIM_IDLE_MS``; events of a key that matches no
+Run (a CLI run with ``RFT_RUN_ID`` set by hand) keep their RunEvent rows only.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import signal
 import socket
@@ -35,6 +40,8 @@ from django.db import transaction  # noqa: E402
 from rft_core.monitor.events import RUNS_SET, STREAM_PREFIX, MonitorEvent, run_id_of  # noqa: E402
 from webapp.events.consumers import run_group  # noqa: E402
 from webapp.events.models import RunEvent  # noqa: E402
+from webapp.events.projection import project  # noqa: E402
+from webapp.runs.models import Run  # noqa: E402
 
 GROUP = "ingestor"
 CLAIM_IDLE_MS = 60_000
@@ -121,53 +128,89 @@ class Ingestor:
     def _handle(self, key: str, entries: list) -> int:
         if not entries:
             return 0
-        run_id = run_id_of(key)
-        rows = []
-        for stream_id, fields in entries:
-            sid = stream_id.decode() if isinstance(stream_id, bytes) else stream_id
-            try:
-                event = MonitorEvent.from_fields(fields)
-            except (KeyError, ValueError) as err:
-                log.warning("skipping malformed entry %s %s: %s", key, sid, err)
-                continue
-            rows.append(
-                RunEvent(
-                    run_key=run_id,
-                    stream_id=sid,
-                    kind=event.kind,
-                    role=event.role,
-                    step=event.step,
-                    payload=event.data,
-                    emitted_at=datetime.fromtimestamp(event.ts, tz=UTC),
+        run_key = run_id_of(key)
+        rows = event_rows(run_key, entries)
+        try:
+            run, new_rows = store_events(run_key, rows)
+        except Exception:  # noqa: BLE001 - one run's bad batch must not stop the others
+            # not acked: the entries stay pending and are claimed again after CLAIM_IDLE_MS
+            log.exception("storing %d entries of %s failed; they stay pending", len(rows), key)
+            return 0
+        if run is not None:
+            for row in new_rows:
+                async_to_sync(self.channel_layer.group_send)(
+                    run_group(run.pk), {"type": "run.event", "event": row.as_message()}
                 )
-            )
-        new_rows = store_events(run_id, rows)
-        for row in new_rows:
-            async_to_sync(self.channel_layer.group_send)(
-                run_group(run_id), {"type": "run.event", "event": row.as_message()}
-            )
         ids = [e[0] for e in entries]
         self.client.xack(key, self.group, *ids)
         return len(entries)
 
 
-def store_events(run_id: str, rows: list[RunEvent]) -> list[RunEvent]:
-    """Insert the rows not stored yet; returns them (with primary keys) in stream order."""
+def event_rows(run_key: str, entries: list) -> list[RunEvent]:
+    """Unsaved RunEvent rows of stream entries ``(id, fields)``; malformed ones are skipped."""
+    rows = []
+    for stream_id, fields in entries:
+        sid = stream_id.decode() if isinstance(stream_id, bytes) else stream_id
+        try:
+            event = MonitorEvent.from_fields(fields)
+        except (KeyError, ValueError) as err:
+            log.warning("skipping malformed entry %s %s: %s", run_key, sid, err)
+            continue
+        rows.append(
+            RunEvent(
+                run_key=run_key,
+                stream_id=sid,
+                kind=event.kind,
+                role=event.role[:32],
+                stage=event.stage[:100],
+                step=event.step,
+                payload=json_safe(event.data),
+                emitted_at=datetime.fromtimestamp(event.ts, tz=UTC),
+            )
+        )
+    return rows
+
+
+def json_safe(value):
+    """``value`` with NaN and infinities as null: JSON columns (PostgreSQL's jsonb) and
+    browsers refuse them."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def store_events(run_key: str, rows: list[RunEvent]) -> tuple[Run | None, list[RunEvent]]:
+    """Insert the rows not stored yet and project them into the run's rows, in one
+    transaction. Returns the run (None when no Run has this key) and the new rows (with
+    primary keys) in stream order."""
     if not rows:
-        return []
+        return Run.objects.filter(key=run_key).first(), []
     with transaction.atomic():
+        # the run's row lock serialises two ingestors handling one entry (a claimed entry
+        # whose first consumer was only slow): the second sees it stored and projects nothing
+        run = Run.objects.select_for_update().filter(key=run_key).first()
         seen = set(
             RunEvent.objects.filter(
-                run_key=run_id, stream_id__in=[r.stream_id for r in rows]
+                run_key=run_key, stream_id__in=[r.stream_id for r in rows]
             ).values_list("stream_id", flat=True)
         )
         fresh = [r for r in rows if r.stream_id not in seen]
+        if not fresh:
+            return run, []
         RunEvent.objects.bulk_create(fresh, ignore_conflicts=True)
-    # ignore_conflicts leaves pk unset on some backends: read the rows back in order.
-    stored = RunEvent.objects.filter(
-        run_key=run_id, stream_id__in=[r.stream_id for r in fresh]
-    ).order_by("pk")
-    return list(stored)
+        # ignore_conflicts leaves pk unset on some backends: read the rows back in order.
+        stored = list(
+            RunEvent.objects.filter(
+                run_key=run_key, stream_id__in=[r.stream_id for r in fresh]
+            ).order_by("pk")
+        )
+        if run is not None:
+            project(run, stored)
+    return run, stored
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,59 +1,131 @@
 """The ingestor reads a real Redis stream written by the real monitor, stores each entry once
-(also when the stream is replayed), fans it out through channels_redis, and acks it."""
+(also when the stream is replayed or a crashed batch is recovered), projects each new event
+into metric points, log lines, checkpoints and run status, fans it out through channels_redis
+to ``run-<run pk>``, and acks it."""
 
 from __future__ import annotations
+
+import math
+from pathlib import Path
 
 import pytest
 import redis
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
+from django.contrib.auth import get_user_model
 
-from rft_core.monitor import RUNS_SET, build_monitor, stream_key
+from rft_core.monitor import ENV_REDIS_URL, ENV_RUN_ID, RUNS_SET, build_monitor, stream_key
+from webapp.audit.models import AuditEvent
+from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.events.models import RunEvent
-from workers.ingestor import Ingestor
+from webapp.experiments.models import Experiment
+from webapp.runs.models import LogLine, MetricPoint, Run, RunStatus
+from workers.ingestor import Ingestor, event_rows, store_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+KINDS = ["heartbeat", "status", "metric", "metric", "log", "checkpoint", "status"]
+
+
+def _step_dir(job: Path, n: int) -> Path:
+    """A full checkpoint with finished HF weights, as the trainer leaves it."""
+    hf = job / f"global_step_{n}" / "actor" / "huggingface"
+    hf.mkdir(parents=True)
+    (hf / "config.json").write_text("{}")
+    (hf / "model.safetensors").write_bytes(b"w" * 64)
+    (job / f"global_step_{n}" / ".full_checkpoint").write_text(f"{n}\n")
+    return job / f"global_step_{n}"
+
+
+def _write_stream(job: Path, monkeypatch, redis_url: str, run_key: str) -> None:
+    """Seven events of ``run_key`` through build_monitor's Redis sink: the heartbeat it sends
+    at start, then six the test writes."""
+    monkeypatch.setenv(ENV_REDIS_URL, redis_url)
+    monkeypatch.setenv(ENV_RUN_ID, run_key)
+    monkeypatch.setenv("RFT_HEARTBEAT_S", "3600")
+    monitor = build_monitor("tensorboard", {}, job, role="trainer", run_name="demo", stage="rft")
+    monitor.status("running", "trainer started")
+    monitor.log({"actor/pg_loss": 0.5, "eval/gsm8k/accuracy/mean@1": 0.25}, step=1)
+    monitor.log({"actor/pg_loss": math.nan, "eval/gsm8k/accuracy/mean@1": 0.125}, step=2)
+    monitor.log_line("trainer step 2 done", "WARNING")
+    monitor.checkpoint_saved(2, str(_step_dir(job, 2)))
+    monitor.status("finished", "trainer finished at step 2")
+    monitor.close()
+
 
 @pytest.fixture
-def run_stream(tmp_path, monkeypatch, redis_url, redis_client, unique_id):
-    """Six events of run ``unique_id`` written through build_monitor's Redis sink: the
-    heartbeat it sends at start, then five the test writes."""
-    monkeypatch.setenv("RFT_EVENTS_REDIS_URL", redis_url)
-    monkeypatch.setenv("RFT_RUN_ID", unique_id)
-    monkeypatch.setenv("RFT_HEARTBEAT_S", "3600")
-    redis_client.test_keys.append(stream_key(unique_id))
-    monitor = build_monitor("tensorboard", {}, tmp_path, role="trainer", run_name="demo")
-    monitor.status("running")
-    monitor.log({"actor/pg_loss": 0.5, "actor/ppo_kl": 0.25}, step=1)
-    monitor.log({"actor/pg_loss": 0.375}, step=2)
-    monitor.checkpoint_saved(2, "/ckpt/global_step_2")
-    monitor.status("finished")
-    monitor.close()
-    yield unique_id
-    redis_client.srem(RUNS_SET, unique_id)
+def run(unique_id, tmp_path):
+    owner = get_user_model().objects.create_user("alice", password=None)
+    experiment = Experiment.objects.create(owner=owner, name="e", config_yaml="", config={})
+    return Run.objects.create(
+        experiment=experiment,
+        number=1,
+        key=unique_id,
+        status=RunStatus.STARTING,
+        config_yaml="",
+        job_dir=str(tmp_path),
+    )
 
 
-def _ingestor(redis_url, run_id, group):
-    client = redis.Redis.from_url(redis_url)
-    return Ingestor(client, "consumer-a", group=group, only_runs={run_id})
+@pytest.fixture
+def run_stream(run, tmp_path, monkeypatch, redis_url, redis_client):
+    redis_client.test_keys.append(stream_key(run.key))
+    _write_stream(tmp_path, monkeypatch, redis_url, run.key)
+    yield run.key
+    redis_client.srem(RUNS_SET, run.key)
+
+
+def _ingestor(redis_url, run_key, group, consumer="consumer-a"):
+    return Ingestor(redis.Redis.from_url(redis_url), consumer, group=group, only_runs={run_key})
+
+
+def _counts(run: Run) -> dict[str, int]:
+    return {
+        "events": RunEvent.objects.filter(run_key=run.key).count(),
+        "metrics": MetricPoint.objects.filter(run=run).count(),
+        "logs": LogLine.objects.filter(run=run).count(),
+        "checkpoints": Checkpoint.objects.filter(run=run).count(),
+        "audit": AuditEvent.objects.count(),
+    }
 
 
 def test_it_stores_each_stream_entry_as_one_row(run_stream, redis_url):
     ingestor = _ingestor(redis_url, run_stream, f"g-{run_stream}")
-    assert ingestor.poll(block_ms=100) == 6
+    assert ingestor.poll(block_ms=100) == 7
     rows = list(RunEvent.objects.filter(run_key=run_stream).order_by("pk"))
-    assert [(r.kind, r.step) for r in rows] == [
-        ("heartbeat", None),
-        ("status", None),
-        ("metric", 1),
-        ("metric", 2),
-        ("checkpoint", 2),
-        ("status", None),
+    assert [r.kind for r in rows] == KINDS
+    assert [r.step for r in rows] == [None, None, 1, 2, None, 2, None]
+    assert rows[2].payload == {"actor/pg_loss": 0.5, "eval/gsm8k/accuracy/mean@1": 0.25}
+    # NaN is kept as null: PostgreSQL's jsonb and browsers refuse NaN
+    assert rows[3].payload == {"actor/pg_loss": None, "eval/gsm8k/accuracy/mean@1": 0.125}
+    assert {(r.role, r.stage) for r in rows} == {("trainer", "rft")}
+
+
+def test_it_projects_metrics_logs_checkpoints_and_status(run_stream, run, redis_url, tmp_path):
+    _ingestor(redis_url, run_stream, f"g-{run_stream}").poll(block_ms=100)
+    points = MetricPoint.objects.filter(run=run).order_by("id")
+    assert [(p.name, p.role, p.stage, p.step, p.value) for p in points] == [
+        ("actor/pg_loss", "trainer", "rft", 1, 0.5),
+        ("eval/gsm8k/accuracy/mean@1", "trainer", "rft", 1, 0.25),
+        ("actor/pg_loss", "trainer", "rft", 2, None),
+        ("eval/gsm8k/accuracy/mean@1", "trainer", "rft", 2, 0.125),
     ]
-    assert rows[2].payload == {"actor/pg_loss": 0.5, "actor/ppo_kl": 0.25}
-    assert rows[4].payload == {"path": "/ckpt/global_step_2"}
-    assert {r.role for r in rows} == {"trainer"}
+    (line,) = LogLine.objects.filter(run=run)
+    assert (line.actor, line.level, line.stage, line.text) == (
+        "trainer",
+        "WARNING",
+        "rft",
+        "trainer step 2 done",
+    )
+    (checkpoint,) = Checkpoint.objects.filter(run=run)
+    assert (checkpoint.stage, checkpoint.step, checkpoint.hf_status) == ("rft", 2, HFStatus.READY)
+    assert checkpoint.path == str(tmp_path / "global_step_2")
+    assert checkpoint.size_bytes == 2 + 64 + 2  # config.json, weights, marker
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING  # first heartbeat / "running"
+    assert run.last_heartbeat is not None
+    assert (run.stage, run.step) == ("rft", 2)
+    assert (run.last_eval_accuracy, run.best_eval_accuracy) == (0.125, 0.25)
 
 
 def test_it_acks_so_a_second_poll_handles_nothing(run_stream, redis_url, redis_client):
@@ -64,37 +136,71 @@ def test_it_acks_so_a_second_poll_handles_nothing(run_stream, redis_url, redis_c
     assert redis_client.xpending(stream_key(run_stream), group)["pending"] == 0
 
 
-def test_a_replayed_stream_writes_no_duplicate_rows(run_stream, redis_url):
+def test_a_replayed_stream_writes_no_second_row_of_anything(run_stream, run, redis_url):
     _ingestor(redis_url, run_stream, f"g1-{run_stream}").poll(block_ms=100)
-    # A second consumer group reads the whole stream again from the start: same entries, same ids.
-    assert _ingestor(redis_url, run_stream, f"g2-{run_stream}").poll(block_ms=100) == 6
-    assert RunEvent.objects.filter(run_key=run_stream).count() == 6
+    once = _counts(run)
+    assert once["events"] == 7 and once["metrics"] == 4 and once["checkpoints"] == 1
+    # Two more consumer groups read the whole stream again from the start: same entries, same ids.
+    for group in (f"g2-{run_stream}", f"g3-{run_stream}"):
+        assert _ingestor(redis_url, run_stream, group).poll(block_ms=100) == 7
+        assert _counts(run) == once
 
 
-def test_it_fans_new_events_out_to_the_run_group(run_stream, redis_url):
+def test_a_batch_stored_before_a_crash_is_projected_once_on_recovery(
+    run_stream, run, redis_url, redis_client
+):
+    group = f"g-{run_stream}"
+    key = stream_key(run_stream)
+    ingestor = _ingestor(redis_url, run_stream, group)
+    ingestor.discover()
+    # The crash: consumer-a got the entries and committed the first four, then died unacked.
+    ((_, entries),) = redis_client.xreadgroup(group, "consumer-a", {key: ">"}, count=10)
+    store_events(run_stream, event_rows(run_stream, entries[:4]))
+    assert redis_client.xpending(key, group)["pending"] == 7
+    assert _ingestor(redis_url, run_stream, group).recover_own_pending() == 7
+    assert redis_client.xpending(key, group)["pending"] == 0
+    counts = _counts(run)
+    assert (counts["events"], counts["metrics"], counts["logs"], counts["checkpoints"]) == (
+        7,
+        4,
+        1,
+        1,
+    )
+
+
+def test_events_of_a_key_without_a_run_keep_their_run_events_only(
+    tmp_path, monkeypatch, redis_url, redis_client, unique_id
+):
+    orphan = f"{unique_id}-cli"
+    redis_client.test_keys.append(stream_key(orphan))
+    _write_stream(tmp_path, monkeypatch, redis_url, orphan)
+    try:
+        assert _ingestor(redis_url, orphan, f"g-{orphan}").poll(block_ms=100) == 7
+    finally:
+        redis_client.srem(RUNS_SET, orphan)
+    assert RunEvent.objects.filter(run_key=orphan).count() == 7
+    assert MetricPoint.objects.count() == LogLine.objects.count() == Checkpoint.objects.count() == 0
+
+
+def test_it_fans_new_events_out_to_the_group_of_the_runs_pk(run_stream, run, redis_url):
     layer = get_channel_layer()
-    group = f"run-{run_stream}"
+    group = f"run-{run.pk}"
 
     async def listen_while(ingest):
         channel = await layer.new_channel()
         await layer.group_add(group, channel)
         await sync_to_async(ingest)()
-        messages = [await layer.receive(channel) for _ in range(6)]
+        messages = [await layer.receive(channel) for _ in range(7)]
         await layer.group_discard(group, channel)
         return messages
 
     ingestor = _ingestor(redis_url, run_stream, f"g-{run_stream}")
     messages = async_to_sync(listen_while)(lambda: ingestor.poll(block_ms=100))
-    assert [m["event"]["kind"] for m in messages] == [
-        "heartbeat",
-        "status",
-        "metric",
-        "metric",
-        "checkpoint",
-        "status",
-    ]
-    assert messages[2]["event"]["data"] == {"actor/pg_loss": 0.5, "actor/ppo_kl": 0.25}
-    assert messages[2]["event"]["id"] == RunEvent.objects.get(run_key=run_stream, step=1).pk
+    assert [m["event"]["kind"] for m in messages] == KINDS
+    metric = messages[2]["event"]
+    assert metric["data"] == {"actor/pg_loss": 0.5, "eval/gsm8k/accuracy/mean@1": 0.25}
+    assert (metric["run"], metric["stage"]) == (run.key, "rft")
+    assert metric["id"] == RunEvent.objects.get(run_key=run_stream, step=1).pk
 
 
 def test_it_recovers_entries_a_crashed_consumer_left_unacked(run_stream, redis_url, redis_client):
@@ -104,7 +210,7 @@ def test_it_recovers_entries_a_crashed_consumer_left_unacked(run_stream, redis_u
     ingestor.discover()
     # Simulate a crash: the entries are delivered to consumer-a but never stored nor acked.
     redis_client.xreadgroup(group, "consumer-a", {key: ">"}, count=10)
-    assert redis_client.xpending(key, group)["pending"] == 6
-    assert _ingestor(redis_url, run_stream, group).recover_own_pending() == 6
-    assert RunEvent.objects.filter(run_key=run_stream).count() == 6
+    assert redis_client.xpending(key, group)["pending"] == 7
+    assert _ingestor(redis_url, run_stream, group).recover_own_pending() == 7
+    assert RunEvent.objects.filter(run_key=run_stream).count() == 7
     assert redis_client.xpending(key, group)["pending"] == 0

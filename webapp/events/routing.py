@@ -3,5 +3,6 @@ from django.urls import re_path
 from webapp.events.consumers import RunEventsConsumer
 
 websocket_urlpatterns = [
-    re_path(r"^ws/runs/(?P<run_id>[A-Za-z0-9_.-]{1,80})/$", RunEventsConsumer.as_asgi()),
+    # the run's primary key; anything else is answered 4404 by the consumer, not a routing error
+    re_path(r"^ws/runs/(?P<run_id>[^/]{1,80})/$", RunEventsConsumer.as_asgi()),
 ]

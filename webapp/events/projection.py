@@ -1,0 +1,53 @@
+"""The projection of a run's new events into the dashboard's rows, through the apps that own
+them (the events app never writes a Run itself):
+
+    metric      -> webapp.runs.telemetry.record_metrics (MetricPoint rows, eval accuracy)
+                   and webapp.runs.actions.observe_progress (the latest stage, its top step)
+    log         -> webapp.runs.telemetry.record_logs (LogLine rows)
+    checkpoint  -> webapp.checkpoints.actions.observe_checkpoint (Checkpoint row)
+    status      -> webapp.runs.actions.observe_status, in stream order
+    heartbeat   -> webapp.runs.actions.observe_heartbeat (the latest one of the batch)
+
+The ingestor calls :func:`project` inside the transaction that stores the events, with only
+the events stored for the first time, so a replayed stream projects nothing twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from webapp.checkpoints.actions import observe_checkpoint
+from webapp.events.models import RunEvent
+from webapp.runs import actions as run_actions
+from webapp.runs.models import Run
+from webapp.runs.telemetry import record_logs, record_metrics
+
+
+def project(run: Run, events: Sequence[RunEvent]) -> None:
+    """Write what ``events`` (new, in stream order) say about ``run``."""
+    metrics = [e for e in events if e.kind == "metric"]
+    record_metrics(run, metrics)
+    record_logs(run, [e for e in events if e.kind == "log"])
+    for event in events:
+        if event.kind == "checkpoint":
+            path = event.payload.get("path") if isinstance(event.payload, dict) else None
+            if event.step is not None and path:
+                observe_checkpoint(run, stage=event.stage, step=event.step, path=str(path))
+        elif event.kind == "status":
+            data = event.payload if isinstance(event.payload, dict) else {}
+            run_actions.observe_status(
+                run,
+                str(data.get("state", "")),
+                str(data.get("message", "")),
+                event.emitted_at.timestamp(),
+                stage=event.stage,
+            )
+    heartbeats = [e for e in events if e.kind == "heartbeat"]
+    if heartbeats:
+        run_actions.observe_heartbeat(run, heartbeats[-1].emitted_at.timestamp())
+    stepped = [e for e in metrics if e.step is not None]
+    if stepped:
+        # explorer and trainer interleave their steps: the furthest one of the current stage
+        stage = stepped[-1].stage
+        step = max(e.step for e in stepped if e.stage == stage)
+        run_actions.observe_progress(run, stage=stage, step=step)
