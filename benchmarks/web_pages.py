@@ -11,8 +11,9 @@ SQL queries of one request (``CaptureQueriesContext``):
   list), a run page (``/runs/<id>/``), the metrics API (a page of 5,000 points,
   ``/api/v1/runs/<id>/metrics/?name=...&limit=5000``), and the admin's run and audit lists;
 - where a page shows a number of rows the caller chooses, the same page again with 10x more rows
-  (an experiment with 100 runs against one with 10; 5,000 metric points against 500), so the
-  table shows whether the query count grows with the rows shown (it should not).
+  (a search finding one experiment against a full list page; an experiment with 100 runs
+  against one with 10; 5,000 metric points against 500), so the table shows whether the query
+  count grows with the rows shown (it should not).
 
 A page that does not exist yet (404) or fails is listed with its status instead of figures.
 Each backend runs in a child process of this script (Django's settings are read once per
@@ -242,6 +243,14 @@ def measure(client, page: str, url: str, rows: str, repeat: int) -> Figure:
     )
 
 
+def _list_page_size() -> int | str:
+    try:
+        from webapp.experiments.views import PAGE_SIZE
+    except ImportError:  # the list page is not there yet
+        return "?"
+    return PAGE_SIZE
+
+
 def explain_slowest(client, page: str, url: str) -> None:
     """Each query of one request with its time, slowest first (to stderr)."""
     from django.db import connection
@@ -275,10 +284,12 @@ def child(args: argparse.Namespace) -> None:
     staff.force_login(
         get_user_model().objects.create_superuser("bench-admin", password="bench-password-123")
     )
+    per_page = _list_page_size()
     metric = f"/api/v1/runs/{ids['heavy_run']}/metrics/?name={ids['metric']}"
     pages = [
-        ("experiment list", "/experiments/", "page 1"),
-        ("experiment list", "/experiments/?page=10", "page 10"),
+        ("experiment list", "/experiments/?q=experiment-00007", "1 (search)"),
+        ("experiment list", "/experiments/", f"{per_page} (page 1)"),
+        ("experiment list", "/experiments/?page=10", f"{per_page} (page 10)"),
         ("experiment page", f"/experiments/{ids['small_experiment']}/", "10 runs"),
         ("experiment page", f"/experiments/{ids['big_experiment']}/", "100 runs"),
         ("run page", f"/runs/{ids['heavy_run']}/", "100k points"),
@@ -290,7 +301,7 @@ def child(args: argparse.Namespace) -> None:
         ("admin runs", "/admin/runs/run/", "50 of 10k"),
         ("admin runs", "/admin/runs/run/?status__exact=failed", "50 failed"),
         ("admin experiments", "/admin/experiments/experiment/", "50 of 1k"),
-        ("admin audit", "/admin/audit/auditevent/", "100 of 10k"),
+        ("admin audit", "/admin/audit/auditevent/", "50 of 10k"),
     ]
     # The metrics API from the middle of the series: a range scan after a sequence number.
     from webapp.runs.models import MetricPoint
