@@ -26,8 +26,10 @@ from webapp.accounts.access import authorize
 from webapp.api import serializers as s
 from webapp.api.errors import api_exception_handler
 from webapp.audit.record import Actor
+from webapp.checkpoints.actions import convert_checkpoint
 from webapp.checkpoints.models import Checkpoint
 from webapp.experiments.models import Experiment
+from webapp.runs.actions import cancel_run, launch_run
 from webapp.runs.models import LogLine, MetricPoint, Run
 
 METRICS_DEFAULT_LIMIT = 1000
@@ -168,8 +170,6 @@ class ExperimentLaunchView(ApiView):
         """Launch a run of the experiment's current config (queued; a worker submits it)."""
         actor = self.actor()
         experiment = authorize(actor, Experiment, pk, "run.launch")
-        from webapp.runs.actions import launch_run
-
         run = launch_run(actor, experiment)
         return Response(s.RunDetailSerializer(run).data, status.HTTP_201_CREATED)
 
@@ -206,8 +206,6 @@ class RunCancelView(ApiView):
         """Cancel the run (a queued run never submits; a running one's Ray job is stopped)."""
         actor = self.actor()
         run = authorize(actor, Run, pk, "run.cancel")
-        from webapp.runs.actions import cancel_run
-
         run = cancel_run(actor, run)
         return Response(s.RunDetailSerializer(run).data)
 
@@ -308,7 +306,5 @@ class CheckpointConvertView(ApiView):
         """Convert the checkpoint to Hugging Face format (a worker does it; poll ``hf_status``)."""
         actor = self.actor()
         checkpoint = authorize(actor, Checkpoint, pk, "checkpoint.convert")
-        from webapp.checkpoints.actions import convert_checkpoint
-
         checkpoint = convert_checkpoint(actor, checkpoint)
         return Response(s.CheckpointSerializer(checkpoint).data, status.HTTP_202_ACCEPTED)
