@@ -36,6 +36,7 @@ migrate: venv
 
 demo-user: migrate
 	@$(PY) manage.py ensure_demo_user
+	@$(PY) manage.py ensure_demo_experiment
 
 demo-assets: venv
 	@$(BIN)/trinity init-demo || { echo "make: \`trinity init-demo\` failed (see above); the demo model and data are needed"; exit 1; }

@@ -23,27 +23,34 @@ def test_it_redirects_anonymous_admin_to_login(client):
     assert client.get("/admin/").status_code == 302
 
 
+def test_home_redirects_to_the_experiment_list(client, alice):
+    client.force_login(alice)
+    response = client.get("/")
+    assert response.status_code == 302 and response.url == "/experiments/"
+
+
 def test_it_logs_in_with_the_right_password_and_shows_the_user(client, alice):
     response = client.post("/login/", {"username": "alice", "password": "correct-horse-battery"})
     assert response.status_code == 302 and response.url == "/"
-    page = client.get("/")
+    page = client.get("/", follow=True)
+    assert page.redirect_chain == [("/experiments/", 302)]
     assert page.status_code == 200
-    assert b"Signed in as <strong>alice</strong>" in page.content
+    assert b'<span class="who">alice</span>' in page.content
 
 
 def test_it_rejects_a_wrong_password(client, alice):
     response = client.post("/login/", {"username": "alice", "password": "wrong"})
     assert response.status_code == 200
     assert b"Wrong username or password" in response.content
-    assert client.get("/").status_code == 302
+    assert client.get("/experiments/").status_code == 302
 
 
 def test_it_logs_out_with_post(client, alice):
     client.force_login(alice)
-    assert client.get("/").status_code == 200
+    assert client.get("/experiments/").status_code == 200
     response = client.post("/logout/")
     assert response.status_code == 302 and response.url == "/login/"
-    assert client.get("/").status_code == 302
+    assert client.get("/experiments/").status_code == 302
 
 
 def test_health_is_public(client):

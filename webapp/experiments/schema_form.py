@@ -62,6 +62,15 @@ MULTILINE = {"system_prompt", "custom_chat_template", "chat_template"}
 ORIGIN = "__origin__"
 RENDERED = "__rendered__"
 NEW = "new"
+PAGE_FIELDS = {
+    "csrfmiddlewaretoken",
+    "base_yaml",
+    "config_yaml",
+    "config_file",
+    "source",
+    "note",
+    "to",
+}
 
 
 @dataclass
@@ -410,9 +419,9 @@ def build_form(data: Mapping[str, Any]) -> ExperimentForm:
             group = _build_group(schema, "", "", data, title, top=True, only=keys)
         elif key == "stages":
             group = Group(name="stages", title=title, fields=[])
-            group.lists.append(
-                _build_list("stages", "stages", schema["properties"]["stages"], data)
-            )
+            block = _build_list("stages", "stages", schema["properties"]["stages"], data)
+            block.level = "beginner"  # the stages editor is the whole section
+            group.lists.append(block)
         else:
             group = _build_group(schema["properties"][key], f"{key}.", f"{key}.", data, title)
         sections.append(Section(key, title, group))
@@ -517,9 +526,8 @@ def merge_form(original: Mapping[str, Any], post: Mapping[str, str], *, trust_un
 
 
 def _is_config_field(name: str) -> bool:
-    return not name.startswith(
-        ("meta.", "csrfmiddlewaretoken", "base_yaml", "config_yaml", "source")
-    )
+    """Posted names that are not config fields: the experiment's own fields and the page's."""
+    return not name.startswith("experiment.") and name not in PAGE_FIELDS
 
 
 def _blocks(form: ExperimentForm) -> list[ListBlock]:
