@@ -161,8 +161,8 @@ def event_rows(run_key: str, entries: list) -> list[RunEvent]:
                 run_key=run_key,
                 stream_id=sid,
                 kind=event.kind,
-                role=event.role[:32],
-                stage=event.stage[:100],
+                role=json_safe(event.role)[:32],
+                stage=json_safe(event.stage)[:100],
                 step=event.step,
                 payload=json_safe(event.data),
                 emitted_at=datetime.fromtimestamp(event.ts, tz=UTC),
@@ -172,12 +172,14 @@ def event_rows(run_key: str, entries: list) -> list[RunEvent]:
 
 
 def json_safe(value):
-    """``value`` with NaN and infinities as null: JSON columns (PostgreSQL's jsonb) and
-    browsers refuse them."""
+    """``value`` with NaN and infinities as null and NUL characters as U+FFFD: PostgreSQL's
+    jsonb and text columns refuse those, and a batch they fail would stay pending forever."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
     if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
+        return {json_safe(str(k)): json_safe(v) for k, v in value.items()}
     if isinstance(value, list):
         return [json_safe(v) for v in value]
     return value

@@ -168,6 +168,24 @@ def test_a_batch_stored_before_a_crash_is_projected_once_on_recovery(
     )
 
 
+def test_nul_characters_and_infinities_are_stored_on_every_database(
+    run, tmp_path, monkeypatch, redis_url, redis_client
+):
+    redis_client.test_keys.append(stream_key(run.key))
+    monkeypatch.setenv(ENV_REDIS_URL, redis_url)
+    monkeypatch.setenv(ENV_RUN_ID, run.key)
+    monkeypatch.setenv("RFT_HEARTBEAT_S", "3600")
+    with build_monitor("none", {}, tmp_path, role="explorer", run_name="demo") as monitor:
+        monitor.log_line("binary \x00 in a response", "INFO")
+        monitor.log({"response_length/max": math.inf}, step=1)
+    try:
+        assert _ingestor(redis_url, run.key, f"g-{run.key}").poll(block_ms=100) == 3
+    finally:
+        redis_client.srem(RUNS_SET, run.key)
+    assert LogLine.objects.get(run=run).text == "binary \ufffd in a response"
+    assert MetricPoint.objects.get(run=run).value is None
+
+
 def test_events_of_a_key_without_a_run_keep_their_run_events_only(
     tmp_path, monkeypatch, redis_url, redis_client, unique_id
 ):
