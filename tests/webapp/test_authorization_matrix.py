@@ -153,6 +153,13 @@ ROWS = [
     # A: experiments
     Row("experiments/", "GET", lambda w: "/experiments/", PAGE_ANY_USER),
     Row("experiments/new/", "GET", lambda w: "/experiments/new/", PAGE_ANY_USER),
+    Row(
+        "experiments/form/convert/",
+        "POST",
+        lambda w: "/experiments/form/convert/",
+        PAGE_ANY_USER,
+        body=lambda w: {"to": "form", "config_yaml": DEMO_YAML},
+    ),  # fmt: skip
     Row("experiments/<>/", "GET", lambda w: f"/experiments/{w.main.pk}/", PAGE),
     Row("experiments/<>/edit/", "GET", lambda w: f"/experiments/{w.main.pk}/edit/", PAGE),
     Row("experiments/<>/yaml/", "GET", lambda w: f"/experiments/{w.main.pk}/yaml/", PAGE),
@@ -317,7 +324,9 @@ def _assert_status(response, expected, method: str, row: Row, role: str) -> None
 
 @pytest.mark.parametrize("role", ROLES)
 @pytest.mark.parametrize("row", ROWS, ids=lambda row: row.id)
-def test_matrix(world, row: Row, role: str):
+def test_matrix(world, row: Row, role: str, request, settings):
+    if "launch" in row.route:  # launching asks Ray's job server first: a real head's
+        settings.RAY_ADDRESS = request.getfixturevalue("ray_head").address
     denials_before = AuditEvent.objects.filter(action="permission.denied").count()
     response = _call(_client(world, role, row.api), row, world)
     expected = row.expect[role]
