@@ -1,0 +1,300 @@
+"""Every audited action leaves its audit row, driven the way a user does it (the page's form, the
+JSON API with a token, the login form): the row names the actor (user id and username, or the
+system), the target (type and id), and the request's IP and user agent.
+
+``AUDITED`` is the list of the brief (issue 9, Deliver 10); ``DRIVERS`` maps each action to
+the test that drives it, and ``test_every_audited_action_is_driven_here`` fails when one is
+missing. Launch's Celery task is enqueued on commit, which the test transaction never reaches,
+so no job starts; the audit row is written by the action before that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from webapp.audit.models import AuditEvent
+
+pytestmark = pytest.mark.django_db
+
+AUDITED = (
+    "auth.login",
+    "auth.logout",
+    "auth.login_failed",
+    "experiment.create",
+    "experiment.update",
+    "experiment.delete",
+    "experiment.clone",
+    "run.launch",
+    "run.cancel",
+    "run.clone",
+    "run.status",
+    "checkpoint.convert",
+    "token.create",
+    "token.revoke",
+    "permission.denied",
+)
+IP = "198.51.100.7"
+AGENT = "Mozilla/5.0 (audit coverage)"
+PASSWORD = "correct-horse-battery"
+DEMO_YAML = settings.RFT_DEMO_CONFIG.read_text()
+
+
+@dataclass
+class Expected:
+    """The audit row a driver's request must have written."""
+
+    action: str
+    user: object | None  # None: the system, or an anonymous visitor
+    target_type: str
+    target_id: object
+    actor_name: str = ""
+    request: bool = True  # the row carries the request's IP and user agent
+
+
+@pytest.fixture
+def alice():
+    return get_user_model().objects.create_user("alice", password=PASSWORD)
+
+
+@pytest.fixture
+def bob():
+    return get_user_model().objects.create_user("bob", password=PASSWORD)
+
+
+def browser(user=None) -> Client:
+    """A client with a fixed IP and user agent, signed in as ``user`` through the login form."""
+    client = Client(REMOTE_ADDR=IP, HTTP_USER_AGENT=AGENT)
+    if user is not None:
+        response = client.post("/login/", {"username": user.username, "password": PASSWORD})
+        assert response.status_code == 302, response.content[:500]
+    return client
+
+
+def api(user) -> Client:
+    """A JSON API client with a token of ``user`` (no session, so no CSRF dance)."""
+    from webapp.accounts.models import ApiToken
+
+    _, key = ApiToken.issue(user, "audit-coverage")
+    return Client(REMOTE_ADDR=IP, HTTP_USER_AGENT=AGENT, HTTP_AUTHORIZATION=f"Bearer {key}")
+
+
+def new_experiment(user, name: str = "exp", yaml: str = DEMO_YAML):
+    """An experiment created through the API (itself audited; tests look at later rows)."""
+    response = api(user).post(
+        "/api/v1/experiments/", {"name": name, "config_yaml": yaml}, content_type="application/json"
+    )
+    assert response.status_code == 201, response.content[:1000]
+    from webapp.experiments.models import Experiment
+
+    return Experiment.objects.get(pk=response.json()["id"])
+
+
+# ----------------------------------------------------------------------------- drivers
+
+
+def drive_login(alice, bob) -> Expected:
+    browser(alice)
+    return Expected("auth.login", alice, "user", alice.pk)
+
+
+def drive_logout(alice, bob) -> Expected:
+    client = browser(alice)
+    assert client.post("/logout/").status_code == 302
+    return Expected("auth.logout", alice, "user", alice.pk)
+
+
+def drive_login_failed(alice, bob) -> Expected:
+    client = browser()
+    response = client.post("/login/", {"username": "alice", "password": "wrong-password"})
+    assert response.status_code == 200
+    return Expected("auth.login_failed", None, "user", alice.pk, actor_name="anonymous")
+
+
+def drive_token_create(alice, bob) -> Expected:
+    from webapp.accounts.models import ApiToken
+
+    client = browser(alice)
+    assert client.post("/account/tokens/new/", {"name": "laptop"}).status_code == 302
+    return Expected("token.create", alice, "apitoken", ApiToken.objects.get(name="laptop").pk)
+
+
+def drive_token_revoke(alice, bob) -> Expected:
+    from webapp.accounts.models import ApiToken
+
+    token, _ = ApiToken.issue(alice, "old")
+    client = browser(alice)
+    assert client.post(f"/account/tokens/{token.pk}/revoke/").status_code == 302
+    return Expected("token.revoke", alice, "apitoken", token.pk)
+
+
+def drive_permission_denied(alice, bob) -> Expected:
+    theirs = new_experiment(bob, "bobs")
+    response = api(alice).get(f"/api/v1/experiments/{theirs.pk}/")
+    assert response.status_code == 403
+    return Expected("permission.denied", alice, "experiment", theirs.pk)
+
+
+def drive_experiment_create(alice, bob) -> Expected:
+    experiment = new_experiment(alice, "created")
+    return Expected("experiment.create", alice, "experiment", experiment.pk)
+
+
+def new_page_experiment(client: Client, name: str, yaml: str = DEMO_YAML):
+    """An experiment created through /experiments/new/ (its YAML tab)."""
+    from webapp.experiments.models import Experiment
+
+    response = client.post(
+        "/experiments/new/", {"experiment.name": name, "config_yaml": yaml, "source": "yaml"}
+    )
+    assert response.status_code == 302, response.content[-2000:]
+    return Experiment.objects.get(name=name)
+
+
+def drive_experiment_update(alice, bob) -> Expected:
+    client = browser(alice)
+    experiment = new_page_experiment(client, "to-edit")
+    response = client.post(
+        f"/experiments/{experiment.pk}/edit/",
+        {
+            "experiment.name": "edited",
+            "experiment.project": "p2",
+            "config_yaml": DEMO_YAML.replace("lr: 3e-5", "lr: 1e-5"),
+            "source": "yaml",
+        },
+    )
+    assert response.status_code == 302, response.content[-2000:]
+    return Expected("experiment.update", alice, "experiment", experiment.pk)
+
+
+def drive_experiment_delete(alice, bob) -> Expected:
+    client = browser(alice)
+    experiment = new_page_experiment(client, "to-delete")
+    assert client.post(f"/experiments/{experiment.pk}/delete/").status_code == 302
+    return Expected("experiment.delete", alice, "experiment", experiment.pk)
+
+
+def drive_experiment_clone(alice, bob) -> Expected:
+    from webapp.experiments.models import Experiment
+
+    client = browser(alice)
+    source = new_page_experiment(client, "to-clone")
+    assert client.post(f"/experiments/{source.pk}/clone/").status_code == 302
+    clone = Experiment.objects.exclude(pk=source.pk).get(owner=alice)
+    return Expected("experiment.clone", alice, "experiment", clone.pk)
+
+
+def launched(client: Client, experiment):
+    """The Launch button of the experiment page: a queued run (its task waits for the commit
+    that the test transaction never makes, so nothing is submitted)."""
+    from webapp.runs.models import Run
+
+    response = client.post(f"/runs/launch/{experiment.pk}/")
+    assert response.status_code == 302, response.content[-2000:]
+    return Run.objects.get(experiment=experiment)
+
+
+def drive_run_launch(alice, bob) -> Expected:
+    client = browser(alice)
+    run = launched(client, new_page_experiment(client, "to-launch"))
+    return Expected("run.launch", alice, "run", run.pk)
+
+
+def drive_run_cancel(alice, bob) -> Expected:
+    client = browser(alice)
+    run = launched(client, new_page_experiment(client, "to-cancel"))
+    assert client.post(f"/runs/{run.pk}/cancel/").status_code == 302
+    run.refresh_from_db()
+    assert run.status == "cancelled"
+    return Expected("run.cancel", alice, "run", run.pk)
+
+
+def drive_run_clone(alice, bob) -> Expected:
+    client = browser(alice)
+    run = launched(client, new_page_experiment(client, "run-to-clone"))
+    assert client.post(f"/runs/{run.pk}/clone/").status_code == 302
+    return Expected("run.clone", alice, "run", run.pk)
+
+
+def drive_run_status(alice, bob) -> Expected:
+    """The system's reconcile (Celery beat's task body) asks the real Ray head about a live
+    run whose job Ray never heard of: the run becomes lost, audited as the system."""
+    from webapp.runs.actions import reconcile_runs
+    from webapp.runs.models import Run
+
+    client = browser(alice)
+    run = launched(client, new_page_experiment(client, "to-lose"))
+    # the state the launch task leaves behind once it submitted (the task is not under test)
+    Run.objects.filter(pk=run.pk).update(status="running", submission_id="raysubmit_never_was")
+    assert [r.pk for r in reconcile_runs()] == [run.pk]
+    assert Run.objects.get(pk=run.pk).status == "lost"
+    return Expected("run.status", None, "run", run.pk, actor_name="system", request=False)
+
+
+def drive_checkpoint_convert(alice, bob, tmp_path) -> Expected:
+    from webapp.checkpoints.models import Checkpoint
+    from webapp.runs.models import Run
+
+    client = browser(alice)
+    run = launched(client, new_page_experiment(client, "to-convert"))
+    job_dir = tmp_path / "job"
+    (job_dir / "global_step_4" / "actor").mkdir(parents=True)  # a saved step as the trainer does
+    Run.objects.filter(pk=run.pk).update(status="succeeded", job_dir=str(job_dir))
+    checkpoint = Checkpoint.objects.create(run=run, step=4, path=str(job_dir / "global_step_4"))
+    assert client.post(f"/checkpoints/{checkpoint.pk}/convert/").status_code == 302
+    return Expected("checkpoint.convert", alice, "checkpoint", checkpoint.pk)
+
+
+DRIVERS: dict[str, Callable[..., Expected]] = {
+    "experiment.update": drive_experiment_update,
+    "experiment.delete": drive_experiment_delete,
+    "experiment.clone": drive_experiment_clone,
+    "run.launch": drive_run_launch,
+    "run.cancel": drive_run_cancel,
+    "run.clone": drive_run_clone,
+    "run.status": drive_run_status,
+    "checkpoint.convert": drive_checkpoint_convert,
+    "auth.login": drive_login,
+    "auth.logout": drive_logout,
+    "auth.login_failed": drive_login_failed,
+    "experiment.create": drive_experiment_create,
+    "token.create": drive_token_create,
+    "token.revoke": drive_token_revoke,
+    "permission.denied": drive_permission_denied,
+}
+
+
+def test_every_audited_action_is_driven_here():
+    assert sorted(set(AUDITED) - set(DRIVERS)) == []
+    assert sorted(set(DRIVERS) - set(AUDITED)) == []
+
+
+NEEDS_RAY = {"run.launch", "run.cancel", "run.clone", "run.status", "checkpoint.convert"}
+
+
+@pytest.mark.parametrize("action", sorted(DRIVERS))
+def test_the_action_writes_its_audit_row(action, alice, bob, request, tmp_path):
+    if action in NEEDS_RAY:  # launch refuses while Ray's job server does not answer
+        request.getfixturevalue("settings").RAY_ADDRESS = request.getfixturevalue(
+            "ray_head"
+        ).address
+    start = AuditEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0
+    driver = DRIVERS[action]
+    takes_tmp = "tmp_path" in driver.__code__.co_varnames[: driver.__code__.co_argcount]
+    expected = driver(alice, bob, tmp_path) if takes_tmp else driver(alice, bob)
+    assert expected.action == action
+    rows = list(AuditEvent.objects.filter(id__gt=start, action=action))
+    targets = [(r.target_type, r.target_id) for r in rows]
+    wanted = (expected.target_type, str(expected.target_id))
+    assert targets.count(wanted) == 1, f"{action}: rows {targets}, wanted one {wanted}"
+    row = rows[targets.index(wanted)]
+    user = expected.user
+    assert row.actor_id == (user.pk if user is not None else None)
+    assert row.actor_name == (expected.actor_name or user.username)
+    if expected.request:
+        assert (row.ip, row.user_agent) == (IP, AGENT)
