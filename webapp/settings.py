@@ -111,6 +111,17 @@ DATABASES = {
         conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "0")),
     )
 }
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # The embedded default has several writers (web, worker, ingestor, beat) on one file: WAL lets
+    # readers go on while one writes, IMMEDIATE takes the write lock at BEGIN (no upgrade
+    # deadlock that "database is locked" would end), and a writer waits up to 20 s for its turn.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    )
 if os.environ.get("DJANGO_TEST_DB_NAME"):
     DATABASES["default"]["TEST"] = {"NAME": os.environ["DJANGO_TEST_DB_NAME"]}
 
@@ -181,6 +192,9 @@ RFT_YAML_MAX_ALIASES = int(os.environ.get("RFT_YAML_MAX_ALIASES", 100))
 # A running run whose last heartbeat is older than this becomes "lost" at the next reconcile.
 RFT_HEARTBEAT_TIMEOUT_S = float(os.environ.get("RFT_HEARTBEAT_TIMEOUT_S", 120))
 RFT_RECONCILE_INTERVAL_S = float(os.environ.get("RFT_RECONCILE_INTERVAL_S", 30))
+# Celery queue of HF conversions (workers on the hosts that see the checkpoint storage); None =
+# the default queue.
+RFT_CONVERT_QUEUE = os.environ.get("RFT_CONVERT_QUEUE") or None
 # The example the demo user gets as their first experiment (`manage.py ensure_demo_experiment`).
 RFT_DEMO_CONFIG = BASE_DIR / "examples" / "demo" / "grpo_demo.yaml"
 # Runs (webapp/runs): the Celery queue of the launch/cancel/follow tasks; how often a live run's
