@@ -191,3 +191,101 @@ def _admin(model: str) -> str:
 
 def _tag(name: str) -> int:
     return Tag.objects.get(name=name).pk
+
+
+def _change_post(experiment: Experiment, **fields) -> dict:
+    versions = experiment.versions.count()
+    return {
+        "name": experiment.name,
+        "project": experiment.project,
+        "description": experiment.description,
+        "tags": [t.pk for t in experiment.tags.all()],
+        "versions-TOTAL_FORMS": versions,
+        "versions-INITIAL_FORMS": versions,
+        "versions-MIN_NUM_FORMS": 0,
+        "versions-MAX_NUM_FORMS": 1000,
+        **{f"versions-{i}-id": v.pk for i, v in enumerate(experiment.versions.all())},
+        **{f"versions-{i}-experiment": experiment.pk for i in range(versions)},
+        **fields,
+    }
+
+
+def test_an_admin_edit_goes_through_update_experiment_and_is_audited(client, root, alice):
+    experiment = experiment_of(alice, "alpha", tags=["old"])
+    experiment.versions.create(number=1, config_yaml=MINIMAL_YAML, author=alice)
+    new_tag = Tag.objects.create(name="new")
+    response = client.post(
+        f"/admin/experiments/experiment/{experiment.pk}/change/",
+        _change_post(experiment, name="renamed", project="p2", tags=[new_tag.pk]),
+    )
+    assert response.status_code == 302, response.content[-3000:]
+    experiment.refresh_from_db()
+    assert (experiment.name, experiment.project) == ("renamed", "p2")
+    assert [t.name for t in experiment.tags.all()] == ["new"]
+    assert experiment.config_yaml == MINIMAL_YAML and experiment.version == 1
+    row = AuditEvent.objects.get(action="experiment.update")
+    assert (row.actor_name, row.target_id) == ("root", str(experiment.pk))
+    assert row.before["name"] == "alpha" and row.after["name"] == "renamed"
+
+
+def test_an_admin_edit_the_action_refuses_saves_nothing_and_says_why(client, root, alice):
+    experiment_of(alice, "taken")
+    experiment = experiment_of(alice, "alpha")
+    response = client.post(
+        f"/admin/experiments/experiment/{experiment.pk}/change/",
+        _change_post(experiment, name="taken", project="p2"),
+        follow=True,
+    )
+    assert "Not saved" in response.text and "already have an experiment named" in response.text
+    experiment.refresh_from_db()
+    assert (experiment.name, experiment.project) == ("alpha", "math")
+    assert not AuditEvent.objects.filter(action="experiment.update").exists()
+
+
+def test_the_config_and_owner_cannot_be_changed_in_the_admin(client, root, alice):
+    experiment = experiment_of(alice, "alpha")
+    client.post(
+        f"/admin/experiments/experiment/{experiment.pk}/change/",
+        _change_post(experiment, config_yaml="project: x\n", owner=root.pk, version=9),
+    )
+    experiment.refresh_from_db()
+    assert experiment.config_yaml == MINIMAL_YAML
+    assert (experiment.owner_id, experiment.version) == (alice.pk, 1)
+
+
+def test_an_admin_delete_goes_through_delete_experiment(client, root, alice):
+    experiment = experiment_of(alice, "alpha")
+    response = client.post(
+        f"/admin/experiments/experiment/{experiment.pk}/delete/", {"post": "yes"}
+    )
+    assert response.status_code == 302
+    assert not Experiment.objects.filter(pk=experiment.pk).exists()
+    row = AuditEvent.objects.get(action="experiment.delete")
+    assert (row.actor_name, row.target_id) == ("root", str(experiment.pk))
+
+
+def test_an_admin_delete_of_an_experiment_with_an_active_run_is_refused(client, root, alice):
+    experiment = experiment_of(alice, "alpha")
+    run_of(experiment, 1, RunStatus.RUNNING)
+    response = client.post(
+        f"/admin/experiments/experiment/{experiment.pk}/delete/", {"post": "yes"}, follow=True
+    )
+    assert "Not deleted" in response.text and "cancel it before deleting" in response.text
+    assert Experiment.objects.filter(pk=experiment.pk).exists()
+    bulk = client.post(
+        _admin("experiment"),
+        {"action": "delete_through_action", "_selected_action": [experiment.pk]},
+        follow=True,
+    )
+    assert "Not deleted" in bulk.text
+    assert Experiment.objects.filter(pk=experiment.pk).exists()
+    assert not AuditEvent.objects.filter(action="experiment.delete").exists()
+
+
+def test_the_admin_bulk_delete_deletes_through_the_action(client, root, alice):
+    ids = [experiment_of(alice, name).pk for name in ("a", "b")]
+    assert b"delete_selected" not in client.get(_admin("experiment")).content
+    client.post(_admin("experiment"), {"action": "delete_through_action", "_selected_action": ids})
+    assert not Experiment.objects.filter(pk__in=ids).exists()
+    rows = AuditEvent.objects.filter(action="experiment.delete")
+    assert sorted(int(r.target_id) for r in rows) == sorted(ids)

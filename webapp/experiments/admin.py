@@ -134,7 +134,10 @@ class ExperimentAdmin(admin.ModelAdmin):
             self.message_user(request, f"Not saved: {err}", messages.ERROR)
 
     def save_related(self, request: HttpRequest, form, formsets, change: bool) -> None:
-        """Tags were saved by update_experiment; the versions inline is read-only."""
+        """Tags were saved by update_experiment (no ``form.save_m2m()``); the versions inline
+        is view-only, so saving its formset writes nothing."""
+        for formset in formsets:
+            self.save_formset(request, form, formset, change=change)
 
     def response_change(self, request: HttpRequest, obj: Experiment) -> HttpResponse:
         if getattr(request, _REFUSED, False):
@@ -150,6 +153,12 @@ class ExperimentAdmin(admin.ModelAdmin):
 
         delete_experiment(Actor.from_request(request), obj)
 
+    def get_deleted_objects(self, objs, request: HttpRequest):
+        """The runs and checkpoints go with their experiment: delete_experiment decides (their
+        own admins refuse a delete of one run, which would otherwise block this page)."""
+        deleted, counts, _perms_needed, protected = super().get_deleted_objects(objs, request)
+        return deleted, counts, set(), protected
+
     def delete_view(self, request: HttpRequest, object_id: str, extra_context=None):
         try:
             return super().delete_view(request, object_id, extra_context)
@@ -157,7 +166,10 @@ class ExperimentAdmin(admin.ModelAdmin):
             self.message_user(request, f"Not deleted: {err}", messages.ERROR)
             return HttpResponseRedirect(request.path.rsplit("delete/", 1)[0])
 
-    @admin.action(description="Delete selected experiments (refused while a run is active)")
+    @admin.action(
+        description="Delete selected experiments (refused while a run is active)",
+        permissions=["delete"],
+    )
     def delete_through_action(self, request: HttpRequest, queryset: QuerySet[Experiment]) -> None:
         from webapp.experiments.actions import delete_experiment
 
