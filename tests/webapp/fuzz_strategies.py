@@ -99,6 +99,11 @@ def mutated_demo(draw) -> dict:
     return _mutated_demo(draw)
 
 
+BILLION_LAUGHS = (
+    "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+    "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+    "e: [*d, *d, *d, *d, *d, *d, *d, *d, *d]\n"
+)
 yaml_texts = st.one_of(
     st.text(max_size=300),
     config_like.map(lambda v: yaml.safe_dump(v, sort_keys=False)),
@@ -106,10 +111,7 @@ yaml_texts = st.one_of(
     st.sampled_from(
         [
             "a: &a [1, 2]\nb: [*a, *a, *a]\n",
-            # billion laughs
-            "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
-            "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
-            "e: [*d, *d, *d, *d, *d, *d, *d, *d, *d]\n",
+            BILLION_LAUGHS,
             "a: &a\n  b: *a\n",  # recursive alias
             "[" * 5000 + "]" * 5000,  # deep flow sequence
             "a:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 400)),  # deep mapping
@@ -118,6 +120,8 @@ yaml_texts = st.one_of(
             "project: !!binary aGVsbG8=\n",
             DEMO_YAML.replace("mode: both", "mode: [both"),
             DEMO_YAML + "\nunknown_section: {a: 1}\n",
+            DEMO_YAML.replace("lr: 3e-5", "lr: 1e999"),  # inf: no JSON column takes it
+            DEMO_YAML.replace("temperature: 1.0", "temperature: .nan", 1),
             "\x00\x01\ufffe",
         ]
     ),

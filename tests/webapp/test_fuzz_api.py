@@ -13,6 +13,7 @@ import json
 import pytest
 from api_helpers import make_experiment, make_user, token_client
 from fuzz_strategies import (
+    BILLION_LAUGHS,
     DEMO,
     DEMO_YAML,
     FUZZ,
@@ -22,7 +23,7 @@ from fuzz_strategies import (
     update_bodies,
     yaml_texts,
 )
-from hypothesis import event, given
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from webapp.experiments.models import Experiment
@@ -59,6 +60,11 @@ def api(alice):
 
 @FUZZ
 @given(body=create_bodies)
+@example(body={"name": "inf", "config_yaml": DEMO_YAML.replace("lr: 3e-5", "lr: 1e999")})
+@example(
+    body={"name": "nan", "config_yaml": DEMO_YAML.replace("temperature: 1.0", "temperature: .nan")}
+)
+@example(body={"name": "bomb", "config_yaml": BILLION_LAUGHS})
 def test_it_never_fails_or_half_writes_on_random_create_payloads(api, body):
     before = row_counts()
     assert_clean_refusal(send(api, "POST", "/api/v1/experiments/", body), before, body)
