@@ -155,7 +155,7 @@ def logged_in_page(page, live_site):
     page.fill("input[name=username]", live_site.username)
     page.fill("input[name=password]", live_site.password)
     page.click("button[type=submit]")
-    page.wait_for_url(f"{live_site.url}/")
+    page.wait_for_url(f"{live_site.url}/experiments/")  # home is the experiment list
     return page
 
 

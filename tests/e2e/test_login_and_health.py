@@ -16,8 +16,8 @@ def test_it_sends_an_anonymous_visitor_to_the_login_page(page, live_site):
 
 def test_the_demo_login_gets_in_and_sees_the_health_page(logged_in_page, live_site):
     page = logged_in_page
-    assert f"Signed in as {live_site.username}" in page.locator("main").inner_text()
-    page.click("text=Service health")
+    assert page.locator("header .who").inner_text() == live_site.username
+    page.click("header nav >> text=Health")
     page.wait_for_url(f"{live_site.url}/health/")
     assert page.locator("#service-database").get_attribute("data-up") == "true"
     assert page.locator("#service-redis").get_attribute("data-up") == "true"
