@@ -292,7 +292,9 @@ def _is_section_list(prop: dict[str, Any]) -> bool:
 
 
 def _show_when(path: str, prop: dict[str, Any]) -> dict[str, list[str]] | None:
-    if path.startswith("explorer.rollout_model.") and "vLLM" in prop.get("description", ""):
+    help_text = prop.get("description", "")
+    vllm_only = help_text.startswith("vLLM") or "vLLM's" in help_text  # not engine_type itself
+    if path.startswith("explorer.rollout_model.") and vllm_only:
         return {"explorer.rollout_model.engine_type": ["vllm"]}
     if path == "model.critic_model_path":
         return {"algorithm.algorithm_type": ["ppo"]}

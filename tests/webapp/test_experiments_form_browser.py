@@ -1,0 +1,70 @@
+"""The experiment form's JS in Debian's chromium: expert switch, conditional fields (vLLM,
+critic, the chosen advantage fn's arguments), adding and reordering an eval taskset, form ->
+YAML -> form tab switches, and saving."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from playwright.sync_api import sync_playwright
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_form_tabs_lists_and_conditional_fields_work_in_a_browser(live_server):
+    get_user_model().objects.create_user("alice", password="pw-alice-123")
+    errors = []
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path="/usr/bin/chromium",
+            args=["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking"],
+        )
+        page = b.new_page()
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.route("**/favicon.ico", lambda route: route.fulfill(status=204))
+        page.goto(live_server.url + "/login/")
+        page.fill("input[name=username]", "alice")
+        page.fill("input[name=password]", "pw-alice-123")
+        page.click("button[type=submit]")
+        page.goto(live_server.url + "/experiments/new/")
+        assert not page.is_visible("[name='trainer.trainer_strategy']")
+        page.check("#expert-switch")
+        assert page.is_visible("[name='trainer.trainer_strategy']")
+        assert not page.is_visible("[name='explorer.rollout_model.gpu_memory_utilization']")
+        page.select_option("[name='explorer.rollout_model.engine_type']", "vllm")
+        assert page.is_visible("[name='explorer.rollout_model.gpu_memory_utilization']")
+        assert page.is_visible("[name='algorithm.advantage_fn_args.epsilon']")
+        assert not page.is_visible("[name='algorithm.advantage_fn_args.lam']")
+        page.select_option("[name='algorithm.algorithm_type']", "ppo")
+        assert page.is_visible("[name='algorithm.advantage_fn_args.lam']")
+        assert page.is_visible("[name='model.critic_model_path']")
+        page.select_option("[name='algorithm.algorithm_type']", "grpo")
+        page.select_option("[name='explorer.rollout_model.engine_type']", "hf")
+        # add an eval taskset, move it up, switch to YAML
+        page.click("[data-list='buffer.explorer_input.eval_tasksets'] .add-item")
+        page.fill("[name='buffer.explorer_input.eval_tasksets[1].name']", "extra")
+        page.fill("[name='buffer.explorer_input.eval_tasksets[1].path']", "./var/demo/gsm8k")
+        page.click(
+            "[data-list='buffer.explorer_input.eval_tasksets'] .list-item:nth-child(2) .move-up"
+        )
+        page.fill("[name='buffer.total_steps']", "3")
+        page.click("[data-tab-target=yaml]")
+        page.wait_for_function(
+            "document.querySelector('#config-yaml').value.includes('name: extra')"
+        )
+        text = page.input_value("#config-yaml")
+        assert text.index("name: extra") < text.index("name: arithmetic-eval"), text
+        page.fill("#config-yaml", text.replace("total_steps: 3", "total_steps: 4"))
+        page.click("[data-tab-target=form]")
+        page.wait_for_function(
+            "document.querySelector(\"[name='buffer.total_steps']\").value === '4'"
+        )
+        page.fill("#experiment-name", "browser exp")
+        page.click("[data-tab-panel=form] button[type=submit]")
+        page.wait_for_url("**/experiments/*/")
+        html = page.content()
+        assert "browser exp" in html and "total_steps: 4" in html and "name: extra" in html
+        b.close()
+    assert errors == []
