@@ -32,6 +32,7 @@ from django.utils import timezone
 from rft_core.monitor import ENV_REDIS_URL, ENV_RUN_ID
 from webapp.accounts.access import check
 from webapp.audit.record import Actor, record
+from webapp.checkpoints.actions import sync_checkpoints
 from webapp.errors import ActionError
 from webapp.experiments.config_policy import check_config
 from webapp.experiments.models import Experiment
@@ -166,7 +167,14 @@ def runtime_env_of(run: Run) -> dict:
     }
     env_vars.update(env.get("env_vars") or {})
     env_vars.update(
-        {ENV_REDIS_URL: settings.REDIS_URL, ENV_RUN_ID: run.key, "PYTHONUNBUFFERED": "1"}
+        {
+            ENV_REDIS_URL: settings.REDIS_URL,
+            ENV_RUN_ID: run.key,
+            "PYTHONUNBUFFERED": "1",
+            # trinity's ray.init forwards these same variables to its actors: let Ray merge
+            # that runtime_env with the job's instead of refusing the conflict
+            "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1",
+        }
     )
     env["env_vars"] = env_vars
     return env
@@ -328,6 +336,8 @@ def _exit_reason(state: ray_jobs.JobState) -> str:
     code = state.exit_code
     if code is not None and code < 0:
         return f"the job's driver was killed by signal {-code} (exit code {code})"
+    if code is not None and 128 < code < 160:  # a shell reporting its child's signal
+        return f"the job's driver was killed by signal {code - 128} (exit code {code})"
     if code is not None:
         return f"trinity run exited with code {code}"
     first = state.message.splitlines()[0] if state.message else state.error_type or "failed"
@@ -364,6 +374,11 @@ def _finish(run: Run, status: str, reason: str, *, last_error: str = "") -> bool
         )
     run.status, run.finished_at, run.exit_reason = status, locked.finished_at, locked.exit_reason
     run.last_error = locked.last_error
+    if locked.job_dir:
+        try:  # the rows of checkpoints whose events never arrived (the tree is the record)
+            sync_checkpoints(locked)
+        except OSError as err:
+            log.warning("run %s: could not read its checkpoints: %s", run.pk, err)
     return True
 
 
