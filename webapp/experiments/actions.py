@@ -248,54 +248,62 @@ def _free_name(owner: Any, wanted: str) -> str:
     return f"{wanted} ({n})"
 
 
+def _clone(
+    actor: Actor,
+    source: Experiment,
+    config_yaml: str,
+    *,
+    name: str | None,
+    default_name: str,
+    note: str,
+) -> Experiment:
+    """A new experiment of ``actor`` with ``config_yaml`` and ``source``'s project, description
+    and tags (the caller records the audit row inside the same transaction)."""
+    owner = _owner_of(actor, None)
+    checked = _checked(config_yaml, None)
+    return _create(
+        actor,
+        owner,
+        name=name if name is not None else _free_name(owner, default_name),
+        checked=checked,
+        project=source.project,
+        description=source.description,
+        tags=[t.name for t in source.tags.all()],
+        note=note,
+    )
+
+
 def clone_experiment(
     actor: Actor, experiment: Experiment, *, name: str | None = None
 ) -> Experiment:
     """A copy of ``experiment`` (its current config, description, tags) owned by ``actor``."""
     check(actor, experiment, "experiment.clone")
-    owner = _owner_of(actor, None)
-    checked = _checked(experiment.config_yaml, None)
     with transaction.atomic():
-        clone = _create(
+        clone = _clone(
             actor,
-            owner,
-            name=name if name is not None else _free_name(owner, f"{experiment.name} copy"),
-            checked=checked,
-            project=experiment.project,
-            description=experiment.description,
-            tags=[t.name for t in experiment.tags.all()],
+            experiment,
+            experiment.config_yaml,
+            name=name,
+            default_name=f"{experiment.name} copy",
             note=f"cloned from experiment {experiment.pk} v{experiment.version}",
         )
-        record(
-            actor,
-            "experiment.clone",
-            clone,
-            after={**_summary(clone), "from_experiment": experiment.pk},
-        )
+        after = {**_summary(clone), "from_experiment": experiment.pk}
+        record(actor, "experiment.clone", clone, after=after)
     return clone
 
 
 def clone_run_config(actor: Actor, run: Any, *, name: str | None = None) -> Experiment:
     """A new experiment of ``actor`` from the config snapshot ``run`` was launched with."""
     check(actor, run, "run.clone")
-    owner = _owner_of(actor, None)
-    checked = _checked(run.config_yaml, None)
     source = run.experiment
     with transaction.atomic():
-        clone = _create(
+        clone = _clone(
             actor,
-            owner,
-            name=name if name is not None else _free_name(owner, f"{source.name} run {run.number}"),
-            checked=checked,
-            project=source.project,
-            description=source.description,
-            tags=[t.name for t in source.tags.all()],
+            source,
+            run.config_yaml,
+            name=name,
+            default_name=f"{source.name} run {run.number}",
             note=f"cloned from run {run.pk} (experiment {source.pk} #{run.number})",
         )
-        record(
-            actor,
-            "run.clone",
-            run,
-            after={**_summary(clone), "experiment": clone.pk},
-        )
+        record(actor, "run.clone", run, after={**_summary(clone), "experiment": clone.pk})
     return clone
