@@ -207,6 +207,68 @@ def test_it_refuses_to_cancel_another_users_run_with_403(client, alice, bob, roo
     assert run.status == RunStatus.QUEUED
 
 
+def test_a_run_whose_submission_fails_becomes_failed_with_the_reason(alice, roots, settings):
+    settings.RAY_ADDRESS = f"http://127.0.0.1:{free_port()}"  # went down after the launch checks
+    run = make_run(make_experiment(alice))
+    actions.start_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.finished_at is not None
+    assert run.exit_reason.startswith("the Ray job could not be submitted: Ray's job server at")
+    assert run.submission_id == ""
+    (row,) = audit("run.status")
+    assert row.before == {"status": "starting"} and row.after["status"] == "failed"
+
+
+def test_the_launch_config_gets_the_runs_own_checkpoint_root_and_absolute_paths(
+    alice, roots, settings
+):
+    from webapp.experiments.config_policy import check_config
+    from webapp.runs.snapshot import launch_spec
+
+    demo, runs = roots
+    settings.RFT_WORK_DIR = demo.parent
+    text = DEMO_YAML.replace("${oc.env:RFT_DEMO_DIR,./var/demo}/gsm8k", "demo/gsm8k")
+    checked = check_config(config_yaml=text)
+    one, two = (launch_spec(checked.data, checked.config, pk) for pk in (7, 8))
+    assert one.run_root == runs / "checkpoints" / "run-7"  # relative root: under RFT_RUNS_DIR
+    assert one.job_dir == runs / "checkpoints" / "run-7" / "demo" / "grpo_demo"
+    assert two.job_dir != one.job_dir
+    config = one.config
+    assert config["checkpoint_root_dir"] == str(runs / "checkpoints" / "run-7")
+    assert config["model"]["model_path"] == str(demo / "model")  # ${oc.env:...} resolved
+    assert config["buffer"]["explorer_input"]["taskset"]["path"] == str(demo / "gsm8k")
+    sft = config["stages"][0]["buffer"]["trainer_input"]["experience_buffer"]["path"]
+    assert sft == str(demo / "sft" / "train.jsonl")  # a stage's dataset too
+    mirror = config["buffer"]["trainer_input"]["experience_buffer"]["path"]
+    assert mirror == "sqlite:///demo.db"  # a queue mirror stays under the job dir
+    assert config["algorithm"] == checked.data["algorithm"]  # the rest as written
+    assert yaml.safe_load(one.yaml()) == config
+
+
+# ---------------------------------------------------------------- clone
+
+
+def test_clone_config_makes_a_new_experiment_of_the_clicking_user_from_the_snapshot(
+    client, alice, roots
+):
+    experiment = make_experiment(alice)
+    snapshot = parse_yaml(DEMO_YAML)
+    snapshot["buffer"]["batch_size"] = 3  # the experiment changed since this run
+    run = make_run(experiment, status=RunStatus.SUCCEEDED, config=snapshot)
+    client.force_login(alice)
+    response = client.post(f"/runs/{run.pk}/clone/")
+    clone = Experiment.objects.exclude(pk=experiment.pk).get()
+    assert response.status_code == 302 and response.url == f"/experiments/{clone.pk}/"
+    assert clone.owner == alice and clone.config["buffer"]["batch_size"] == 3
+
+
+def test_clone_of_another_users_run_is_403(client, alice, bob, roots):
+    run = make_run(make_experiment(alice))
+    client.force_login(bob)
+    assert client.post(f"/runs/{run.pk}/clone/").status_code == 403
+    assert Experiment.objects.count() == 1
+
+
 # ---------------------------------------------------------------- run page
 
 

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 from webapp.accounts.access import authorize
 from webapp.audit.record import Actor
 from webapp.errors import ActionError
+from webapp.experiments.actions import clone_run_config
 from webapp.experiments.models import Experiment
 from webapp.runs import actions
 from webapp.runs.compare import MAX_RUNS, config_differences, parse_ids
@@ -66,8 +67,6 @@ def cancel(request: HttpRequest, pk: int) -> HttpResponse:
 def clone(request: HttpRequest, pk: int) -> HttpResponse:
     actor = Actor.from_request(request)
     run = authorize(actor, Run, pk, "run.clone")
-    from webapp.experiments.actions import clone_run_config  # helper A's, landing in parallel
-
     try:
         experiment = clone_run_config(actor, run)
     except ActionError as err:
