@@ -347,3 +347,22 @@ def test_a_running_run_whose_heartbeat_is_older_than_the_setting_becomes_lost(
     finally:
         for sid in sids:
             ray_jobs.stop(sid)
+
+
+def test_a_worker_that_starts_reconciles_the_runs_whose_job_died_meanwhile(
+    launch_env, owner, unique_id, request
+):
+    experiment = make_experiment(owner)
+    run = Run.objects.create(
+        experiment=experiment,
+        number=1,
+        status=RunStatus.RUNNING,
+        config_yaml=experiment.config_yaml,
+        config=experiment.config,
+        submission_id=f"rft-gone-{unique_id}",  # no such job on this Ray
+        last_heartbeat=timezone.now(),
+    )
+    request.getfixturevalue("celery_worker_queue")  # the worker starts only now
+    wait_for("the worker's reconcile", lambda: status_of(run) == RunStatus.LOST, 60)
+    run.refresh_from_db()
+    assert "Ray does not know job" in run.exit_reason

@@ -267,9 +267,9 @@ def follow_run(run_id: int) -> bool:
     return Run.objects.filter(pk=run_id, status__in=ACTIVE_STATUSES).exists()
 
 
-def reconcile_runs(actor: Actor | None = None) -> list[Run]:
+def reconcile_runs(actor: Actor = Actor.system()) -> list[Run]:  # noqa: B008 - frozen, shared
     """Settle every starting/running run against its Ray job and its heartbeat; returns the
-    runs whose status changed."""
+    runs whose status changed. (The changes are audited as the system's ``run.status``.)"""
     changed = []
     for run in Run.objects.filter(status__in=LIVE).select_related("experiment"):
         if reconcile_run(run):
@@ -305,6 +305,14 @@ def reconcile_run(run: Run) -> bool:
         log.info("reconcile run %s: %s", run.pk, err)
     if state is not None and state.terminal:
         return _settle(run, state)
+    requested = run.cancel_requested_at
+    if (
+        state is not None
+        and requested
+        and now - requested > timedelta(seconds=2 * settings.RFT_CANCEL_TIMEOUT_S)
+    ):
+        _stop_job(run)  # the cancel task was lost (worker restarted): stop it from here
+        return Run.objects.filter(pk=run.pk, status__in=FINAL_STATUSES).exists()
     if (
         run.status == RunStatus.RUNNING
         and run.last_heartbeat

@@ -1,7 +1,10 @@
 """The config differences of a few runs (``/runs/compare/?ids=1,2``): each run's config
 snapshot flattened to ``{yaml path: value}`` (``buffer.explorer_input.eval_tasksets[0].name``),
 and the paths whose values are not all equal. A path a run does not set shows as absent (the
-schema's default applies there)."""
+schema's default applies there).
+
+The snapshot is read from ``Run.config_yaml`` (canonical YAML, in the schema's order) rather
+than ``Run.config``: PostgreSQL's jsonb does not keep the order of keys."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webapp.errors import ActionError
+from webapp.experiments.config_policy import parse_yaml
 from webapp.runs.models import Run
 
 MAX_RUNS = 12
@@ -72,7 +76,9 @@ def _show(value: Any) -> str:
 
 
 def config_differences(runs: Sequence[Run]) -> list[Difference]:
-    flats = [flatten(run.config or {}) for run in runs]
+    flats = [
+        flatten(parse_yaml(run.config_yaml, what=f"run {run.pk}'s config") or {}) for run in runs
+    ]
     paths = list(dict.fromkeys(path for flat in flats for path in flat))  # schema order
     rows = []
     for path in paths:

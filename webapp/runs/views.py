@@ -79,9 +79,11 @@ def clone(request: HttpRequest, pk: int) -> HttpResponse:
 def compare(request: HttpRequest) -> HttpResponse:
     actor = Actor.from_request(request)
     try:
-        ids = parse_ids(request.GET.get("ids", ""))
+        runs = [
+            authorize(actor, Run, pk, "run.view") for pk in parse_ids(request.GET.get("ids", ""))
+        ]
+        rows = config_differences(runs)
     except ActionError as err:
         return _refused(request, err, "/experiments/", "Back to the experiments")
-    runs = [authorize(actor, Run, pk, "run.view") for pk in ids]
-    context = {"runs": runs, "rows": config_differences(runs), "max_runs": MAX_RUNS}
+    context = {"runs": runs, "rows": rows, "max_runs": MAX_RUNS}
     return render(request, "runs/compare.html", context)
