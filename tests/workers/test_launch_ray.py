@@ -121,6 +121,18 @@ def make_experiment(owner, name: str = "demo", data: dict | None = None) -> Expe
     )
 
 
+def running_run(experiment, number: int, **fields) -> Run:
+    """A run row said to be running (its Ray job is whatever the test makes of it)."""
+    return Run.objects.create(
+        experiment=experiment,
+        number=number,
+        status=RunStatus.RUNNING,
+        config_yaml=experiment.config_yaml,
+        config=experiment.config,
+        **fields,
+    )
+
+
 def launch(owner, experiment, keys: set[str]) -> Run:
     run = actions.launch_run(Actor(user=owner), experiment)
     keys.add(run.key)
@@ -306,20 +318,7 @@ def test_a_running_run_whose_heartbeat_is_older_than_the_setting_becomes_lost(
 ):
     settings.RFT_HEARTBEAT_TIMEOUT_S = 30
     experiment = make_experiment(owner)
-    run = Run.objects.create(
-        experiment=experiment,
-        number=1,
-        status=RunStatus.RUNNING,
-        config_yaml=experiment.config_yaml,
-        config=experiment.config,
-    )
-    fresh = Run.objects.create(
-        experiment=experiment,
-        number=2,
-        status=RunStatus.RUNNING,
-        config_yaml=experiment.config_yaml,
-        config=experiment.config,
-    )
+    run, fresh = running_run(experiment, 1), running_run(experiment, 2)
     sids = []
     for r in (run, fresh):  # their Ray jobs are alive: only the heartbeat tells
         r.submission_id = f"rft-test-{uuid.uuid4().hex[:8]}"
@@ -352,13 +351,9 @@ def test_a_running_run_whose_heartbeat_is_older_than_the_setting_becomes_lost(
 def test_a_worker_that_starts_reconciles_the_runs_whose_job_died_meanwhile(
     launch_env, owner, unique_id, request
 ):
-    experiment = make_experiment(owner)
-    run = Run.objects.create(
-        experiment=experiment,
-        number=1,
-        status=RunStatus.RUNNING,
-        config_yaml=experiment.config_yaml,
-        config=experiment.config,
+    run = running_run(
+        make_experiment(owner),
+        1,
         submission_id=f"rft-gone-{unique_id}",  # no such job on this Ray
         last_heartbeat=timezone.now(),
     )
