@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from api_helpers import MINIMAL_YAML, make_experiment, make_run
 from django.contrib.auth import get_user_model
 
 from webapp.audit.models import AuditEvent
@@ -16,8 +17,6 @@ from webapp.experiments.models import Experiment, Tag
 from webapp.runs.models import Run, RunStatus
 
 pytestmark = pytest.mark.django_db
-
-MINIMAL_YAML = "project: admin-tests\nname: minimal\n"
 
 
 @pytest.fixture
@@ -34,29 +33,14 @@ def alice():
 
 def experiment_of(owner, name: str, *, project: str = "math", tags=(), description: str = ""):
     """A row to look at (the admin tests are about the admin, not about creating)."""
-    experiment = Experiment.objects.create(
-        owner=owner,
-        name=name,
-        project=project,
-        description=description,
-        config_yaml=MINIMAL_YAML,
-        config={"project": "admin-tests", "name": "minimal"},
-    )
-    for tag in tags:
-        experiment.tags.add(Tag.objects.get_or_create(name=tag)[0])
-    return experiment
+    return make_experiment(owner, name, project=project, tags=tags, description=description)
 
 
 def run_of(experiment, number: int = 1, status: str = RunStatus.SUCCEEDED, **fields) -> Run:
-    run = Run.objects.create(
-        experiment=experiment,
-        number=number,
-        status=status,
-        config_yaml=experiment.config_yaml,
-        config=experiment.config,
-        **fields,
-    )
-    Experiment.objects.filter(pk=experiment.pk).update(last_run=run)
+    run = make_run(experiment, number=number, status=status)
+    if fields:
+        Run.objects.filter(pk=run.pk).update(**fields)
+        run.refresh_from_db()
     return run
 
 
@@ -87,7 +71,7 @@ def test_the_experiment_page_shows_versions_read_only_and_offers_no_add(client, 
     experiment = experiment_of(alice, "alpha")
     experiment.versions.create(number=1, config_yaml=MINIMAL_YAML, note="first", author=alice)
     page = client.get(f"/admin/experiments/experiment/{experiment.pk}/change/").text
-    assert "first" in page and "project: admin-tests" in page
+    assert "first" in page and "project: api-tests" in page
     assert 'name="versions-0-note"' not in page  # shown, not an input
     assert client.get("/admin/experiments/experiment/add/").status_code == 403
 

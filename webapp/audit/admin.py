@@ -23,8 +23,23 @@ def _pretty_json(value) -> str:
     return format_html('<pre style="margin:0;white-space:pre-wrap">{}</pre>', text)
 
 
+class ViewOnlyAdmin(admin.ModelAdmin):
+    """An admin that shows rows and never writes them: no add, no change, no delete. For the
+    rows only actions write (the audit trail here; runs and checkpoints, whose admins offer
+    their actions instead)."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(ViewOnlyAdmin):
     list_display = ("created", "actor_name", "action", "target_type", "target_id", "ip")
     list_filter = ("action", "target_type", ("created", admin.DateFieldListFilter))
     search_fields = ("actor_name", "=target_id")
@@ -54,12 +69,3 @@ class AuditEventAdmin(admin.ModelAdmin):
     @admin.display(description="after")
     def after_json(self, event: AuditEvent) -> str:
         return _pretty_json(event.after)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: AuditEvent | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: AuditEvent | None = None) -> bool:
-        return False

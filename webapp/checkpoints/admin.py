@@ -14,13 +14,14 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.defaultfilters import filesizeformat
 
+from webapp.audit.admin import ViewOnlyAdmin
 from webapp.audit.record import Actor
 from webapp.checkpoints.models import Checkpoint
 from webapp.errors import ActionError
 
 
 @admin.register(Checkpoint)
-class CheckpointAdmin(admin.ModelAdmin):
+class CheckpointAdmin(ViewOnlyAdmin):
     list_display = ("run", "stage", "step", "hf_status", "size")
     list_filter = ("hf_status",)
     search_fields = ("run__experiment__name", "=run__key")
@@ -45,15 +46,6 @@ class CheckpointAdmin(admin.ModelAdmin):
     @admin.display(description="size", ordering="size_bytes")
     def size(self, checkpoint: Checkpoint) -> str:
         return "-" if checkpoint.size_bytes is None else filesizeformat(checkpoint.size_bytes)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Checkpoint | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Checkpoint | None = None) -> bool:
-        return False
 
     @admin.action(description="Convert selected to Hugging Face")
     def convert_through_action(self, request: HttpRequest, queryset: QuerySet[Checkpoint]) -> None:

@@ -16,13 +16,14 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
+from webapp.audit.admin import ViewOnlyAdmin
 from webapp.audit.record import Actor
 from webapp.errors import ActionError
 from webapp.runs.models import Run
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(ViewOnlyAdmin):
     list_display = (
         "experiment",
         "number",
@@ -76,15 +77,6 @@ class RunAdmin(admin.ModelAdmin):
     @admin.display(description="config snapshot (YAML)")
     def config_yaml_pre(self, run: Run) -> str:
         return format_html('<pre style="margin:0">{}</pre>', run.config_yaml)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Run | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Run | None = None) -> bool:
-        return False
 
     @admin.action(description="Cancel selected runs")
     def cancel_through_action(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
