@@ -4,20 +4,33 @@ and the paths whose values are not all equal. A path a run does not set shows as
 schema's default applies there).
 
 The snapshot is read from ``Run.config_yaml`` (canonical YAML, in the schema's order) rather
-than ``Run.config``: PostgreSQL's jsonb does not keep the order of keys."""
+than ``Run.config``: PostgreSQL's jsonb does not keep the order of keys.
+
+Also the metric series the compare page overlays (``/runs/compare/data.json?ids=1,2&names=a,b``,
+``compare_series``): per run per metric the ``step``/``wall_time``/``value``/``stage`` arrays in
+the shape of the run page's snapshot (``live.json``'s ``metrics``), bounded: 2 to ``MAX_RUNS``
+runs, at most ``MAX_NAMES`` metrics a request, at most ``MAX_POINTS`` points a series (evenly
+thinned beyond, first and last kept, the series marked ``downsampled``). Without ``names`` the
+reward/accuracy group is chosen (names with ``reward`` or ``accuracy`` in them)."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from webapp.errors import ActionError
 from webapp.experiments.config_policy import parse_yaml
-from webapp.runs.models import Run
+from webapp.runs.models import MetricPoint, Run
 
-MAX_RUNS = 12
+MAX_RUNS = 20
+MAX_NAMES = 40
+MAX_NAME_CHARS = 200
+MAX_POINTS = 10_000
+DEFAULT_GROUP = re.compile(r"reward|accuracy", re.IGNORECASE)
+DEFAULT_FALLBACK = 4  # metrics shown when a run reports no reward/accuracy metric
 ABSENT = object()
 
 
@@ -87,3 +100,93 @@ def config_differences(runs: Sequence[Run]) -> list[Difference]:
             continue
         rows.append(Difference(path, [_show(v) for v in values], [v is ABSENT for v in values]))
     return rows
+
+
+# ---------------------------------------------------------------- metric series
+
+
+def parse_names(text: str | None) -> list[str] | None:
+    """``"a,b"`` -> ["a", "b"] (order kept, repeats dropped); None when not given (the default
+    group applies); 400 past ``MAX_NAMES`` or for a name longer than a metric name can be."""
+    if text is None or not text.strip():
+        return None
+    names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if len(names) > MAX_NAMES:
+        raise ActionError(
+            f"names: at most {MAX_NAMES} metrics a request (got {len(names)})",
+            errors={"names": f"at most {MAX_NAMES}"},
+        )
+    for name in names:
+        if len(name) > MAX_NAME_CHARS:
+            raise ActionError(
+                f"names: {name[:40]!r}... is longer than {MAX_NAME_CHARS} characters",
+                errors={"names": f"a name is over {MAX_NAME_CHARS} characters"},
+            )
+    return names
+
+
+def default_names(names: Sequence[str]) -> list[str]:
+    group = [n for n in names if DEFAULT_GROUP.search(n)]
+    return (group or list(names)[:DEFAULT_FALLBACK])[:MAX_NAMES]
+
+
+def _thin(length: int) -> list[int] | None:
+    """Indices of at most ``MAX_POINTS`` evenly spread points (first and last kept); None: all."""
+    limit = MAX_POINTS
+    if length <= limit:
+        return None
+    return sorted({round(i * (length - 1) / (limit - 1)) for i in range(limit)})
+
+
+def compare_series(runs: Sequence[Run], names: list[str] | None) -> dict[str, Any]:
+    """The JSON body of ``/runs/compare/data.json`` for runs the caller may see (checked by the
+    view, one ``authorize`` per id)."""
+    run_ids = [run.pk for run in runs]
+    available = sorted(
+        set(
+            MetricPoint.objects.filter(run_id__in=run_ids)
+            .values_list("name", flat=True)
+            .distinct()
+            .order_by()
+        )
+    )
+    chosen = default_names(available) if names is None else names
+    series: dict[int, dict[str, dict[str, list]]] = {pk: {} for pk in run_ids}
+    rows = (
+        MetricPoint.objects.filter(run_id__in=run_ids, name__in=chosen)
+        .order_by("run_id", "name", "id")
+        .values_list("run_id", "name", "step", "wall_time", "value", "stage")
+    )
+    for run_id, name, step, wall_time, value, stage in rows.iterator(chunk_size=5000):
+        arrays = series[run_id].get(name)
+        if arrays is None:
+            arrays = series[run_id][name] = {"step": [], "wall_time": [], "value": [], "stage": []}
+        arrays["step"].append(step)
+        arrays["wall_time"].append(wall_time)
+        arrays["value"].append(value)
+        arrays["stage"].append(stage)
+    for metrics in series.values():
+        for arrays in metrics.values():
+            keep = _thin(len(arrays["value"]))
+            arrays["downsampled"] = keep is not None
+            if keep is not None:
+                for key in ("step", "wall_time", "value", "stage"):
+                    arrays[key] = [arrays[key][i] for i in keep]
+    return {
+        "names": available,
+        "selected": chosen,
+        "max_points": MAX_POINTS,
+        "runs": [
+            {
+                "id": run.pk,
+                "number": run.number,
+                "experiment_id": run.experiment_id,
+                "experiment": run.experiment.name,
+                "label": f"{run.experiment.name} #{run.number}",
+                "status": run.status,
+                "url": run.get_absolute_url(),
+                "metrics": {n: series[run.pk][n] for n in chosen if n in series[run.pk]},
+            }
+            for run in runs
+        ],
+    }

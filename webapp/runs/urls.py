@@ -5,8 +5,10 @@ from webapp.runs import views
 app_name = "runs"
 urlpatterns = [
     path("compare/", views.compare, name="compare"),
+    path("compare/data.json", views.compare_data, name="compare-data"),
     path("launch/<int:experiment_id>/", views.launch, name="launch"),
     path("<int:pk>/", views.run_detail, name="detail"),
     path("<int:pk>/cancel/", views.cancel, name="cancel"),
     path("<int:pk>/clone/", views.clone, name="clone"),
+    path("<int:pk>/logs.txt", views.logs_txt, name="logs-txt"),
 ]
