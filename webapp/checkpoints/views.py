@@ -1,17 +1,21 @@
 """Checkpoint pages: POST ``/checkpoints/<id>/convert/`` queues the Hugging Face conversion
-(``actions.convert_checkpoint``) and goes back to the run page."""
+(``actions.convert_checkpoint``) and goes back to the run page; ``GET
+/checkpoints/<id>/files.json`` lists the files of its converted directory (the run page's file
+list)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from webapp.accounts.access import authorize
 from webapp.audit.record import Actor
 from webapp.checkpoints.actions import convert_checkpoint
-from webapp.checkpoints.models import Checkpoint
+from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.errors import ActionError
 
 
@@ -26,3 +30,38 @@ def convert(request: HttpRequest, pk: int) -> HttpResponse:
         return render(request, "checkpoints/convert_refused.html", context, status=err.status)
     messages.success(request, f"Converting {checkpoint} to Hugging Face weights.")
     return redirect(checkpoint.run.get_absolute_url())
+
+
+MAX_LISTED_FILES = 1000
+
+
+def _hf_files(root: Path) -> tuple[list[dict], bool]:
+    """Regular files under ``root`` (symlinks neither followed nor listed), by path; whether
+    the list was cut at MAX_LISTED_FILES."""
+    found: list[dict] = []
+    for path in sorted(root.rglob("*")):
+        if path.is_symlink() or not path.is_file():
+            continue
+        if len(found) == MAX_LISTED_FILES:
+            return found, True
+        found.append({"path": path.relative_to(root).as_posix(), "size_bytes": path.stat().st_size})
+    return found, False
+
+
+@require_GET
+def files_json(request: HttpRequest, pk: int) -> JsonResponse:
+    """The converted (Hugging Face) directory of a checkpoint and its files; 409 with the
+    reason while it has none."""
+    checkpoint = authorize(Actor.from_request(request), Checkpoint, pk, "checkpoint.view")
+    root = Path(checkpoint.hf_path) if checkpoint.hf_path else None
+    if checkpoint.hf_status != HFStatus.READY or root is None or not root.is_dir():
+        where = f"{checkpoint.stage}/global_step_{checkpoint.step}".lstrip("/")
+        reason = (
+            f"{where} has no converted directory (HF status: {checkpoint.get_hf_status_display()})"
+            if checkpoint.hf_status != HFStatus.READY or root is None
+            else f"{where}: the converted directory {root} is gone from disk"
+        )
+        return JsonResponse({"error": reason, "hf_status": checkpoint.hf_status}, status=409)
+    files, truncated = _hf_files(root)
+    body = {"id": checkpoint.pk, "hf_path": str(root), "files": files, "truncated": truncated}
+    return JsonResponse(body)
