@@ -120,7 +120,7 @@ yaml_texts = st.one_of(
             "project: !!binary aGVsbG8=\n",
             DEMO_YAML.replace("mode: both", "mode: [both"),
             DEMO_YAML + "\nunknown_section: {a: 1}\n",
-            DEMO_YAML.replace("lr: 3e-5", "lr: 1e999"),  # inf: no JSON column takes it
+            DEMO_YAML.replace("lr: 3e-5", "lr: 1.0e999"),  # inf: no JSON column takes it
             DEMO_YAML.replace("temperature: 1.0", "temperature: .nan", 1),
             "\x00\x01\ufffe",
         ]

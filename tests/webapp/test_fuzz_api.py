@@ -60,7 +60,7 @@ def api(alice):
 
 @FUZZ
 @given(body=create_bodies)
-@example(body={"name": "inf", "config_yaml": DEMO_YAML.replace("lr: 3e-5", "lr: 1e999")})
+@example(body={"name": "inf", "config_yaml": DEMO_YAML.replace("lr: 3e-5", "lr: 1.0e999")})
 @example(
     body={"name": "nan", "config_yaml": DEMO_YAML.replace("temperature: 1.0", "temperature: .nan")}
 )
