@@ -6,7 +6,9 @@ advantage fn (Trinity's experience pipeline), and puts the experiences into the 
 buffer. At the steps ``rft_core.sync.schedule`` names it loads new weights; every
 ``eval_interval`` steps (and at step 0 with ``eval_on_startup``) it evaluates on every eval
 taskset. ``explorer_meta.json`` in the job dir records the step, the taskset offset and the model
-version so a rerun resumes where it stopped.
+version so a rerun resumes where it stopped. Each step also sends the monitor a ``samples``
+event: the first ``RFT_SAMPLES_PER_STEP`` (default 4) experiences in task order (the first
+group's first responses: deterministic), with prompt, response, truth, reward and its parts (``reward_parts``).
 
 ``Explorer`` is a plain class: the launcher runs it as a Ray actor (``ray.remote(Explorer)``),
 and ``colocate`` mode drives it in the same process as the trainer.
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import os
 import statistics
 import time
 from collections import defaultdict
@@ -27,6 +31,7 @@ import torch
 from rft_core.buffer.experience import Experience
 from rft_core.checkpoint.layout import EXPLORER_META, read_explorer_meta  # noqa: F401
 from rft_core.data.task import Task
+from rft_core.monitor.events import ENV_SAMPLES_PER_STEP, SAMPLES_PER_STEP
 from rft_core.sync.schedule import explorer_syncs_after, trainer_version_for_explorer_sync
 
 log = logging.getLogger("rft_core.explorer")
@@ -53,6 +58,48 @@ def group_reward_stats(experiences: list[Experience]) -> dict[str, float]:
         f"{prefix}/reward_std/mean": statistics.fmean(stds),
         f"{prefix}/zero_std_group_ratio": sum(s == 0.0 for s in stds) / len(stds),
     }
+
+
+def samples_per_step() -> int:
+    """``RFT_SAMPLES_PER_STEP`` (default 4; 0 sends none); a bad value falls back to 4."""
+    try:
+        return max(0, int(os.environ.get(ENV_SAMPLES_PER_STEP, SAMPLES_PER_STEP)))
+    except ValueError:
+        log.warning("%s must be an integer; using %d", ENV_SAMPLES_PER_STEP, SAMPLES_PER_STEP)
+        return SAMPLES_PER_STEP
+
+
+def _number(value: Any) -> float | None:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def rollout_samples(
+    tasks: list[Task], experiences: list[Experience], limit: int
+) -> list[dict[str, Any]]:
+    """The first ``limit`` experiences (task order: the first group's first responses) as the
+    monitor's samples: prompt (the task's question), response, truth, reward, the reward
+    parts (``reward_parts``), the taskset and the task index."""
+    truths = {(t.taskset, t.index): t.truth for t in tasks}
+    samples = []
+    for exp in experiences[:limit]:
+        key = (exp.info.get("taskset"), exp.info.get("task_index"))
+        parts = {k: _number(v) for k, v in (exp.metrics or {}).items()}
+        samples.append(
+            {
+                "prompt": exp.prompt_text,
+                "response": exp.response_text,
+                "truth": truths.get(key),
+                "reward": _number(exp.reward),
+                "reward_parts": parts,
+                "taskset": key[0],
+                "task_index": key[1],
+            }
+        )
+    return samples
 
 
 def apply_group_advantages(
@@ -225,6 +272,7 @@ class Explorer:
             exp.model_version = version
         metrics = dict(workflows.rollout_metrics(experiences))
         metrics.update(group_reward_stats(experiences))
+        samples = rollout_samples(tasks, experiences, samples_per_step())
         if algo.advantage_fn:
             fn = get_advantage_fn(algo.advantage_fn)
             if fn.level == "group":
@@ -244,6 +292,7 @@ class Explorer:
         self.step = step
         self.model_versions.append((step, version))
         self.monitor.log(metrics, step)
+        self.monitor.samples(samples, step)
         return metrics
 
     def sync_weights(self, version: int, final: bool = False) -> int:

@@ -1,17 +1,31 @@
 """The event ingestor: Redis run streams -> database rows -> Channels groups.
 
-    python -m workers.ingestor [--consumer NAME] [--block-ms 1000]
+    python -m workers.ingestor [--consumer NAME] [--group NAME] [--block-ms 1000]
 
 Runs discover themselves by adding their id to the set ``rft:runs`` (see
-``rft_core/monitor/events.py``); each stream ``rft:run:<key>`` is read through the consumer
-group ``ingestor``, so several ingestors share the work and an entry is handled once. Every
-entry is stored as a ``RunEvent`` (unique on run key + stream id, so a replay writes nothing
-twice); in the same transaction each event stored for the first time is projected into
-metric points, log lines, checkpoints and run status (``webapp.events.projection``) when its
-key is a Run's ``key``. After the commit the new events are fanned out to the Channels group
-``run-<run pk>`` and acknowledged. Entries left pending by a consumer that died (or by a batch
-whose transaction failed) are claimed after ``CLAIM_IDLE_MS``; events of a key that matches no
-Run (a CLI run with ``RFT_RUN_ID`` set by hand) keep their RunEvent rows only.
+``rft_core/monitor/events.py``); each stream ``rft:run:<key>`` is read through a consumer
+group (``ingestor``), so several ingestors share the work and an entry is handled by one.
+
+One batch of a stream (up to ``BATCH`` entries) is stored in ONE transaction, under the run's
+row lock (PostgreSQL: an advisory lock on the key when no Run has it): every entry not stored
+yet becomes a ``RunEvent`` with the next dense ``seq`` of its key (1, 2, 3, ... in stream
+order) and is projected into metric points, log lines, samples, checkpoints and run status
+(``webapp.events.projection``). An entry already stored (a replay, or a claimed entry whose
+first consumer was only slow) is recognised by its stream id and writes nothing again.
+After the commit the batch's new events go as ONE ``{"type": "events", "first_seq",
+"last_seq", "events"}`` message to the group ``run-<run pk>`` (``webapp.runs.live``), and
+then the entries are acknowledged: a crash before the ack leaves them pending, and the next
+delivery finds them stored. Entries left pending by a consumer that died are taken over after
+``CLAIM_IDLE_MS`` (a restarted ingestor with the same ``--consumer`` name takes its own at
+once); a batch whose transaction fails stays pending and is retried.
+
+Trimming: after acking, the stream is cut with ``XTRIM MINID`` at the oldest entry that some
+consumer group of the stream still needs: the smallest id pending in any group (delivered,
+not acked, so maybe not stored) or, when a group has read less far, the first id after its
+last-delivered id. Every entry below that id was acked by every group, and an entry is acked
+only after its transaction committed, so nothing unstored is ever trimmed; MINID (unlike
+XDEL of our own acked ids) also respects other groups reading the same stream (another
+deployment, a test) and costs one command whatever the batch size.
 """
 
 from __future__ import annotations
@@ -32,15 +46,15 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 django.setup()
 
 import redis  # noqa: E402
-from asgiref.sync import async_to_sync  # noqa: E402
 from channels.layers import get_channel_layer  # noqa: E402
 from django.conf import settings  # noqa: E402
-from django.db import transaction  # noqa: E402
+from django.db import connection, transaction  # noqa: E402
+from django.db.models import Max  # noqa: E402
 
 from rft_core.monitor.events import RUNS_SET, STREAM_PREFIX, MonitorEvent, run_id_of  # noqa: E402
-from webapp.events.consumers import run_group  # noqa: E402
 from webapp.events.models import RunEvent  # noqa: E402
 from webapp.events.projection import project  # noqa: E402
+from webapp.runs.live import events_message, run_group, send  # noqa: E402
 from webapp.runs.models import Run  # noqa: E402
 
 GROUP = "ingestor"
@@ -60,10 +74,13 @@ class Ingestor:
         group: str = GROUP,
         channel_layer=None,
         only_runs: set[str] | None = None,
+        trim: bool = True,
     ):
         """``only_runs`` limits the ingestor to those run ids (a dedicated ingestor, or a test
-        that must not touch other runs on a shared Redis)."""
+        that must not touch other runs on a shared Redis); ``trim`` cuts each stream after its
+        entries are stored (see the module docstring)."""
         self.client = client
+        self.trim = trim
         self.only_runs = only_runs
         self.consumer = consumer
         self.group = group
@@ -136,14 +153,52 @@ class Ingestor:
             # not acked: the entries stay pending and are claimed again after CLAIM_IDLE_MS
             log.exception("storing %d entries of %s failed; they stay pending", len(rows), key)
             return 0
-        if run is not None:
-            for row in new_rows:
-                async_to_sync(self.channel_layer.group_send)(
-                    run_group(run.pk), {"type": "run.event", "event": row.as_message()}
-                )
+        if run is not None and new_rows:
+            message = events_message([row.as_message() for row in new_rows])
+            send([run_group(run.pk)], message, self.channel_layer)
         ids = [e[0] for e in entries]
         self.client.xack(key, self.group, *ids)
+        if self.trim:
+            trim_stored(self.client, key)
         return len(entries)
+
+
+def _next_id(stream_id: str) -> str:
+    ms, _, n = stream_id.partition("-")
+    return f"{ms}-{int(n or 0) + 1}"
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def trim_floor(client: redis.Redis, key: str) -> str | None:
+    """The oldest stream id some consumer group of ``key`` still needs (pending in it, or not
+    delivered to it yet); None when the stream has no group (nothing is known to be stored)."""
+    groups = client.xinfo_groups(key)
+    if not groups:
+        return None
+    floors = []
+    for group in groups:
+        name = _text(group["name"])
+        if group["pending"]:
+            summary = client.xpending(key, name)
+            floors.append(_text(summary["min"]))
+        floors.append(_next_id(_text(group["last-delivered-id"])))
+    return min(floors, key=lambda sid: tuple(int(p) for p in sid.split("-")))
+
+
+def trim_stored(client: redis.Redis, key: str) -> int:
+    """``XTRIM MINID`` at :func:`trim_floor`: drops the entries every group has acked (so
+    stored). Returns the number of entries removed."""
+    try:
+        floor = trim_floor(client, key)
+        if floor is None:
+            return 0
+        return client.xtrim(key, minid=floor, approximate=False)
+    except redis.ResponseError as err:  # the stream was deleted meanwhile
+        log.info("not trimming %s: %s", key, err)
+        return 0
 
 
 def event_rows(run_key: str, entries: list) -> list[RunEvent]:
@@ -185,31 +240,46 @@ def json_safe(value):
     return value
 
 
+def _lock_key(run_key: str) -> Run | None:
+    """The run's row lock (its Run, None when no Run has the key). Without a Run, PostgreSQL
+    takes a transaction-scoped advisory lock on the key; SQLite's IMMEDIATE transactions
+    serialise every writer already."""
+    run = Run.objects.select_for_update().filter(key=run_key).first()
+    if run is None and connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [run_key])
+    return run
+
+
 def store_events(run_key: str, rows: list[RunEvent]) -> tuple[Run | None, list[RunEvent]]:
-    """Insert the rows not stored yet and project them into the run's rows, in one
-    transaction. Returns the run (None when no Run has this key) and the new rows (with
-    primary keys) in stream order."""
+    """Insert the rows not stored yet, each with the key's next ``seq``, and project them into
+    the run's rows, in one transaction. Returns the run (None when no Run has this key) and
+    the new rows (with primary keys and seqs) in stream order."""
     if not rows:
         return Run.objects.filter(key=run_key).first(), []
     with transaction.atomic():
-        # the run's row lock serialises two ingestors handling one entry (a claimed entry
-        # whose first consumer was only slow): the second sees it stored and projects nothing
-        run = Run.objects.select_for_update().filter(key=run_key).first()
+        # the lock serialises two ingestors handling one key: seqs stay dense, and the second
+        # of two consumers handling one entry sees it stored and writes nothing
+        run = _lock_key(run_key)
         seen = set(
             RunEvent.objects.filter(
                 run_key=run_key, stream_id__in=[r.stream_id for r in rows]
             ).values_list("stream_id", flat=True)
         )
-        fresh = [r for r in rows if r.stream_id not in seen]
+        fresh: list[RunEvent] = []
+        for row in rows:
+            if row.stream_id not in seen:
+                seen.add(row.stream_id)  # an entry twice in one batch (claimed + read) once
+                fresh.append(row)
         if not fresh:
             return run, []
-        RunEvent.objects.bulk_create(fresh, ignore_conflicts=True)
-        # ignore_conflicts leaves pk unset on some backends: read the rows back in order.
-        stored = list(
-            RunEvent.objects.filter(
-                run_key=run_key, stream_id__in=[r.stream_id for r in fresh]
-            ).order_by("pk")
-        )
+        top = RunEvent.objects.filter(run_key=run_key).aggregate(top=Max("seq"))["top"] or 0
+        for offset, row in enumerate(fresh, start=1):
+            row.seq = top + offset
+        # no ignore_conflicts: a conflict means a broken invariant, and the whole batch fails
+        RunEvent.objects.bulk_create(fresh)
+        # some backends leave pk unset after bulk_create: read the rows back in seq order
+        stored = list(RunEvent.objects.filter(run_key=run_key, seq__gt=top).order_by("seq"))
         if run is not None:
             project(run, stored)
     return run, stored

@@ -6,14 +6,16 @@ adds ``<run_id>`` to the set ``rft:runs`` so that consumers can discover it. Eve
 the string fields below; ``data`` is JSON. Stream entry ids give the order.
 
     run    the run id the dashboard gave (RFT_RUN_ID)
-    kind   metric | log | checkpoint | status | heartbeat
+    kind   metric | log | checkpoint | status | heartbeat | samples
     role   explorer | trainer | launcher | ...
     stage  the stage's stage_name ("" for a config without stages): a staged run's roles and
            step numbers start again in each stage
     step   integer step, or "" when the event has none
     ts     unix time in seconds (float, as text)
     data   JSON object: metric -> {name: value}; log -> {level, text};
-           checkpoint -> {path}; status -> {state, message}; heartbeat -> {}
+           checkpoint -> {path}; status -> {state, message}; heartbeat -> {};
+           samples -> {"samples": [{prompt, response, truth, reward, <reward parts>...}]}
+           (a handful of one rollout step's experiences, see ``ENV_SAMPLES_PER_STEP``)
 
 This module imports nothing but the standard library: the dashboard's web process uses it.
 """
@@ -31,10 +33,13 @@ from typing import Any
 ENV_REDIS_URL = "RFT_EVENTS_REDIS_URL"
 ENV_RUN_ID = "RFT_RUN_ID"
 ENV_HEARTBEAT_S = "RFT_HEARTBEAT_S"  # seconds between heartbeats on the stream (default 10)
+# rollouts the explorer samples per step for the dashboard's samples panel (default 4; 0: none)
+ENV_SAMPLES_PER_STEP = "RFT_SAMPLES_PER_STEP"
+SAMPLES_PER_STEP = 4
 
 STREAM_PREFIX = "rft:run:"
 RUNS_SET = "rft:runs"
-KINDS = ("metric", "log", "checkpoint", "status", "heartbeat")
+KINDS = ("metric", "log", "checkpoint", "status", "heartbeat", "samples")
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
 
 

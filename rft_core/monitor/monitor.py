@@ -71,6 +71,12 @@ class Monitor:
     def status(self, state: str, message: str = "") -> None:
         self._emit("status", {"state": state, "message": message})
 
+    def samples(self, samples: list[dict[str, Any]], step: int) -> None:
+        """A few rollouts of ``step`` for the dashboard: each ``{prompt, response, truth,
+        reward, ...}`` (the reward parts beside them)."""
+        if samples:
+            self._emit("samples", {"samples": [dict(s) for s in samples]}, step)
+
     def heartbeat(self) -> None:
         self._emit("heartbeat", {})
 

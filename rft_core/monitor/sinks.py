@@ -31,9 +31,18 @@ def _finite(metrics: dict[str, float]) -> dict[str, float]:
     return {k: (v if math.isfinite(v) else None) for k, v in metrics.items()}
 
 
+def _finite_values(row: dict[str, Any]) -> dict[str, Any]:
+    """NaN/inf floats of a row as null (the other values as they are)."""
+    return {
+        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()
+    }
+
+
 class JsonlSink:
-    """``monitor/<role>_metrics.jsonl`` (one line per metric event: step, time, metrics) and
-    ``monitor/<role>_events.jsonl`` (status and checkpoint events)."""
+    """``monitor/<role>_metrics.jsonl`` (one line per metric event: step, time, metrics),
+    ``monitor/<role>_events.jsonl`` (status and checkpoint events) and
+    ``monitor/<role>_samples.jsonl`` (one line per sampled rollout: step, time, prompt,
+    response, truth, reward, ...; opened on the first one)."""
 
     def __init__(self, monitor_dir: Path, role: str):
         monitor_dir.mkdir(parents=True, exist_ok=True)
@@ -41,6 +50,8 @@ class JsonlSink:
         self.events_path = monitor_dir / f"{role}_events.jsonl"
         self._metrics = self.metrics_path.open("a", encoding="utf-8")
         self._events = self.events_path.open("a", encoding="utf-8")
+        self.samples_path = monitor_dir / f"{role}_samples.jsonl"
+        self._samples = None
 
     def write(self, event: MonitorEvent) -> None:
         if event.kind == "metric":
@@ -51,10 +62,19 @@ class JsonlSink:
             line = {"kind": event.kind, "step": event.step, "time": event.ts, **event.data}
             self._events.write(json.dumps(line) + "\n")
             self._events.flush()
+        elif event.kind == "samples":
+            if self._samples is None:
+                self._samples = self.samples_path.open("a", encoding="utf-8")
+            for sample in event.data.get("samples", []):
+                line = {"step": event.step, "time": event.ts, **_finite_values(sample)}
+                self._samples.write(json.dumps(line, default=str) + "\n")
+            self._samples.flush()
 
     def close(self) -> None:
         self._metrics.close()
         self._events.close()
+        if self._samples is not None:
+            self._samples.close()
 
 
 class TensorBoardSink:

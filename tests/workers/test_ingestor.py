@@ -19,7 +19,7 @@ from webapp.audit.models import AuditEvent
 from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.events.models import RunEvent
 from webapp.experiments.models import Experiment
-from webapp.runs.models import LogLine, MetricPoint, Run, RunStatus
+from webapp.runs.models import LogLine, MetricPoint, RolloutSample, Run, RunStatus
 from workers.ingestor import Ingestor, event_rows, store_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -136,14 +136,21 @@ def test_it_acks_so_a_second_poll_handles_nothing(run_stream, redis_url, redis_c
     assert redis_client.xpending(stream_key(run_stream), group)["pending"] == 0
 
 
-def test_a_replayed_stream_writes_no_second_row_of_anything(run_stream, run, redis_url):
-    _ingestor(redis_url, run_stream, f"g1-{run_stream}").poll(block_ms=100)
+def test_a_replayed_stream_writes_no_second_row_of_anything(
+    run_stream, run, redis_url, redis_client
+):
+    groups = [f"g1-{run_stream}", f"g2-{run_stream}", f"g3-{run_stream}"]
+    for group in groups:  # the other groups exist first: g1 trims nothing they have not read
+        redis_client.xgroup_create(stream_key(run_stream), group, id="0")
+    _ingestor(redis_url, run_stream, groups[0]).poll(block_ms=100)
     once = _counts(run)
     assert once["events"] == 7 and once["metrics"] == 4 and once["checkpoints"] == 1
     # Two more consumer groups read the whole stream again from the start: same entries, same ids.
-    for group in (f"g2-{run_stream}", f"g3-{run_stream}"):
+    for group in groups[1:]:
         assert _ingestor(redis_url, run_stream, group).poll(block_ms=100) == 7
         assert _counts(run) == once
+    seqs = RunEvent.objects.filter(run_key=run_stream).order_by("seq")
+    assert list(seqs.values_list("seq", flat=True)) == [1, 2, 3, 4, 5, 6, 7]
 
 
 def test_a_batch_stored_before_a_crash_is_projected_once_on_recovery(
@@ -200,7 +207,9 @@ def test_events_of_a_key_without_a_run_keep_their_run_events_only(
     assert MetricPoint.objects.count() == LogLine.objects.count() == Checkpoint.objects.count() == 0
 
 
-def test_it_fans_new_events_out_to_the_group_of_the_runs_pk(run_stream, run, redis_url):
+def test_it_sends_each_batch_as_one_events_message_to_the_group_of_the_runs_pk(
+    run_stream, run, redis_url
+):
     layer = get_channel_layer()
     group = f"run-{run.pk}"
 
@@ -208,17 +217,107 @@ def test_it_fans_new_events_out_to_the_group_of_the_runs_pk(run_stream, run, red
         channel = await layer.new_channel()
         await layer.group_add(group, channel)
         await sync_to_async(ingest)()
-        messages = [await layer.receive(channel) for _ in range(7)]
+        messages = []
+        while True:  # run and checkpoint states, then the one events batch
+            message = await layer.receive(channel)
+            messages.append(message["message"])
+            if message["message"]["type"] == "events":
+                break
         await layer.group_discard(group, channel)
         return messages
 
     ingestor = _ingestor(redis_url, run_stream, f"g-{run_stream}")
     messages = async_to_sync(listen_while)(lambda: ingestor.poll(block_ms=100))
-    assert [m["event"]["kind"] for m in messages] == KINDS
-    metric = messages[2]["event"]
-    assert metric["data"] == {"actor/pg_loss": 0.5, "eval/gsm8k/accuracy/mean@1": 0.25}
-    assert (metric["run"], metric["stage"]) == (run.key, "rft")
-    assert metric["id"] == RunEvent.objects.get(run_key=run_stream, step=1).pk
+    batch = messages[-1]
+    assert (batch["first_seq"], batch["last_seq"]) == (1, 7)
+    assert [e["kind"] for e in batch["events"]] == KINDS
+    assert [e["seq"] for e in batch["events"]] == [1, 2, 3, 4, 5, 6, 7]
+    metric = batch["events"][2]
+    assert metric == {
+        "seq": 3,
+        "kind": "metric",
+        "role": "trainer",
+        "stage": "rft",
+        "step": 1,
+        "ts": metric["ts"],
+        "data": {"actor/pg_loss": 0.5, "eval/gsm8k/accuracy/mean@1": 0.25},
+    }
+    # the state changes the batch made were published on commit, before the batch
+    states = messages[:-1]
+    assert {m["type"] for m in states} == {"run", "checkpoint"}
+    assert [m["run"]["status"] for m in states if m["type"] == "run"][-1] == "running"
+    (ckpt,) = [m["checkpoint"] for m in states if m["type"] == "checkpoint"]
+    assert (ckpt["run_id"], ckpt["step"], ckpt["hf_status"]) == (run.pk, 2, "ready")
+
+
+def test_it_trims_only_entries_every_group_has_acked(run_stream, redis_url, redis_client):
+    key = stream_key(run_stream)
+    group = f"g-{run_stream}"
+    ids = [e[0] for e in redis_client.xrange(key)]
+    ingestor = _ingestor(redis_url, run_stream, group)
+    ingestor.discover()
+    # another consumer of the group took the first three and has not stored them yet
+    redis_client.xreadgroup(group, "slow-consumer", {key: ">"}, count=3)
+    assert ingestor.poll(block_ms=100) == 4  # stores and acks the other four, then trims
+    assert [e[0] for e in redis_client.xrange(key)] == ids  # the pending three keep all
+    assert _ingestor(redis_url, run_stream, group, "slow-consumer").recover_own_pending() == 3
+    assert redis_client.xlen(key) == 0  # all seven stored and acked: all trimmed
+    assert RunEvent.objects.filter(run_key=run_stream).count() == 7
+
+
+def test_it_keeps_entries_a_second_group_has_not_read(run_stream, redis_url, redis_client):
+    key = stream_key(run_stream)
+    redis_client.xgroup_create(key, f"other-{run_stream}", id="0")
+    assert _ingestor(redis_url, run_stream, f"g-{run_stream}").poll(block_ms=100) == 7
+    assert redis_client.xlen(key) == 7
+
+
+def test_it_numbers_a_runs_events_densely_across_batches(run, redis_url, redis_client):
+    key = stream_key(run.key)
+    redis_client.test_keys.append(key)
+    for i in range(25):
+        fields = {"run": run.key, "kind": "metric", "role": "explorer", "stage": "",
+                  "step": str(i), "ts": "1.5", "data": '{"x": 1}'}  # fmt: skip
+        redis_client.xadd(key, fields)
+        if i == 3:
+            fields["kind"] = "bogus"  # malformed: skipped, takes no seq
+            redis_client.xadd(key, fields)
+    ingestor = _ingestor(redis_url, run.key, f"g-{run.key}")
+    ingestor.discover()
+    entries = redis_client.xrange(key)
+    for chunk in (entries[:7], entries[7:8], entries[3:20], entries[20:]):  # overlapping
+        ingestor._handle(key, chunk)
+    rows = RunEvent.objects.filter(run_key=run.key).order_by("seq")
+    assert list(rows.values_list("seq", flat=True)) == list(range(1, 26))
+    assert list(rows.values_list("step", flat=True)) == list(range(25))
+    assert list(MetricPoint.objects.filter(run=run).values_list("seq", flat=True)) == list(
+        range(1, 26)
+    )
+
+
+def test_samples_events_become_rollout_samples(run, tmp_path, monkeypatch, redis_url, redis_client):
+    redis_client.test_keys.append(stream_key(run.key))
+    monkeypatch.setenv(ENV_REDIS_URL, redis_url)
+    monkeypatch.setenv(ENV_RUN_ID, run.key)
+    monkeypatch.setenv("RFT_HEARTBEAT_S", "3600")
+    with build_monitor("none", {}, tmp_path, role="explorer", run_name="d", stage="rft") as monitor:
+        monitor.samples(
+            [
+                {"prompt": "1+1?", "response": "2", "truth": "2", "reward": 1.0, "accuracy": 1.0},
+                {"prompt": "2+2?", "response": "5", "truth": "4", "reward": math.nan},
+            ],
+            step=3,
+        )
+    try:
+        assert _ingestor(redis_url, run.key, f"g-{run.key}").poll(block_ms=100) == 2
+    finally:
+        redis_client.srem(RUNS_SET, run.key)
+    rows = RolloutSample.objects.filter(run=run).order_by("id")
+    assert [(r.stage, r.step, r.seq, r.prompt, r.response, r.truth, r.reward, r.extra)
+            for r in rows] == [
+        ("rft", 3, 2, "1+1?", "2", "2", 1.0, {"accuracy": 1.0}),
+        ("rft", 3, 2, "2+2?", "5", "4", None, {}),
+    ]  # fmt: skip
 
 
 def test_it_recovers_entries_a_crashed_consumer_left_unacked(run_stream, redis_url, redis_client):

@@ -7,6 +7,9 @@ conversion to Hugging Face weights.
   ``rft_core.checkpoint.layout``. System actions: no permission check, no audit row.
 - :func:`convert_checkpoint` is a user's action: access check, audit ``checkpoint.convert``,
   ``hf_status`` converting, and the Celery task (``checkpoints.tasks``) enqueued on commit.
+
+Every new or changed row is pushed to the run's live page (``webapp.runs.live.publish_checkpoint``,
+sent on commit).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from webapp.accounts.access import check
 from webapp.audit.record import Actor, record
 from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.errors import ActionError
+from webapp.runs.live import publish_checkpoint
 from webapp.runs.models import Run
 
 # A conversion that wrote no progress for this long is taken for dead (its worker was killed):
@@ -45,6 +49,7 @@ def _observe(run: Run, stage: str, step: int, path: Path) -> Checkpoint:
         },
     )
     if created:
+        publish_checkpoint(checkpoint)
         return checkpoint
     changes = {"path": str(path), "size_bytes": size}
     if checkpoint.hf_status != HFStatus.CONVERTING:
@@ -57,6 +62,7 @@ def _observe(run: Run, stage: str, step: int, path: Path) -> Checkpoint:
         for name, value in changed.items():
             setattr(checkpoint, name, value)
         checkpoint.save(update_fields=[*changed, "updated"])
+        publish_checkpoint(checkpoint)
     return checkpoint
 
 
@@ -123,5 +129,6 @@ def convert_checkpoint(actor: Actor, checkpoint: Checkpoint) -> Checkpoint:
         # the hosts that see the checkpoint storage
         queue = getattr(settings, "RFT_CONVERT_QUEUE", None)
         pk = checkpoint.pk
+        publish_checkpoint(checkpoint)
         transaction.on_commit(lambda: convert_checkpoint_task.apply_async((pk,), queue=queue))
     return checkpoint

@@ -4,6 +4,8 @@
 The progress callback writes ``Checkpoint.hf_progress`` (0..1, at most once per percent);
 the row ends ``ready`` with ``hf_path``, or ``failed`` with ``hf_error`` set to the converter's
 one-line message. The conversion is queued by ``checkpoints.actions.convert_checkpoint``.
+Each write (start, progress, ready/failed) is pushed to the run's live page
+(``webapp.runs.live.publish_checkpoint``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from django.utils import timezone
 from rft_core.checkpoint import layout
 from rft_core.errors import RFTError
 from webapp.checkpoints.models import Checkpoint, HFStatus
+from webapp.runs.live import publish_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +36,7 @@ def _base_model_dir(checkpoint: Checkpoint) -> str | None:
 
 def _finish(pk: int, **fields) -> None:
     Checkpoint.objects.filter(pk=pk).update(updated=timezone.now(), **fields)
+    publish_checkpoint(Checkpoint(pk=pk))
 
 
 @shared_task(name="checkpoints.convert")
@@ -41,6 +45,7 @@ def convert_checkpoint_task(checkpoint_id: int) -> str:
     from rft_core.convert import convert_checkpoints
 
     checkpoint = Checkpoint.objects.select_related("run").get(pk=checkpoint_id)
+    publish_checkpoint(checkpoint)  # the worker took it: converting, 0 %
     written = [-1]  # last percent written
 
     def on_progress(_label: str, done: int, total: int) -> None:

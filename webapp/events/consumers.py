@@ -1,10 +1,18 @@
-"""WebSocket ``/ws/runs/<run pk>/``: live events of one run.
+"""WebSocket ``/ws/runs/<run pk>/``: the live messages of one run (``webapp.runs.live``).
 
 On connect the one access rule (``webapp.accounts.access``) decides: anonymous -> close 4403;
 a run that does not exist -> close 4404; another user's run -> close 4403 and an audit row
 ``permission.denied``; the owner and staff are accepted and join the Channels group
-``run-<pk>``, into which the ingestor fans out each new event (``RunEvent.as_message()``).
-The client may pass ``?after=<event id>`` to first receive what it missed from the database.
+``run-<pk>``. Every group message (Channels type ``live.message``) is forwarded as is:
+
+    {"type": "events", "first_seq", "last_seq", "events": [Event, ...]}  one ingestor batch
+    {"type": "run", "run": RunState}                                     publish_run
+    {"type": "checkpoint", "checkpoint": CheckpointState}                publish_checkpoint
+
+``?after=<seq>`` (a client that reconnects) first sends what it missed as ONE ``events``
+message (at most 5000 events, the page refetches ``live.json?after=`` for the rest): the
+consumer joins the group before it reads, so nothing falls between; an event that arrives both
+ways carries the same seq and the client ignores the second.
 """
 
 from __future__ import annotations
@@ -18,17 +26,14 @@ from django.http import Http404
 
 from webapp.accounts.access import authorize
 from webapp.audit.record import Actor
-from webapp.events.models import RunEvent
+from webapp.runs.live import events_after, events_message, run_group
 from webapp.runs.models import Run
 
 REPLAY_LIMIT = 5000
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
 
-
-def run_group(run_pk: int) -> str:
-    """The Channels group of a run's live events."""
-    return f"run-{run_pk}"
+__all__ = ["RunEventsConsumer", "run_group", "watchable_run"]
 
 
 def watchable_run(scope: dict, run_pk: str) -> Run:
@@ -56,22 +61,21 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
         after = _query_int(self.scope.get("query_string", b""), "after")
         if after is not None:
-            for message in await self._missed(after):
-                await self.send_json(message)
+            missed = await self._missed(after)
+            if missed is not None:
+                await self.send_json(missed)
 
     async def disconnect(self, code: int) -> None:
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
-    async def run_event(self, event: dict) -> None:
-        await self.send_json(event["event"])
+    async def live_message(self, event: dict) -> None:
+        await self.send_json(event["message"])
 
     @database_sync_to_async
-    def _missed(self, after: int) -> list[dict]:
-        rows = RunEvent.objects.filter(run_key=self.run.key, pk__gt=after).order_by("pk")[
-            :REPLAY_LIMIT
-        ]
-        return [row.as_message() for row in rows]
+    def _missed(self, after: int) -> dict | None:
+        events = events_after(self.run, after, limit=REPLAY_LIMIT)["events"]
+        return events_message(events) if events else None
 
 
 def _query_int(query_string: bytes, name: str) -> int | None:

@@ -1,7 +1,8 @@
 """Run events as the ingestor stored them from the Redis streams ``rft:run:<key>``.
 
 One row per stream entry, unique on (run_key, stream_id), so replaying a stream writes nothing
-twice. ``run_key`` is ``Run.key`` (the run's ``RFT_RUN_ID``); a key that matches no Run (a CLI
+twice. ``seq`` is the dense per-run sequence number (1, 2, 3, ... in stream order) clients page
+and resume by; the ingestor assigns it under the run's lock (``workers.ingestor``). ``run_key`` is ``Run.key`` (the run's ``RFT_RUN_ID``); a key that matches no Run (a CLI
 run with ``RFT_RUN_ID`` set by hand) keeps its events here only. The dashboard's richer rows
 (metric points, log lines, checkpoints, run status) are projected from each new event by
 ``webapp.events.projection`` through the runs and checkpoints apps.
@@ -21,6 +22,9 @@ class RunEvent(models.Model):
     role = models.CharField(max_length=32, blank=True)
     stage = models.CharField(max_length=100, blank=True, help_text="stage_name; '' unstaged")
     step = models.BigIntegerField(null=True, blank=True)
+    seq = models.PositiveBigIntegerField(
+        help_text="1, 2, 3, ... per run key in stream order (assigned by the ingestor)"
+    )
     payload = models.JSONField(default=dict)
     emitted_at = models.DateTimeField(help_text="when the run emitted it")
     created = models.DateTimeField(auto_now_add=True)
@@ -31,23 +35,22 @@ class RunEvent(models.Model):
             models.UniqueConstraint(
                 fields=["run_key", "stream_id"], name="runevent_unique_stream_entry"
             ),
+            # dense per run: a second writer of one seq fails its transaction (nothing half-written);
+            # its index also serves "the events of run R after seq S"
+            models.UniqueConstraint(fields=["run_key", "seq"], name="runevent_unique_run_seq"),
         ]
-        # a WebSocket's ?after=<id> replay: the events of one run after a sequence number
-        indexes = [models.Index(fields=["run_key", "id"], name="runevent_run_seq")]
 
     def __str__(self) -> str:
         return f"{self.run_key} {self.stream_id} {self.kind}"
 
     def as_message(self) -> dict:
-        """The JSON a WebSocket client receives for this event."""
+        """The protocol's Event (``webapp.runs.live``): what a client receives for this event."""
         return {
-            "id": self.pk,
-            "stream_id": self.stream_id,
-            "run": self.run_key,
+            "seq": self.seq,
             "kind": self.kind,
             "role": self.role,
             "stage": self.stage,
             "step": self.step,
-            "data": self.payload,
             "ts": self.emitted_at.timestamp(),
+            "data": self.payload,
         }

@@ -4,6 +4,7 @@ them (the events app never writes a Run itself):
     metric      -> webapp.runs.telemetry.record_metrics (MetricPoint rows, eval accuracy)
                    and webapp.runs.actions.observe_progress (the latest stage, its top step)
     log         -> webapp.runs.telemetry.record_logs (LogLine rows)
+    samples     -> webapp.runs.telemetry.record_samples (RolloutSample rows)
     checkpoint  -> webapp.checkpoints.actions.observe_checkpoint (Checkpoint row)
     status      -> webapp.runs.actions.observe_status, in stream order
     heartbeat   -> webapp.runs.actions.observe_heartbeat (the latest one of the batch)
@@ -20,7 +21,7 @@ from webapp.checkpoints.actions import observe_checkpoint
 from webapp.events.models import RunEvent
 from webapp.runs import actions as run_actions
 from webapp.runs.models import Run
-from webapp.runs.telemetry import record_logs, record_metrics
+from webapp.runs.telemetry import record_logs, record_metrics, record_samples
 
 
 def project(run: Run, events: Sequence[RunEvent]) -> None:
@@ -28,6 +29,7 @@ def project(run: Run, events: Sequence[RunEvent]) -> None:
     metrics = [e for e in events if e.kind == "metric"]
     record_metrics(run, metrics)
     record_logs(run, [e for e in events if e.kind == "log"])
+    record_samples(run, [e for e in events if e.kind == "samples"])
     for event in events:
         if event.kind == "checkpoint":
             path = event.payload.get("path") if isinstance(event.payload, dict) else None

@@ -12,7 +12,8 @@ which talk to Ray through ``ray_jobs`` (never ``ray.init()``).
 The database follows the Ray job, which is the truth about a run: ``follow_run`` polls a run's
 job until it ends, ``reconcile_runs`` (Celery beat, and when a worker starts) sweeps every live
 run, so no run stays "running" after its job died. A final status change made by the system is
-audited as ``run.status``.
+audited as ``run.status``. Every change of a run's state is pushed to the live pages with
+``webapp.runs.live.publish_run`` (sent once the change commits).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from webapp.experiments.config_policy import check_config
 from webapp.experiments.models import Experiment
 from webapp.health.checks import check_ray, check_redis
 from webapp.runs import ray_jobs
+from webapp.runs.live import publish_run
 from webapp.runs.models import ACTIVE_STATUSES, FINAL_STATUSES, Run, RunStatus
 from webapp.runs.snapshot import launch_spec
 
@@ -78,6 +80,7 @@ def launch_run(actor: Actor, experiment: Experiment) -> Run:
             after={"experiment": locked.pk, "number": number, "version": locked.version},
         )
         transaction.on_commit(lambda: _enqueue_launch(run, task_id))
+        publish_run(run)
     experiment.last_run = run
     return run
 
@@ -129,6 +132,7 @@ def start_run(run_id: int) -> Run:
         run.status = RunStatus.STARTING
         run.job_dir = str(spec.job_dir)
         run.save(update_fields=["status", "job_dir"])
+        publish_run(run)
     sid = submission_id_of(run)
     try:
         ray_jobs.submit(
@@ -171,9 +175,6 @@ def runtime_env_of(run: Run) -> dict:
             ENV_REDIS_URL: settings.REDIS_URL,
             ENV_RUN_ID: run.key,
             "PYTHONUNBUFFERED": "1",
-            # trinity's ray.init forwards these same variables to its actors: let Ray merge
-            # that runtime_env with the job's instead of refusing the conflict
-            "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1",
         }
     )
     env["env_vars"] = env_vars
@@ -205,6 +206,7 @@ def cancel_run(actor: Actor, run: Run) -> Run:
         else:
             return run  # already being cancelled
         record(actor, "run.cancel", run, before=before, after={"status": run.status})
+        publish_run(run)
     return run
 
 
@@ -380,6 +382,7 @@ def _finish(run: Run, status: str, reason: str, *, last_error: str = "") -> bool
             before={"status": before},
             after={"status": status, "exit_reason": locked.exit_reason},
         )
+        publish_run(locked)
     run.status, run.finished_at, run.exit_reason = status, locked.finished_at, locked.exit_reason
     run.last_error = locked.last_error
     if locked.job_dir:
@@ -426,6 +429,7 @@ def observe_heartbeat(run: Run, ts: float) -> None:
                 after={"status": RunStatus.RUNNING, "exit_reason": "heartbeats resumed"},
             )
         locked.save(update_fields=fields)
+        publish_run(locked)
 
 
 def observe_status(run: Run, state: str, message: str, ts: float, stage: str = "") -> None:
@@ -447,6 +451,7 @@ def observe_status(run: Run, state: str, message: str, ts: float, stage: str = "
             fields.append("stage")
         if fields:
             locked.save(update_fields=fields)
+            publish_run(locked)
 
 
 def observe_progress(
@@ -460,7 +465,9 @@ def observe_progress(
         values["step"] = max(step, current["step"] or 0) if same_stage else step
     if total_steps is not None:
         values["total_steps"] = total_steps
-    Run.objects.filter(pk=run.pk).update(**values)
+    if any(current.get(k, object()) != v for k, v in values.items()):
+        Run.objects.filter(pk=run.pk).update(**values)
+        publish_run(run)
 
 
 def elapsed(run: Run) -> float | None:

@@ -6,6 +6,8 @@ is gone or unknown to Ray (a restarted head) or its heartbeat stopped. ``key`` i
 run's monitor streams under (``RFT_RUN_ID``, Redis stream ``rft:run:<key>``): random, so two
 deployments or test sessions sharing one Redis never mix their streams.
 
+``MetricPoint.seq``, ``LogLine.seq`` and ``RolloutSample.seq`` are the ``RunEvent.seq`` of the
+event each came from (the live page's snapshot includes rows up to one seq).
 ``MetricPoint.id`` and ``LogLine.id`` are the sequence numbers clients page by ("metric X of
 run R after S" is a range scan of the (run, name, id) index).
 """
@@ -111,6 +113,9 @@ class MetricPoint(models.Model):
     step = models.BigIntegerField(null=True, blank=True)
     wall_time = models.FloatField(help_text="unix seconds when the run emitted it")
     value = models.FloatField(null=True, blank=True, help_text="null for NaN/inf")
+    seq = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="RunEvent.seq of the event it came from"
+    )
 
     class Meta:
         ordering = ["id"]
@@ -124,6 +129,9 @@ class LogLine(models.Model):
     stage = models.CharField(max_length=100, blank=True)
     wall_time = models.FloatField()
     text = models.TextField()
+    seq = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="RunEvent.seq of the event it came from"
+    )
 
     class Meta:
         ordering = ["id"]
@@ -131,3 +139,23 @@ class LogLine(models.Model):
             models.Index(fields=["run", "id"], name="log_run_seq"),
             models.Index(fields=["run", "actor", "id"], name="log_run_actor_seq"),
         ]
+
+
+class RolloutSample(models.Model):
+    """One rollout the explorer sampled for the run page (``samples`` events, a handful per
+    step): the prompt, the response, the truth and the reward; ``extra`` keeps the reward parts
+    and whatever else the monitor sent."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="rollout_samples")
+    stage = models.CharField(max_length=100, blank=True)
+    step = models.BigIntegerField(null=True, blank=True)
+    seq = models.PositiveBigIntegerField(help_text="RunEvent.seq of the samples event")
+    prompt = models.TextField(blank=True)
+    response = models.TextField(blank=True)
+    truth = models.TextField(blank=True)
+    reward = models.FloatField(null=True, blank=True, help_text="null for NaN/inf")
+    extra = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["run", "id"], name="sample_run_seq")]

@@ -1,10 +1,11 @@
-"""What a run reports, as rows: metric points and log lines from its monitor's events, and the
-run's key figures (last and best eval accuracy) derived from them.
+"""What a run reports, as rows: metric points, log lines and rollout samples from its monitor's
+events, and the run's key figures (last and best eval accuracy) derived from them (a change is
+pushed to the live pages with ``webapp.runs.live.publish_run``).
 
 Called by the ingestor's projection (``webapp.events.projection``) for each event it stores
 for the first time, inside that transaction, so a replayed stream adds nothing twice. Takes
 ``RunEvent`` rows (or anything with their attributes: ``kind``, ``role``, ``stage``, ``step``,
-``payload``, ``emitted_at``).
+``payload``, ``emitted_at``, and ``seq`` when they have one).
 
 Eval accuracy comes from the explorer's ``eval/<taskset>/accuracy/mean@<k>`` metrics
 (``rft_core.workflows.metrics.eval_metrics``; the reward part ``accuracy`` of ``math_reward``).
@@ -22,7 +23,8 @@ from typing import Any, Protocol
 from django.db.models import F, Value
 from django.db.models.functions import Coalesce, Greatest
 
-from webapp.runs.models import LogLine, MetricPoint, Run
+from webapp.runs.live import publish_run
+from webapp.runs.models import LogLine, MetricPoint, RolloutSample, Run
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,7 @@ def record_metrics(run: Run, events: Iterable[EventLike]) -> list[MetricPoint]:
                     step=event.step,
                     wall_time=wall_time,
                     value=finite_or_none(raw),
+                    seq=getattr(event, "seq", None),
                 )
             )
         accuracy = eval_accuracy(metrics)
@@ -102,6 +105,7 @@ def _update_accuracy(run: Run, last: float, best: float) -> None:
         best_eval_accuracy=Greatest(Coalesce(F("best_eval_accuracy"), Value(best)), Value(best)),
     )
     run.refresh_from_db(fields=["last_eval_accuracy", "best_eval_accuracy"])
+    publish_run(run)
 
 
 def record_logs(run: Run, events: Iterable[EventLike]) -> list[LogLine]:
@@ -117,7 +121,43 @@ def record_logs(run: Run, events: Iterable[EventLike]) -> list[LogLine]:
                 stage=event.stage,
                 wall_time=event.emitted_at.timestamp(),
                 text=str(payload.get("text", "")),
+                seq=getattr(event, "seq", None),
             )
         )
     LogLine.objects.bulk_create(lines)
     return lines
+
+
+SAMPLE_FIELDS = ("prompt", "response", "truth", "reward")
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def record_samples(run: Run, events: Iterable[EventLike]) -> list[RolloutSample]:
+    """One RolloutSample per entry of each ``samples`` event (``{"samples": [{prompt,
+    response, truth, reward, ...}]}``); fields beyond those four go to ``extra``. Entries that
+    are not mappings are skipped. Returns the samples written."""
+    samples = []
+    for event in events:
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        entries = payload.get("samples")
+        for entry in entries if isinstance(entries, list) else []:
+            if not isinstance(entry, dict):
+                continue
+            samples.append(
+                RolloutSample(
+                    run=run,
+                    stage=event.stage,
+                    step=event.step,
+                    seq=getattr(event, "seq", None) or 0,
+                    prompt=_text(entry.get("prompt")),
+                    response=_text(entry.get("response")),
+                    truth=_text(entry.get("truth")),
+                    reward=finite_or_none(entry.get("reward")),
+                    extra={k: v for k, v in entry.items() if k not in SAMPLE_FIELDS},
+                )
+            )
+    RolloutSample.objects.bulk_create(samples)
+    return samples
