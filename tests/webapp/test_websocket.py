@@ -1,5 +1,6 @@
 """WebSocket /ws/runs/<run pk>/ through the real ASGI stack (AuthMiddlewareStack, channels_redis):
-authentication and ownership on connect, the run's group, and the ``?after=`` replay."""
+authentication and ownership on connect, the run's group (events batches, run and checkpoint
+states) and the ``?after=`` replay; the channel layer is the real Redis."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
@@ -77,58 +79,130 @@ def test_staff_may_watch_any_run(run):
     assert _connect(f"/ws/runs/{run.pk}/", _headers(_user("root", staff=True)))[0] is True
 
 
-def test_it_delivers_the_runs_group_messages_to_its_owner(run, alice):
+def test_it_forwards_the_runs_group_messages_to_its_owner(run, alice):
+    headers = _headers(alice)
+    batch = {"type": "events", "first_seq": 3, "last_seq": 3, "events": [{"seq": 3}]}
+
+    async def scenario():
+        communicator = WebsocketCommunicator(application, f"/ws/runs/{run.pk}/", headers=headers)
+        connected, _ = await communicator.connect()
+        assert connected
+        layer = get_channel_layer()
+        other = {"type": "live.message", "message": {"type": "run", "run": {"id": 0}}}
+        await layer.group_send(f"run-{run.pk + 1}", other)
+        await layer.group_send(f"run-{run.pk}", {"type": "live.message", "message": batch})
+        received = await communicator.receive_json_from(timeout=5)
+        assert await communicator.receive_nothing(timeout=0.2)
+        await communicator.disconnect()
+        return received
+
+    assert async_to_sync(scenario)() == batch
+
+
+def _event(key: str, seq: int, at: datetime) -> RunEvent:
+    return RunEvent.objects.create(
+        run_key=key,
+        stream_id=f"1-{seq}",
+        seq=seq,
+        kind="metric",
+        step=seq,
+        payload={"x": seq / 4},
+        emitted_at=at,
+    )
+
+
+def test_it_replays_the_events_after_the_given_seq_as_one_batch(run, alice):
+    headers = _headers(alice)
+    now = datetime.now(tz=UTC)
+    for seq in (1, 2, 3):
+        _event(run.key, seq, now)
+    _event("someone-else", 4, now)
+
+    async def scenario():
+        url = f"/ws/runs/{run.pk}/?after=1"
+        communicator = WebsocketCommunicator(application, url, headers=headers)
+        connected, _ = await communicator.connect()
+        assert connected
+        got = await communicator.receive_json_from(timeout=5)
+        assert await communicator.receive_nothing(timeout=0.2)
+        await communicator.disconnect()
+        return got
+
+    got = async_to_sync(scenario)()
+    assert (got["type"], got["first_seq"], got["last_seq"]) == ("events", 2, 3)
+    assert [(e["seq"], e["step"], e["data"]) for e in got["events"]] == [
+        (2, 2, {"x": 0.5}),
+        (3, 3, {"x": 0.75}),
+    ]
+
+
+def test_a_client_up_to_date_gets_no_replay(run, alice):
+    _event(run.key, 1, datetime.now(tz=UTC))
+    headers = _headers(alice)
+
+    async def scenario():
+        url = f"/ws/runs/{run.pk}/?after=1"
+        communicator = WebsocketCommunicator(application, url, headers=headers)
+        connected, _ = await communicator.connect()
+        assert connected
+        nothing = await communicator.receive_nothing(timeout=0.3)
+        await communicator.disconnect()
+        return nothing
+
+    assert async_to_sync(scenario)() is True
+
+
+def test_the_ingestors_batches_and_the_run_and_checkpoint_states_reach_the_socket(
+    run, alice, tmp_path, monkeypatch, redis_url, redis_client
+):
+    """The real monitor writes the stream, the real ingestor stores it and publishes through
+    channels_redis, the consumer forwards: run states, then one events batch; then a checkpoint
+    state from publish_checkpoint."""
+    import redis
+
+    from rft_core.monitor import ENV_REDIS_URL, ENV_RUN_ID, RUNS_SET, build_monitor, stream_key
+    from webapp.checkpoints.models import Checkpoint
+    from webapp.runs.live import publish_checkpoint
+    from webapp.runs.models import RunStatus
+    from workers.ingestor import Ingestor
+
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.STARTING)
+    redis_client.test_keys.append(stream_key(run.key))
+    monkeypatch.setenv(ENV_REDIS_URL, redis_url)
+    monkeypatch.setenv(ENV_RUN_ID, run.key)
+    monkeypatch.setenv("RFT_HEARTBEAT_S", "3600")
+    with build_monitor("none", {}, tmp_path, role="explorer", run_name="d", stage="rft") as m:
+        m.log({"rollout/reward/mean": 0.5}, step=1)
+        m.log_line("step 1 done")
+    ingestor = Ingestor(
+        redis.Redis.from_url(redis_url), "c", group=f"g-{run.key}", only_runs={run.key}
+    )
+    checkpoint = Checkpoint.objects.create(run=run, stage="rft", step=1, path="/x")
     headers = _headers(alice)
 
     async def scenario():
         communicator = WebsocketCommunicator(application, f"/ws/runs/{run.pk}/", headers=headers)
         connected, _ = await communicator.connect()
         assert connected
-        event = {"id": 7, "kind": "metric", "step": 3, "data": {"rollout/accuracy/mean": 0.625}}
-        layer = get_channel_layer()
-        await layer.group_send(f"run-{run.pk + 1}", {"type": "run.event", "event": {"id": 1}})
-        await layer.group_send(f"run-{run.pk}", {"type": "run.event", "event": event})
-        received = await communicator.receive_json_from(timeout=5)
-        assert await communicator.receive_nothing(timeout=0.2)
-        await communicator.disconnect()
-        return received
-
-    assert async_to_sync(scenario)() == {
-        "id": 7,
-        "kind": "metric",
-        "step": 3,
-        "data": {"rollout/accuracy/mean": 0.625},
-    }
-
-
-def test_it_replays_the_runs_stored_events_after_the_given_id(run, alice):
-    headers = _headers(alice)
-    now = datetime.now(tz=UTC)
-
-    def event(key: str, i: int) -> RunEvent:
-        return RunEvent.objects.create(
-            run_key=key,
-            stream_id=f"1-{i}",
-            kind="metric",
-            step=i,
-            payload={"x": i / 4},
-            emitted_at=now,
-        )
-
-    rows = [event(run.key, 0), event("someone-else", 1), event(run.key, 1), event(run.key, 2)]
-
-    async def scenario():
-        url = f"/ws/runs/{run.pk}/?after={rows[0].pk}"
-        communicator = WebsocketCommunicator(application, url, headers=headers)
-        connected, _ = await communicator.connect()
-        assert connected
-        got = [await communicator.receive_json_from(timeout=5) for _ in range(2)]
-        assert await communicator.receive_nothing(timeout=0.2)
+        await database_sync_to_async(ingestor.poll)(100)
+        got = []
+        while not got or got[-1]["type"] != "events":
+            got.append(await communicator.receive_json_from(timeout=5))
+        await database_sync_to_async(publish_checkpoint)(checkpoint)
+        got.append(await communicator.receive_json_from(timeout=5))
         await communicator.disconnect()
         return got
 
-    got = async_to_sync(scenario)()
-    assert [(m["run"], m["stream_id"], m["step"], m["data"]) for m in got] == [
-        (run.key, "1-1", 1, {"x": 0.25}),
-        (run.key, "1-2", 2, {"x": 0.5}),
-    ]
+    try:
+        got = async_to_sync(scenario)()
+    finally:
+        redis_client.srem(RUNS_SET, run.key)
+    *states, batch, ckpt = got
+    assert {m["type"] for m in states} == {"run"}
+    assert states[-1]["run"]["status"] == "running"
+    assert states[-1]["run"]["id"] == run.pk
+    assert [e["kind"] for e in batch["events"]] == ["heartbeat", "metric", "log"]
+    assert (batch["first_seq"], batch["last_seq"]) == (1, 3)
+    assert batch["events"][1]["data"] == {"rollout/reward/mean": 0.5}
+    assert ckpt == {"type": "checkpoint", "checkpoint": ckpt["checkpoint"]}
+    assert (ckpt["checkpoint"]["id"], ckpt["checkpoint"]["hf_status"]) == (checkpoint.pk, "absent")

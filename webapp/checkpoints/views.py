@@ -17,11 +17,24 @@ from webapp.audit.record import Actor
 from webapp.checkpoints.actions import convert_checkpoint
 from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.errors import ActionError
+from webapp.runs.live import checkpoint_state
+from webapp.runs.live_views import authorize_json, wants_json
 
 
 @require_POST
 def convert(request: HttpRequest, pk: int) -> HttpResponse:
     actor = Actor.from_request(request)
+    if wants_json(request):  # the run page's Convert button: {"checkpoint"} or {"detail"}
+        checkpoint, refused = authorize_json(
+            actor, Checkpoint, pk, "checkpoint.convert", "checkpoint"
+        )
+        if refused is not None:
+            return refused
+        try:
+            checkpoint = convert_checkpoint(actor, checkpoint)
+        except ActionError as err:
+            return JsonResponse({"detail": err.message, "errors": err.errors}, status=err.status)
+        return JsonResponse({"checkpoint": checkpoint_state(checkpoint)})
     checkpoint = authorize(actor, Checkpoint, pk, "checkpoint.convert")
     try:
         convert_checkpoint(actor, checkpoint)

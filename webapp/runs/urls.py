@@ -1,6 +1,6 @@
 from django.urls import path
 
-from webapp.runs import views
+from webapp.runs import live_views, views
 
 app_name = "runs"
 urlpatterns = [
@@ -9,6 +9,7 @@ urlpatterns = [
     path("launch/<int:experiment_id>/", views.launch, name="launch"),
     path("<int:pk>/", views.run_detail, name="detail"),
     path("<int:pk>/cancel/", views.cancel, name="cancel"),
+    path("<int:pk>/live.json", live_views.live_json, name="live"),
     path("<int:pk>/clone/", views.clone, name="clone"),
     path("<int:pk>/logs.txt", views.logs_txt, name="logs-txt"),
 ]

@@ -27,6 +27,8 @@ from webapp.runs.compare import (
     parse_ids,
     parse_names,
 )
+from webapp.runs.live import run_state
+from webapp.runs.live_views import authorize_json, wants_json
 from webapp.runs.models import LogLine, Run, RunStatus
 
 LOG_CHUNK = 2000
@@ -60,6 +62,15 @@ def launch(request: HttpRequest, experiment_id: int) -> HttpResponse:
 @require_POST
 def cancel(request: HttpRequest, pk: int) -> HttpResponse:
     actor = Actor.from_request(request)
+    if wants_json(request):  # the run page's Cancel button: {"run": RunState} or {"detail"}
+        run, refused = authorize_json(actor, Run, pk, "run.cancel", "run")
+        if refused is not None:
+            return refused
+        try:
+            run = actions.cancel_run(actor, run)
+        except ActionError as err:
+            return JsonResponse({"detail": err.message, "errors": err.errors}, status=err.status)
+        return JsonResponse({"run": run_state(Run.objects.get(pk=run.pk))})
     run = authorize(actor, Run, pk, "run.cancel")
     try:
         run = actions.cancel_run(actor, run)
