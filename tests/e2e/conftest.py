@@ -58,41 +58,10 @@ def live_site(tmp_path_factory, redis_url) -> LiveSite:
         "REDIS_URL": redis_url,
         "DJANGO_SETTINGS_MODULE": "webapp.settings",
     }
-    login_file = var / "login.txt"
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-    )
-    subprocess.run(
-        [
-            sys.executable,
-            "manage.py",
-            "ensure_demo_user",
-            "--username",
-            "e2e",
-            "--login-file",
-            str(login_file),
-        ],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-    )
-    fields = dict(line.split(": ", 1) for line in login_file.read_text().splitlines())
+    fields = _prepare_site(env, var, "e2e")
     log = open(var / "daphne.log", "wb")  # noqa: SIM115 - closed after the server stops
     server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "webapp.asgi:application",
-        ],
+        _daphne_command(port),
         cwd=ROOT,
         env=env,
         stdout=log,
@@ -106,6 +75,32 @@ def live_site(tmp_path_factory, redis_url) -> LiveSite:
         server.terminate()
         server.wait(timeout=20)
         log.close()
+
+
+def _prepare_site(env: dict[str, str], var: Path, username: str) -> dict[str, str]:
+    """Migrate the site's database and create its demo superuser; the login's fields."""
+    login_file = var / "login.txt"
+    for args in (
+        ["migrate", "--noinput", "-v", "0"],
+        ["ensure_demo_user", "--username", username, "--login-file", str(login_file)],
+    ):
+        subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True
+        )
+    return dict(line.split(": ", 1) for line in login_file.read_text().splitlines())
+
+
+def _daphne_command(port: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "daphne",
+        "-b",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "webapp.asgi:application",
+    ]
 
 
 def _wait_http(url: str, server: subprocess.Popen, log_path: Path, timeout: float = 60) -> None:
@@ -226,11 +221,65 @@ def _stop(processes: dict[str, subprocess.Popen]) -> None:
             proc.wait(timeout=10)
 
 
+CLAIM_KEY = "rft:e2e:stack"
+
+
+def _redis_db_of_its_own(redis_url: str, owner: str) -> str:
+    """REDIS_URL on a database index of the same server (15 down to 1) that no other stack
+    holds and that has no run streams: the stack's ingestor reads every run stream it finds,
+    and must not meet other sessions' streams (one deleted under its blocking read ended it).
+    The claim is a key with a TTL (a crashed session's runs out); ``_release`` drops it."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    import redis
+
+    parts = urlsplit(redis_url)
+    for index in range(15, 0, -1):
+        url = urlunsplit(parts._replace(path=f"/{index}"))
+        client = redis.Redis.from_url(url)
+        try:
+            if not client.set(CLAIM_KEY, owner, nx=True, ex=3600):
+                continue
+            if next(client.scan_iter(match="rft:run*", count=1000), None) is None:
+                return url
+            client.delete(CLAIM_KEY)
+        finally:
+            client.close()
+    raise RuntimeError(f"no free database index on the Redis of {redis_url}")
+
+
+def _forget_run_streams(env: dict[str, str]) -> None:
+    """Delete the streams of the stack's runs (and their entries in the runs set), its queue's
+    bindings and its claim on the database index."""
+    import redis
+
+    keys = subprocess.run(
+        [
+            sys.executable,
+            "manage.py",
+            "shell",
+            "-c",
+            "from webapp.runs.models import Run; print(*Run.objects.values_list('key', flat=True))",
+        ],  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    client = redis.Redis.from_url(env["REDIS_URL"])
+    if keys:
+        client.delete(*[f"rft:run:{key}" for key in keys])
+        client.srem("rft:runs", *keys)
+    queue = env["RFT_RUNS_QUEUE"]
+    client.delete(f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}", CLAIM_KEY)
+    client.close()
+
+
 @pytest.fixture
 def stack(tmp_path, redis_url, ray_head, unique_id) -> Stack:
     """The whole dashboard for one test (see ``Stack``), with the demo model and data of
     ``trinity init-demo`` in the test's tmp dir (``RFT_DEMO_DIR``) and a demo superuser."""
-    from workers.celery_app import app
+    from celery import Celery
 
     var = tmp_path / "var"
     (var / "log").mkdir(parents=True)
@@ -249,7 +298,7 @@ def stack(tmp_path, redis_url, ray_head, unique_id) -> Stack:
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
         "RFT_VAR_DIR": str(var),
         "DATABASE_URL": next(databases),
-        "REDIS_URL": redis_url,
+        "REDIS_URL": _redis_db_of_its_own(redis_url, unique_id),
         "RAY_ADDRESS": ray_head.address,
         "RFT_DEMO_DIR": str(demo),
         "RFT_RUNS_DIR": str(tmp_path / "runs"),
@@ -258,19 +307,11 @@ def stack(tmp_path, redis_url, ray_head, unique_id) -> Stack:
         "DJANGO_SETTINGS_MODULE": "webapp.settings",
     }
     env.pop("RFT_ALLOWED_PATH_ROOTS", None)  # the defaults: the demo dir and the runs dir
-    login_file = var / "login.txt"
-    for args in (
-        ["migrate", "--noinput", "-v", "0"],
-        ["ensure_demo_user", "--username", "e2e", "--login-file", str(login_file)],
-    ):
-        subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True
-        )
-    fields = dict(line.split(": ", 1) for line in login_file.read_text().splitlines())
     port = free_port()
     worker = f"{unique_id}@{_hostname()}"
     processes: dict[str, subprocess.Popen] = {}
     try:
+        fields = _prepare_site(env, var, "e2e")
         processes["worker"] = _start(
             var,
             "worker",
@@ -300,24 +341,11 @@ def stack(tmp_path, redis_url, ray_head, unique_id) -> Stack:
             [sys.executable, "-m", "workers.ingestor", "--consumer", f"e2e-{unique_id}"],
             env,
         )
-        processes["web"] = _start(
-            var,
-            "web",
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "webapp.asgi:application",
-            ],  # fmt: skip
-            env,
-        )
+        processes["web"] = _start(var, "web", _daphne_command(port), env)
         url = f"http://127.0.0.1:{port}"
         _wait_http(f"{url}/health.json", processes["web"], var / "log" / "web.log")
         deadline = time.monotonic() + 60
+        app = Celery(broker=env["REDIS_URL"])  # the stack's broker, not this process's
         while not app.control.ping(destination=[worker], timeout=0.5):
             if processes["worker"].poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(
@@ -329,6 +357,7 @@ def stack(tmp_path, redis_url, ray_head, unique_id) -> Stack:
         yield site
     finally:
         _stop(processes)
+        _forget_run_streams(env)
         databases.close()
 
 
