@@ -175,9 +175,6 @@ def runtime_env_of(run: Run) -> dict:
             ENV_REDIS_URL: settings.REDIS_URL,
             ENV_RUN_ID: run.key,
             "PYTHONUNBUFFERED": "1",
-            # trinity's ray.init forwards these same variables to its actors: let Ray merge
-            # that runtime_env with the job's instead of refusing the conflict
-            "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1",
         }
     )
     env["env_vars"] = env_vars
