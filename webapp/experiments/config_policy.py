@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import math
 import os
 import re
 import typing
@@ -150,6 +151,23 @@ def interpolation_errors(data: Any, path: str = "") -> dict[str, str]:
     elif isinstance(data, str) and "${" in data:
         if why := _interpolation_error(data):
             errors[path] = why
+    return errors
+
+
+def non_finite_errors(data: Any, path: str = "") -> dict[str, str]:
+    """YAML path -> why, for every inf/NaN: no config field wants one, and no JSON column (the
+    experiment's and the run's parsed config) can store it."""
+    if isinstance(data, Mapping):
+        items = ((f"{path}.{k}" if path else str(k), v) for k, v in data.items())
+    elif isinstance(data, list):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(data))
+    elif isinstance(data, float) and not math.isfinite(data):
+        return {path: f"{data!r} is not a finite number; write a finite value"}
+    else:
+        return {}
+    errors: dict[str, str] = {}
+    for where, value in items:
+        errors.update(non_finite_errors(value, where))
     return errors
 
 
@@ -298,7 +316,9 @@ def check_config(
     if config is not None:
         parse_yaml(text, what="the config")  # the same size limit for a posted mapping
     raise_errors(interpolation_errors(data))
+    raise_errors(non_finite_errors(data))
     cfg = load_data(data)
+    raise_errors(non_finite_errors(dataclasses.asdict(cfg)))  # an interpolation may resolve to one
     try:
         check_registered_names(cfg, committed_registered_names())
     except ConfigError as err:
