@@ -38,7 +38,12 @@ SORTS = {
 @require_GET
 def experiment_list(request: HttpRequest) -> HttpResponse:
     user = request.user
-    qs = Experiment.objects.visible_to(user).select_related("last_run", "owner")
+    qs = (
+        Experiment.objects.visible_to(user)
+        .select_related("last_run", "owner")
+        # the list shows no config: leave the YAML and JSON columns unread
+        .defer("config_yaml", "config", "last_run__config_yaml", "last_run__config")
+    )
     q = request.GET.get("q", "").strip()
     if q:
         qs = qs.filter(Q(name__icontains=q) | Q(project__icontains=q) | Q(description__icontains=q))
@@ -267,7 +272,8 @@ def form_convert(request: HttpRequest) -> HttpResponse:
 @require_GET
 def experiment_detail(request: HttpRequest, pk: int) -> HttpResponse:
     experiment = authorize(Actor.from_request(request), Experiment, pk, "experiment.view")
-    runs = list(experiment.runs.order_by("-number")[:200])
+    # the run list shows no config snapshot: leave those columns unread
+    runs = list(experiment.runs.order_by("-number").defer("config_yaml", "config")[:200])
     return render(
         request,
         "experiments/detail.html",
@@ -312,7 +318,8 @@ def experiment_delete(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _detail_error(request: HttpRequest, experiment: Experiment, err: ActionError) -> HttpResponse:
-    runs = list(experiment.runs.order_by("-number")[:200])
+    # the run list shows no config snapshot: leave those columns unread
+    runs = list(experiment.runs.order_by("-number").defer("config_yaml", "config")[:200])
     return render(
         request,
         "experiments/detail.html",
