@@ -36,7 +36,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 from webapp.accounts.models import ApiToken
 from webapp.audit.models import AuditEvent
-from webapp.checkpoints.models import Checkpoint
+from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.experiments.models import Experiment, ExperimentVersion
 from webapp.runs.models import Run, RunStatus
 
@@ -59,6 +59,7 @@ class World:
     run: Run
     queued: Run
     checkpoint: Checkpoint
+    converted: Checkpoint
     token: ApiToken
     bob_experiment: Experiment
     bob_run: Run
@@ -104,6 +105,12 @@ def world(tmp_path) -> World:
     step_dir = tmp_path / "alice-jobdir-c4d1" / "global_step_2"
     (step_dir / "actor").mkdir(parents=True)
     checkpoint = Checkpoint.objects.create(run=run, step=2, path=str(step_dir))
+    hf_dir = tmp_path / "alice-jobdir-c4d1" / "global_step_4" / "actor" / "huggingface"
+    hf_dir.mkdir(parents=True)
+    (hf_dir / "config.json").write_text("{}")
+    converted = Checkpoint.objects.create(
+        run=run, step=4, path=str(hf_dir.parents[1]), hf_status=HFStatus.READY, hf_path=str(hf_dir)
+    )
     token, _ = ApiToken.issue(alice, "alice-token-9e0f")
     bob_experiment = _experiment(bob, "bob-private-91c2", "bob-secret-description-a77d")
     bob_run = _run(bob_experiment, 1, RunStatus.SUCCEEDED, "/tmp/bob-jobdir-e5f6")
@@ -113,7 +120,7 @@ def world(tmp_path) -> World:
                    bob_run.key]  # fmt: skip
     return World(
         alice=alice, bob=bob, root=root, main=main, busy=busy, run=run, queued=queued,
-        checkpoint=checkpoint, token=token, bob_experiment=bob_experiment, bob_run=bob_run,
+        checkpoint=checkpoint, converted=converted, token=token, bob_experiment=bob_experiment, bob_run=bob_run,
         markers={"owner": bob_markers, "other": alice_markers, "anonymous": alice_markers + bob_markers},
     )  # fmt: skip
 
@@ -123,6 +130,8 @@ LOGIN = "login"  # a 302 to a login page
 ALLOWED = "allowed"  # GET: 200; POST: a 2xx or a redirect that is not to a login page
 PAGE = {"anonymous": LOGIN, "owner": ALLOWED, "other": 403, "staff": ALLOWED}
 PAGE_ANY_USER = {"anonymous": LOGIN, "owner": ALLOWED, "other": ALLOWED, "staff": ALLOWED}
+# a page's JSON fetched by its script: signed out, a 403 {"detail"} rather than the login page
+PAGE_JSON = {"anonymous": 403, "owner": ALLOWED, "other": 403, "staff": ALLOWED}
 API = {"anonymous": 401, "owner": ALLOWED, "other": 403, "staff": ALLOWED}
 API_ANY_USER = {"anonymous": 401, "owner": ALLOWED, "other": ALLOWED, "staff": ALLOWED}
 ADMIN = {"anonymous": LOGIN, "owner": LOGIN, "other": LOGIN, "staff": ALLOWED}
@@ -168,7 +177,15 @@ ROWS = [
     Row("experiments/<>/delete/", "POST", lambda w: f"/experiments/{w.main.pk}/delete/", PAGE),
     # B: runs
     Row("runs/<>/", "GET", lambda w: f"/runs/{w.run.pk}/", PAGE),
+    Row("runs/<>/live.json", "GET", lambda w: f"/runs/{w.run.pk}/live.json", PAGE_JSON),
+    Row("runs/<>/logs.txt", "GET", lambda w: f"/runs/{w.run.pk}/logs.txt", PAGE),
     Row("runs/compare/", "GET", lambda w: f"/runs/compare/?ids={w.run.pk},{w.queued.pk}", PAGE),
+    Row(
+        "runs/compare/data.json",
+        "GET",
+        lambda w: f"/runs/compare/data.json?ids={w.run.pk},{w.queued.pk}",
+        PAGE,
+    ),  # fmt: skip
     Row("runs/launch/<>/", "POST", lambda w: f"/runs/launch/{w.main.pk}/", PAGE),
     Row("runs/<>/cancel/", "POST", lambda w: f"/runs/{w.queued.pk}/cancel/", PAGE),
     Row("runs/<>/clone/", "POST", lambda w: f"/runs/{w.run.pk}/clone/", PAGE),
@@ -179,6 +196,12 @@ ROWS = [
         lambda w: f"/checkpoints/{w.checkpoint.pk}/convert/",
         PAGE,
     ),
+    Row(
+        "checkpoints/<>/files.json",
+        "GET",
+        lambda w: f"/checkpoints/{w.converted.pk}/files.json",
+        PAGE,
+    ),  # fmt: skip
     # D: account
     Row("account/", "GET", lambda w: "/account/", PAGE_ANY_USER),
     Row(
@@ -265,12 +288,6 @@ def test_every_row_of_the_matrix_is_a_registered_route():
     assert sorted(row.route for row in ROWS if row.route not in registered) == []
 
 
-def test_every_websocket_route_is_checked():
-    from webapp.asgi import websocket_urlpatterns
-
-    assert [normalize(str(p.pattern)) for p in websocket_urlpatterns] == [WS_ROUTE]
-
-
 # ---------------------------------------------------------------- HTTP rows
 def _client(world: World, role: str, api: bool) -> Client:
     if role == "anonymous":
@@ -335,17 +352,27 @@ def test_matrix(world, row: Row, role: str, request, settings):
     text = content.decode(errors="replace")
     for marker in world.markers.get(role, []):
         assert marker not in text, f"{role} {row.id}: the response shows {marker!r}"
-    if expected == 403:
+    if expected == 403 and role == "other":
         denials = AuditEvent.objects.filter(action="permission.denied").order_by("id")
         assert denials.count() == denials_before + 1, f"{role} {row.id}: no permission.denied row"
         assert denials.last().actor_name == "bob"
 
 
-# ---------------------------------------------------------------- the WebSocket route
-WS_ROUTE = "ws/runs/<>/"  # normalized form of webapp.events.routing's pattern
+# ---------------------------------------------------------------- the WebSocket routes
+# normalized route -> (path, who is accepted); a refused connect closes with 4403
+WS_ROWS = {
+    "ws/runs/<>/": (lambda w: f"/ws/runs/{w.run.pk}/", {"owner", "staff"}),  # one run's events
+    "ws/runs/": (lambda w: "/ws/runs/", {"owner", "other", "staff"}),  # the list feed (own runs)
+}
 
 
-def _ws_connect(world: World, role: str, run: Run) -> tuple[bool, int | None]:
+def test_every_websocket_route_is_checked():
+    from webapp.asgi import websocket_urlpatterns
+
+    assert sorted(normalize(str(p.pattern)) for p in websocket_urlpatterns) == sorted(WS_ROWS)
+
+
+def _ws_connect(world: World, role: str, path: str) -> tuple[bool, int | None]:
     from webapp.asgi import application
 
     headers = [(b"host", b"127.0.0.1"), (b"origin", b"http://127.0.0.1")]
@@ -359,7 +386,7 @@ def _ws_connect(world: World, role: str, run: Run) -> tuple[bool, int | None]:
         headers.append((b"cookie", cookie.encode()))
 
     async def scenario():
-        communicator = WebsocketCommunicator(application, f"/ws/runs/{run.pk}/", headers=headers)
+        communicator = WebsocketCommunicator(application, path, headers=headers)
         connected, code = await communicator.connect(timeout=5)
         if connected:
             await communicator.disconnect()
@@ -369,19 +396,21 @@ def _ws_connect(world: World, role: str, run: Run) -> tuple[bool, int | None]:
 
 
 @pytest.mark.django_db(transaction=True)  # the consumer reads the database from another thread
-@pytest.mark.parametrize(
-    "role, accepted",
-    [("anonymous", False), ("owner", True), ("other", False), ("staff", True)],
-)
-def test_websocket_matrix(world, role: str, accepted: bool):
-    connected, code = _ws_connect(world, role, world.run)
-    assert connected is accepted, f"{role}: connected={connected} code={code}"
-    if not accepted:
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("route", sorted(WS_ROWS))
+def test_websocket_matrix(world, route: str, role: str):
+    path, accepted = WS_ROWS[route]
+    denials_before = AuditEvent.objects.filter(action="permission.denied").count()
+    connected, code = _ws_connect(world, role, path(world))
+    assert connected is (role in accepted), f"{role} {route}: connected={connected} code={code}"
+    if role not in accepted:
         assert code == 4403
+    if role == "other" and role not in accepted:
+        denials = AuditEvent.objects.filter(action="permission.denied")
+        assert denials.count() == denials_before + 1, f"{role} {route}: no permission.denied row"
 
 
 @pytest.mark.django_db(transaction=True)
 def test_websocket_refuses_a_run_that_does_not_exist(world):
-    world_run = Run(pk=999999)
-    connected, _ = _ws_connect(world, "owner", world_run)
+    connected, _ = _ws_connect(world, "owner", "/ws/runs/999999/")
     assert connected is False

@@ -28,6 +28,7 @@ from webapp.api.errors import api_exception_handler
 from webapp.audit.record import Actor
 from webapp.checkpoints.actions import convert_checkpoint
 from webapp.checkpoints.models import Checkpoint
+from webapp.experiments.actions import create_experiment, update_experiment
 from webapp.experiments.models import Experiment
 from webapp.runs.actions import cancel_run, launch_run
 from webapp.runs.models import LogLine, MetricPoint, Run
@@ -112,8 +113,6 @@ class ExperimentListView(ApiView):
     def post(self, request: Request) -> Response:
         """Create an experiment from ``config_yaml`` (YAML text) or ``config`` (a mapping)."""
         data = self.body(s.ExperimentWriteSerializer)
-        from webapp.experiments.actions import create_experiment
-
         experiment = create_experiment(
             self.actor(),
             name=data["name"],
@@ -144,8 +143,6 @@ class ExperimentDetailView(ApiView):
         actor = self.actor()
         experiment = authorize(actor, Experiment, pk, "experiment.update")
         data = self.body(s.ExperimentUpdateSerializer)
-        from webapp.experiments.actions import update_experiment
-
         tags = data.get("tags")
         experiment = update_experiment(
             actor,
