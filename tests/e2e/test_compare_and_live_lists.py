@@ -1,0 +1,178 @@
+"""In Debian's chromium against a real daphne (+ Redis): the compare page overlays two runs'
+seeded metric points (two traces per chart, the smoothing slider changes the smoothed ones),
+and the experiment list's last-run badge changes when a runs action publishes the run's new
+state (``observe_status`` in a process of the site's own, as the ingestor would), without a
+reload."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+SEED = """
+import json
+from django.contrib.auth import get_user_model
+from webapp.experiments.models import Experiment
+from webapp.runs.models import MetricPoint, Run
+owner = get_user_model().objects.get(username={username!r})
+e = Experiment.objects.create(owner=owner, name={name!r}, config_yaml='', config={{}})
+runs = [Run.objects.create(experiment=e, number=n, config_yaml='', status={status!r})
+        for n in (1, 2)]
+e.last_run = runs[-1]
+e.save(update_fields=['last_run'])
+for k, run in enumerate(runs):
+    MetricPoint.objects.bulk_create(
+        MetricPoint(run=run, name=name, role='explorer', stage='rft', step=s, wall_time=1e9 + s,
+                    value=(s % 5) * (k + 1) + (0.5 if 'accuracy' in name else 0.0))
+        for name in ('rollout/reward/mean', 'eval/gsm8k/accuracy/mean@1', 'actor/pg_loss')
+        for s in range(1, 31))
+print(json.dumps({{'experiment': e.pk, 'runs': [r.pk for r in runs]}}))
+"""
+
+OBSERVE = """
+from webapp.runs import actions
+from webapp.runs.models import Run
+run = Run.objects.get(pk={pk})
+actions.observe_status(run, 'running', '', 1.7e9)
+print(Run.objects.get(pk={pk}).status)
+"""
+
+
+def _seed(live_site, name: str, status: str = "succeeded") -> dict:
+    code = SEED.format(username=live_site.username, name=name, status=status)
+    return json.loads(live_site.manage("shell", "-c", code).stdout.strip().splitlines()[-1])
+
+
+def _smoothed_y(page, chart: str) -> dict[str, list[float]]:
+    """The smoothed trace's y values by trace name (the run's label)."""
+    return dict(
+        page.evaluate(
+            """(sel) => document.querySelector(sel).data
+                  .filter(t => t.meta && t.meta.kind === 'smoothed').map(t => [t.name, t.y])""",
+            chart,
+        )
+    )
+
+
+def test_the_compare_page_overlays_two_runs_and_the_slider_smooths_them(logged_in_page, live_site):
+    page = logged_in_page
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    seeded = _seed(live_site, "compare-e2e")
+    one, two = seeded["runs"]
+    # picked from the experiment's run list: tick both, Compare
+    page.goto(f"{live_site.url}/experiments/{seeded['experiment']}/")
+    page.check(f"input.compare-pick[value='{one}']")
+    page.check(f"input.compare-pick[value='{two}']")
+    page.click("#compare")
+    page.wait_for_url("**/runs/compare/?ids=*")
+    assert sorted(page.url.split("ids=")[1].split("%2C")) == sorted([str(one), str(two)])
+    reward = ".chart[data-metric='rollout/reward/mean']"
+    page.wait_for_selector(f"{reward} .main-svg")
+    charts = page.eval_on_selector_all(
+        ".chart:not([hidden])", "cs => cs.map(c => c.dataset.metric)"
+    )
+    assert sorted(charts) == ["eval/gsm8k/accuracy/mean@1", "rollout/reward/mean"]  # default group
+    for metric in charts:
+        chart = f".chart[data-metric='{metric}']"
+        traces = page.evaluate(
+            "(sel) => document.querySelector(sel).data.map(t => [t.name, t.meta.kind, t.type])",
+            chart,
+        )
+        smoothed = [name for name, kind, _ in traces if kind == "smoothed"]
+        assert sorted(smoothed) == ["compare-e2e #1", "compare-e2e #2"], traces  # one per run
+        assert {t for _, _, t in traces} == {"scatter"}  # SVG, never scattergl
+        colours = page.evaluate(
+            """(sel) => document.querySelector(sel).data
+                  .filter(t => t.meta.kind === 'smoothed').map(t => t.line.color)""",
+            chart,
+        )
+        assert len(set(colours)) == 2
+    assert page.locator(f"{reward} .legend").count() == 1  # the legend names the runs
+    before = _smoothed_y(page, reward)
+    page.fill("#smoothing", "0")
+    page.dispatch_event("#smoothing", "input")
+    raw0 = _smoothed_y(page, reward)
+    assert raw0 != before
+    assert raw0["compare-e2e #1"][:5] == [1, 2, 3, 4, 0]  # no smoothing: run 1's raw values
+    assert raw0["compare-e2e #2"][:5] == [2, 4, 6, 8, 0]
+    page.fill("#smoothing", "0.9")
+    page.dispatch_event("#smoothing", "input")
+    assert _smoothed_y(page, reward) not in (before, raw0)
+    # the picker adds a metric: fetched and drawn with both runs
+    page.click(".picker-box summary")
+    page.check("input[data-metric='actor/pg_loss']")
+    page.wait_for_selector(".chart[data-metric='actor/pg_loss'] .main-svg")
+    assert len(_smoothed_y(page, ".chart[data-metric='actor/pg_loss']")) == 2
+    assert page.locator("table.compare, p.same").count() == 1  # beside the config differences
+    assert errors == []
+
+
+def test_the_experiment_list_badge_follows_a_status_change_without_a_reload(
+    logged_in_page, live_site
+):
+    page = logged_in_page
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    seeded = _seed(live_site, "live-list-e2e", status="starting")
+    run = seeded["runs"][-1]
+    page.goto(f"{live_site.url}/experiments/?q=live-list-e2e")
+    badge = page.locator(f"tr[data-experiment-id='{seeded['experiment']}'] .status")
+    assert badge.inner_text() == "#2 starting"
+    page.wait_for_selector("body[data-live-lists='open']")
+    page.evaluate("window.__notReloaded = true")
+    out = live_site.manage("shell", "-c", OBSERVE.format(pk=run)).stdout.strip()
+    assert out.endswith("running")
+    page.wait_for_function(
+        "(sel) => document.querySelector(sel).textContent.trim() === '#2 running'",
+        arg=f"tr[data-experiment-id='{seeded['experiment']}'] .status",
+    )
+    assert "running" in badge.get_attribute("class").split()
+    assert page.evaluate("window.__notReloaded") is True  # the same document: no reload
+    assert errors == []
+
+
+NEW_RUN = """
+from webapp.experiments.models import Experiment
+from webapp.runs.live import publish_run
+from webapp.runs.models import Run
+from django.db import transaction
+e = Experiment.objects.get(pk={pk})
+with transaction.atomic():
+    run = Run.objects.create(experiment=e, number=3, config_yaml='', status='queued')
+    publish_run(run)
+print(run.pk)
+"""
+
+
+def test_an_experiments_run_list_follows_its_runs_and_shows_a_new_one_without_a_reload(
+    logged_in_page, live_site
+):
+    page = logged_in_page
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    seeded = _seed(live_site, "live-runs-e2e", status="starting")
+    run = seeded["runs"][-1]
+    page.goto(f"{live_site.url}/experiments/{seeded['experiment']}/")
+    page.wait_for_selector("body[data-live-lists='open']")
+    page.evaluate("window.__notReloaded = true")
+    status = f"tr[data-run-id='{run}'] [data-field='status']"
+    assert page.inner_text(status) == "starting"
+    live_site.manage("shell", "-c", OBSERVE.format(pk=run))
+    page.wait_for_function(
+        "(sel) => document.querySelector(sel).textContent.trim() === 'running'", arg=status
+    )
+    assert page.inner_text(f"tr[data-run-id='{run}'] [data-field='duration']").startswith("running")
+    new = int(
+        live_site.manage("shell", "-c", NEW_RUN.format(pk=seeded["experiment"])).stdout.split()[-1]
+    )
+    page.wait_for_selector(f"tr[data-run-id='{new}']")
+    numbers = page.eval_on_selector_all("tr[data-run-id]", "rs => rs.map(r => r.dataset.runNumber)")
+    assert numbers == ["3", "2", "1"]  # newest first, as the page lists them
+    assert page.inner_text(f"tr[data-run-id='{new}'] [data-field='status']") == "queued"
+    assert page.evaluate("window.__notReloaded") is True
+    assert errors == []
