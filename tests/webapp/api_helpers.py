@@ -36,13 +36,15 @@ def make_experiment(owner, name: str, *, project: str = "proj", tags=(), descrip
     return experiment
 
 
-def make_run(experiment, *, number: int = 1, status: str = RunStatus.SUCCEEDED) -> Run:
+def make_run(experiment, *, number: int = 1, status: str = RunStatus.SUCCEEDED, **fields) -> Run:
+    """A run of ``experiment`` (its current config) that becomes the experiment's last run."""
     run = Run.objects.create(
         experiment=experiment,
         number=number,
         status=status,
         config_yaml=experiment.config_yaml,
         config=experiment.config,
+        **fields,
     )
     Experiment.objects.filter(pk=experiment.pk).update(last_run=run)
     return run

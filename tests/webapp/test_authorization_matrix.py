@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from api_helpers import make_user
+from api_helpers import make_run, make_user
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
@@ -81,27 +81,14 @@ def _experiment(owner, name: str, description: str) -> Experiment:
     return experiment
 
 
-def _run(experiment: Experiment, number: int, status: str, job_dir: str) -> Run:
-    run = Run.objects.create(
-        experiment=experiment,
-        number=number,
-        status=status,
-        config_yaml=experiment.config_yaml,
-        config=experiment.config,
-        job_dir=job_dir,
-    )
-    Experiment.objects.filter(pk=experiment.pk).update(last_run=run)
-    return run
-
-
 @pytest.fixture
 def world(tmp_path) -> World:
     alice, bob = make_user("alice"), make_user("bob")
     root = make_user("root", staff=True)
     main = _experiment(alice, "alice-main-7f3a", "alice-secret-description-51c9")
     busy = _experiment(alice, "alice-busy-2b8e", "")
-    run = _run(main, 1, RunStatus.SUCCEEDED, str(tmp_path / "alice-jobdir-c4d1"))
-    queued = _run(busy, 1, RunStatus.QUEUED, "")
+    run = make_run(main, status=RunStatus.SUCCEEDED, job_dir=str(tmp_path / "alice-jobdir-c4d1"))
+    queued = make_run(busy, status=RunStatus.QUEUED)
     step_dir = tmp_path / "alice-jobdir-c4d1" / "global_step_2"
     (step_dir / "actor").mkdir(parents=True)
     checkpoint = Checkpoint.objects.create(run=run, step=2, path=str(step_dir))
@@ -113,7 +100,7 @@ def world(tmp_path) -> World:
     )
     token, _ = ApiToken.issue(alice, "alice-token-9e0f")
     bob_experiment = _experiment(bob, "bob-private-91c2", "bob-secret-description-a77d")
-    bob_run = _run(bob_experiment, 1, RunStatus.SUCCEEDED, "/tmp/bob-jobdir-e5f6")
+    bob_run = make_run(bob_experiment, job_dir="/tmp/bob-jobdir-e5f6")
     alice_markers = ["alice-main-7f3a", "alice-busy-2b8e", "alice-secret-description-51c9",
                      "alice-jobdir-c4d1", run.key, queued.key, "alice-token-9e0f"]  # fmt: skip
     bob_markers = ["bob-private-91c2", "bob-secret-description-a77d", "bob-jobdir-e5f6",
