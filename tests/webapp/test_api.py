@@ -95,7 +95,10 @@ def test_it_refuses_another_users_experiment_with_403_and_an_audit_row(bob, api)
     secret = make_experiment(bob, "bob-secret")
     response = api.get(f"/api/v1/experiments/{secret.pk}/")
     assert response.status_code == 403
-    assert response.json() == {"detail": "you may not experiment view this", "errors": {}}
+    assert response.json() == {
+        "detail": f"permission denied: experiment {secret.pk} belongs to another user (experiment.view)",
+        "errors": {},
+    }
     assert b"bob-secret" not in response.content
     denial = AuditEvent.objects.get(action="permission.denied")
     assert (denial.actor_name, denial.target_type, denial.target_id) == (

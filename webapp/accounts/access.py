@@ -42,7 +42,11 @@ def can_access(user, obj: models.Model) -> bool:
 def deny(actor: Actor, action: str, obj: models.Model | None = None, **target) -> None:
     """Audit a refused action, then raise the 403."""
     record(actor, "permission.denied", obj, after={"attempted": action}, **target)
-    raise PermissionDenied(f"you may not {action.replace('.', ' ')} this")
+    if obj is not None:
+        what = f"{obj._meta.verbose_name} {obj.pk} belongs to another user"
+    else:
+        what = "this is not yours"
+    raise PermissionDenied(f"permission denied: {what} ({action})")
 
 
 def authorize(actor: Actor, model: type[M], pk, action: str) -> M:
