@@ -303,6 +303,7 @@ def stack(tmp_path, redis_url, ray_head, unique_id) -> Stack:
         "RFT_DEMO_DIR": str(demo),
         "RFT_RUNS_DIR": str(tmp_path / "runs"),
         "RFT_RUNS_QUEUE": queue,
+        "RFT_CONVERT_QUEUE": queue,  # the Convert button's task reaches the stack's worker
         "RFT_INGESTOR_GROUP": f"ingestor-{unique_id}",
         "DJANGO_SETTINGS_MODULE": "webapp.settings",
     }

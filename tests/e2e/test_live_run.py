@@ -1,0 +1,254 @@
+"""Issue 10's browser proof: a user in Debian's chromium, on the whole stack really started
+(daphne, a Celery worker, the event ingestor, a Ray head, Redis, one database; the ``stack``
+fixture), watches a run live: log in, create an experiment from the form with the demo config,
+launch it, and on the run page (never reloaded) see reward points appear in the chart while the
+badge still says running, log lines arrive and rollout samples show; once it has succeeded,
+convert a checkpoint with its Convert button and see its row turn ready with model.safetensors in
+its file list; then launch a second run, cancel it from its page and see it stopping, then
+cancelled.
+
+The demo is shortened through the form's own fields: 2 SFT steps of 8, then 10 GRPO steps of
+4 tasks x 4 samples, a checkpoint every 4 steps, no evaluation. Every request to a host other
+than the site is aborted and recorded, and the test fails if there was one; so does an error in
+the browser console. Screenshots are printed and kept under the test's tmp dir (and copied to
+``$RFT_ARTIFACTS_DIR`` when it is set).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+# Guards against a hung run, not timing assertions: the shortened demo takes well under these.
+RUN_GUARD_S = 420
+STEP_GUARD_S = 120
+RFT_STEPS = 10
+
+# Read in one evaluate, so the badge and the chart are seen at the same moment.
+PAGE_STATE_JS = """() => {
+  const badge = document.getElementById("run-status");
+  const reward = {};
+  document.querySelectorAll('#charts section[data-group="reward"] .chart').forEach((div) => {
+    const data = div.data || [];
+    reward[div.dataset.metric] = Math.max(0, ...data.map((t) => (t.x || []).length));
+  });
+  return {
+    status: badge ? badge.dataset.status : null,
+    step: document.getElementById("run-step").textContent,
+    reward: reward,
+    rewardPoints: Math.max(0, ...Object.values(reward)),
+    logLines: document.querySelectorAll("#log-lines li").length,
+    samples: document.querySelectorAll("#samples .sample").length,
+    marker: window.__notReloaded === true,
+  };
+}"""
+
+
+def keep_screenshot(page, shots: Path, name: str) -> Path:
+    path = shots / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    assert path.stat().st_size > 10_000, f"{path} looks empty"
+    artifacts = os.environ.get("RFT_ARTIFACTS_DIR")
+    if artifacts:
+        Path(artifacts).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(artifacts) / path.name)
+    print(f"screenshot: {path}")
+    return path
+
+
+def wait_page(page, stack, what: str, ok, guard_s: float = RUN_GUARD_S) -> dict:
+    """Read the page's state (without reloading it) until ``ok(state)``; a run that ends
+    otherwise, a dead process or the guard fails with the page's text and the stack's logs."""
+    deadline = time.monotonic() + guard_s
+    while True:
+        state = page.evaluate(PAGE_STATE_JS)
+        if ok(state):
+            return state
+        if state["status"] in {"failed", "lost"} or (
+            state["status"] in {"succeeded", "cancelled"}
+            and "succeeded" not in what
+            and "cancelled" not in what
+        ):
+            raise AssertionError(
+                f"waiting for {what}, the run ended {state['status']}: {state}\n"
+                f"{page.locator('main').inner_text()[:2000]}\n{stack.logs_tail()}"
+            )
+        stack.check_alive()
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {guard_s:.0f} s: {state}\n{stack.logs_tail()}")
+        page.wait_for_timeout(250)
+
+
+def test_a_user_watches_a_run_live_converts_a_checkpoint_and_cancels_a_second_run(
+    browser, stack, tmp_path: Path
+):
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    print(f"screenshots dir: {shots}")
+    site_host = urlsplit(stack.url).netloc
+    foreign: list[str] = []
+    console_errors: list[str] = []
+
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+
+    def only_the_site(route) -> None:
+        if urlsplit(route.request.url).netloc == site_host:
+            route.continue_()
+        else:
+            foreign.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", only_the_site)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: console_errors.append(f"pageerror: {e}"))
+    page.on(
+        "websocket",
+        lambda ws: None if urlsplit(ws.url).netloc == site_host else foreign.append(ws.url),
+    )
+    try:
+        _drive(page, stack, shots)
+    finally:
+        context.close()
+    assert foreign == [], f"requests left the site: {foreign}"
+    assert console_errors == [], f"errors in the browser console: {console_errors}"
+
+
+def _drive(page, stack, shots: Path) -> None:
+    # ---- log in
+    page.goto(f"{stack.url}/experiments/")
+    assert "/login/" in page.url
+    page.fill("input[name=username]", stack.username)
+    page.fill("input[name=password]", stack.password)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{stack.url}/experiments/")
+
+    # ---- an experiment from the form with the demo config, shortened through its fields
+    page.goto(f"{stack.url}/experiments/new/")
+    page.fill("#experiment-name", "watch it live")
+    page.fill("[name='buffer.total_steps']", str(RFT_STEPS))
+    page.fill("[name='buffer.batch_size']", "4")
+    page.fill("[name='algorithm.repeat_times']", "4")
+    page.fill("[name='trainer.save_interval']", "4")
+    page.fill("[name='explorer.eval_interval']", "1000")
+    page.select_option("[name='explorer.eval_on_startup']", "false")
+    sft_buffer = page.locator("[name='stages[0].buffer']")
+    text = sft_buffer.input_value()
+    assert "total_steps: 300" in text and "train_batch_size: 32" in text
+    sft_buffer.fill(
+        text.replace("total_steps: 300", "total_steps: 2").replace(
+            "train_batch_size: 32", "train_batch_size: 8"
+        )
+    )
+    page.click("button[name=source][value=form]")
+    page.wait_for_url(f"{stack.url}/experiments/*/")
+    experiment_url = page.url
+    assert page.locator("h1").inner_text().startswith("watch it live")
+
+    # ---- launch; the run page is never reloaded from here on (the marker survives)
+    page.click("#launch")
+    page.wait_for_url(f"{stack.url}/runs/*/")
+    page.evaluate("() => { window.__notReloaded = true; }")
+    first = page.evaluate(PAGE_STATE_JS)
+    assert first["status"] in {"queued", "starting", "running"}, first
+
+    # reward points in the chart while the badge says running, and more of them later while
+    # it still does: the chart grows live
+    seen = wait_page(
+        page,
+        stack,
+        "reward points while running",
+        lambda s: s["status"] == "running" and s["rewardPoints"] >= 1,
+    )
+    assert any("reward" in name for name in seen["reward"]), seen
+    grown = wait_page(
+        page,
+        stack,
+        "more reward points while running",
+        lambda s: s["status"] == "running" and s["rewardPoints"] > seen["rewardPoints"],
+        guard_s=STEP_GUARD_S,
+    )
+    live = wait_page(
+        page,
+        stack,
+        "log lines and samples while running",
+        lambda s: s["status"] == "running" and s["logLines"] > 0 and s["samples"] > 0,
+        guard_s=STEP_GUARD_S,
+    )
+    assert live["marker"], "the run page was reloaded"
+    keep_screenshot(page, shots, "1-running")
+    print(f"live: first {seen}, then {grown}, then {live}")
+
+    # ---- succeeded, still without a reload
+    done = wait_page(page, stack, "succeeded", lambda s: s["status"] == "succeeded")
+    assert done["marker"], "the run page was reloaded"
+    assert done["rewardPoints"] >= RFT_STEPS, done
+    assert "Succeeded" in page.locator("#run-status").inner_text()
+    sample = page.locator("#samples .sample").first
+    assert "prompt" in sample.inner_text() and "reward" in sample.inner_text()
+    assert page.locator("#log-lines li").count() > 0
+
+    # ---- convert a checkpoint: its row turns ready, with model.safetensors in its file list
+    convert = page.locator("#checkpoint-rows button.convert").first
+    convert.wait_for(state="visible", timeout=STEP_GUARD_S * 1000)
+    checkpoint_id = convert.get_attribute("data-id")
+    row = page.locator(f"#checkpoint-rows tr[data-checkpoint='{checkpoint_id}']")
+    assert row.get_attribute("data-hf-status") in {"absent", "failed"}
+    convert.click()
+    page.wait_for_function(
+        """(id) => {
+          const row = document.querySelector(`#checkpoint-rows tr[data-checkpoint="${id}"]`);
+          return row && row.dataset.hfStatus !== "absent";
+        }""",
+        arg=checkpoint_id,
+    )
+    page.wait_for_function(
+        """(id) => {
+          const row = document.querySelector(`#checkpoint-rows tr[data-checkpoint="${id}"]`);
+          return row && ["ready", "failed"].includes(row.dataset.hfStatus);
+        }""",
+        arg=checkpoint_id,
+        timeout=RUN_GUARD_S * 1000,
+    )
+    assert row.get_attribute("data-hf-status") == "ready", (
+        f"{row.inner_text()}\n{stack.logs_tail()}"
+    )
+    assert "HF ready" in row.inner_text()
+    files = row.locator("details.hf-files")
+    files.wait_for(state="attached")
+    files.locator("summary").click()
+    assert "model.safetensors" in files.inner_text()
+    assert page.evaluate("() => window.__notReloaded === true"), "the run page was reloaded"
+    keep_screenshot(page, shots, "2-succeeded-converted")
+
+    # ---- a second run, cancelled from its page: stopping, then cancelled
+    page.goto(experiment_url)
+    page.click("#launch")
+    page.wait_for_url(f"{stack.url}/runs/*/")
+    page.evaluate("() => { window.__notReloaded = true; }")
+    wait_page(page, stack, "the second run running", lambda s: s["status"] == "running")
+    page.click("#cancel-button")
+    cancel_state = page.locator("#cancel-state")
+    # the badge still active and the row saying stopping, read at the same moment
+    page.wait_for_function(
+        """() => {
+          const state = document.getElementById("cancel-state");
+          const status = document.getElementById("run-status").dataset.status;
+          return !state.hidden && /stopping/i.test(state.textContent)
+            && ["queued", "starting", "running"].includes(status);
+        }"""
+    )
+    keep_screenshot(page, shots, "3-stopping")
+    wait_page(page, stack, "cancelled", lambda s: s["status"] == "cancelled")
+    assert page.locator("#cancel-button").is_hidden()
+    assert "cancelled" in cancel_state.inner_text().lower()
+    assert page.evaluate("() => window.__notReloaded === true"), "the run page was reloaded"
+    keep_screenshot(page, shots, "4-cancelled")
