@@ -1,0 +1,436 @@
+"""The live run page in Debian's chromium against real processes: daphne, the event ingestor
+(a consumer group of its own) and a Celery worker (its own queue, the conversions' queue) on
+this session's test database and the test Redis. Events reach the page the way a run's do:
+written into the run's Redis stream by rft_core's own ``Monitor`` with its Redis sink, stored by
+the ingestor, pushed over the WebSocket (or polled while the socket is refused).
+
+Every request the page makes must go to the site: other hosts are aborted and fail the test.
+Screenshots are kept under the test's tmp dir.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from rft_core.monitor import RUNS_SET, stream_key
+from rft_core.monitor.monitor import Monitor
+from rft_core.monitor.sinks import RedisStreamSink
+from webapp.experiments.models import Experiment
+from webapp.runs.models import LogLine, Run, RunStatus
+from workers.services import free_port
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
+
+from checkpoint_fixtures import build_model, build_tokenizer, tiny_config  # noqa: E402
+from convert_fixtures import save_job_step  # noqa: E402
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+ROOT = Path(__file__).resolve().parents[2]
+PASSWORD = "run-page-secret-1"
+
+
+@dataclass
+class Site:
+    url: str
+    var: Path
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def log(self, name: str) -> str:
+        path = self.var / f"{name}.log"
+        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+    def check_alive(self) -> None:
+        for name, proc in self.processes.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited ({proc.returncode}):\n{self.log(name)}")
+
+
+def _start(var: Path, name: str, cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
+    with open(var / f"{name}.log", "wb") as log:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _wait_http(url: str, site: Site, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        site.check_alive()
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+            return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"daphne did not answer at {url} within {timeout} s:\n{site.log('web')}")
+
+
+def _test_database_url() -> str:
+    """DATABASE_URL of this session's test database (as tests/conftest.py's worker gets it)."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    user = db.get("USER") or ""
+    auth = f"{user}:{db['PASSWORD']}@" if db.get("PASSWORD") else (f"{user}@" if user else "")
+    return f"postgres://{auth}{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
+
+
+@pytest.fixture
+def live_site(tmp_path, redis_url, unique_id, celery_worker_queue, watched_run):
+    """daphne and an ingestor of the watched run's stream only (other sessions' streams come
+    and go on the shared Redis), on the test database; conversions go to the test's worker."""
+    var = tmp_path / "var"
+    var.mkdir()
+    env = {
+        **os.environ,
+        "RFT_VAR_DIR": str(var),
+        "DATABASE_URL": _test_database_url(),
+        "REDIS_URL": redis_url,
+        "RFT_CONVERT_QUEUE": celery_worker_queue,
+        "RFT_INGESTOR_GROUP": f"ingestor-{unique_id}",
+        "DJANGO_SETTINGS_MODULE": "webapp.settings",
+    }
+    port = free_port()
+    site = Site(url=f"http://127.0.0.1:{port}", var=var)
+    try:
+        site.processes["ingestor"] = _start(
+            var,
+            "ingestor",
+            [
+                sys.executable,
+                "-m",
+                "workers.ingestor",
+                "--consumer",
+                unique_id,
+                "--only-runs",
+                watched_run.run.key,
+            ],
+            env,
+        )
+        site.processes["web"] = _start(
+            var,
+            "web",
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "webapp.asgi:application",
+            ],  # fmt: skip
+            env,
+        )
+        _wait_http(f"{site.url}/health.json", site)
+        yield site
+    finally:
+        for proc in site.processes.values():
+            proc.terminate()
+        for proc in site.processes.values():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+# ------------------------------------------------------------------ the run and its writers
+
+
+@dataclass
+class RunUnderTest:
+    run: Run
+    job: Path
+    redis_url: str
+    monitors: dict[tuple[str, str], Monitor] = field(default_factory=dict)
+
+    def monitor(self, role: str, stage: str) -> Monitor:
+        """The run's monitor of ``role`` in ``stage``: rft_core's Monitor over its Redis sink."""
+        key = (role, stage)
+        if key not in self.monitors:
+            sink = RedisStreamSink(self.redis_url, self.run.key)
+            self.monitors[key] = Monitor([sink], role=role, run_id=self.run.key, stage=stage)
+        return self.monitors[key]
+
+    def close(self) -> None:
+        for monitor in self.monitors.values():
+            monitor.close()
+
+
+@pytest.fixture
+def user():
+    return get_user_model().objects.create_user("carol", password=PASSWORD)
+
+
+@pytest.fixture
+def watched_run(user, tmp_path, redis_url, redis_client, unique_id):
+    experiment = Experiment.objects.create(owner=user, name="gsm8k-grpo", config_yaml="", config={})
+    job = tmp_path / "job"
+    job.mkdir()
+    run = Run.objects.create(
+        experiment=experiment,
+        number=1,
+        key=f"r{unique_id}",
+        status=RunStatus.RUNNING,
+        config_yaml="mode: both\n",
+        job_dir=str(job),
+        started_at=timezone.now(),
+        stage="sft_warmup",
+        total_steps=8,
+    )
+    redis_client.test_keys.append(stream_key(run.key))
+    under_test = RunUnderTest(run=run, job=job, redis_url=redis_url)
+    yield under_test
+    under_test.close()
+    redis_client.srem(RUNS_SET, run.key)
+
+
+def guard_hosts(page, site_url: str) -> list[str]:
+    """Abort every request to a host other than the site's; returns the list of those tried."""
+    allowed = urlparse(site_url).netloc
+    foreign: list[str] = []
+
+    def handle(route) -> None:
+        if urlparse(route.request.url).netloc == allowed:
+            route.continue_()
+        else:
+            foreign.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", handle)
+    return foreign
+
+
+def sign_in(page, site_url: str, username: str) -> None:
+    page.goto(f"{site_url}/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{site_url}/experiments/")
+
+
+def trace(page, metric: str, kind: str, attr: str):
+    """The ``attr`` array (x, y) of the raw or smoothed trace of a metric's chart."""
+    return page.evaluate(
+        """([metric, kind, attr]) => {
+            const div = document.querySelector(`.chart[data-metric="${metric}"]`);
+            if (!div || !div.data) return null;
+            const t = div.data.find((t) => t.meta && t.meta.kind === kind);
+            return t ? Array.from(t[attr]) : null;
+        }""",
+        [metric, kind, attr],
+    )
+
+
+def wait_points(page, metric: str, n: int) -> None:
+    page.wait_for_function(
+        """([metric, n]) => {
+            const div = document.querySelector(`.chart[data-metric="${metric}"]`);
+            return !!(div && div.data && div.data[0].x.length >= n && div.data[1].x.length >= n);
+        }""",
+        arg=[metric, n],
+    )
+
+
+REWARDS = [0.1, 0.5, 0.2, 0.6, 0.3, 0.7]
+
+
+def write_sft(rut: RunUnderTest) -> None:
+    sft = rut.monitor("trainer", "sft_warmup")
+    for step in range(1, 6):
+        sft.log({"actor/sft_loss": 2.0 / step}, step=step)
+    sft.log_line("sft warmup done", "INFO")
+
+
+def write_rft(rut: RunUnderTest, steps: range) -> None:
+    trainer = rut.monitor("trainer", "rft")
+    explorer = rut.monitor("explorer", "rft")
+    for step in steps:
+        explorer.log({"rollout/reward/mean": REWARDS[step - 1]}, step=step)
+        trainer.log({"actor/pg_loss": 1.0 / step, "actor/ppo_kl": 0.01 * step}, step=step)
+        explorer.log_line(f"explorer step {step} rollouts done", "INFO")
+        trainer.log_line(f"trainer step {step} grad norm high", "WARNING")
+
+
+# ------------------------------------------------------------------ tests
+
+
+def test_the_run_page_streams_charts_logs_checkpoints_and_samples_and_converts(
+    live_site, watched_run, browser, user, tmp_path, monkeypatch
+):
+    # Playwright's sync API keeps an event loop running: let this test's ORM reads through
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    rut = watched_run
+    write_sft(rut)
+    write_rft(rut, range(1, 4))
+    context = browser.new_context(accept_downloads=True)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    foreign = guard_hosts(page, live_site.url)
+    sign_in(page, live_site.url, user.username)
+    page.goto(f"{live_site.url}{rut.run.get_absolute_url()}")
+    page.wait_for_selector("#run-page[data-live=ready]")
+
+    # the first points (from the snapshot or the live batches), then more while the page is open
+    wait_points(page, "rollout/reward/mean", 3)
+    wait_points(page, "actor/sft_loss", 5)
+    write_rft(rut, range(4, 7))
+    wait_points(page, "rollout/reward/mean", 6)
+    assert trace(page, "rollout/reward/mean", "raw", "y") == REWARDS
+    # one time line: the rft stage's steps come after the sft warmup's 5, the boundary marked
+    assert trace(page, "rollout/reward/mean", "raw", "x") == [6, 7, 8, 9, 10, 11]
+    shapes = page.evaluate(
+        "() => document.querySelector('.chart[data-metric=\"rollout/reward/mean\"]')"
+        ".layout.shapes.map((s) => s.x0)"
+    )
+    assert shapes == [5]
+    assert page.locator('.chart[data-metric="rollout/reward/mean"] text', has_text="rft").count()
+    page.screenshot(path=str(tmp_path / "run-page.png"), full_page=True)
+
+    # smoothing changes the smoothed curve and keeps the raw one
+    before = trace(page, "rollout/reward/mean", "smoothed", "y")
+    page.eval_on_selector(
+        "#smoothing", "el => { el.value = '0.9'; el.dispatchEvent(new Event('input')); }"
+    )
+    after = trace(page, "rollout/reward/mean", "smoothed", "y")
+    assert after != before and after[0] == pytest.approx(REWARDS[0])
+    assert trace(page, "rollout/reward/mean", "raw", "y") == REWARDS
+    page.eval_on_selector(
+        "#smoothing", "el => { el.value = '0'; el.dispatchEvent(new Event('input')); }"
+    )
+    assert trace(page, "rollout/reward/mean", "smoothed", "y") == pytest.approx(REWARDS)
+
+    # x axis: relative time (seconds since the start), then wall time (a date axis)
+    page.select_option("#x-mode", "relative")
+    rel = trace(page, "rollout/reward/mean", "raw", "x")
+    assert rel != [6, 7, 8, 9, 10, 11] and all(0 <= x < 3600 for x in rel)
+    assert rel == sorted(rel)
+    page.select_option("#x-mode", "wall")
+    wall = trace(page, "rollout/reward/mean", "raw", "x")
+    assert all(abs(x / 1000 - time.time()) < 3600 for x in wall)
+    page.select_option("#x-mode", "step")
+
+    # logs: every actor's lines, filtered by actor, level and search
+    lines = page.locator("#log-lines li")
+    total_logs = 1 + 2 * 6
+    page.wait_for_function(
+        "n => document.querySelectorAll('#log-lines li').length >= n", arg=total_logs
+    )
+    assert lines.count() == total_logs
+    page.select_option("#log-actor", "trainer")
+    assert lines.count() == 1 + 6
+    page.select_option("#log-level", "WARNING")
+    assert lines.count() == 6
+    page.fill("#log-search", "step 4 ")
+    page.wait_for_function("() => document.querySelectorAll('#log-lines li').length === 1")
+    assert "trainer step 4 grad norm high" in lines.first.inner_text()
+    page.fill("#log-search", "")
+    page.select_option("#log-actor", "")
+    page.select_option("#log-level", "")
+    page.wait_for_function(
+        "n => document.querySelectorAll('#log-lines li').length === n", arg=total_logs
+    )
+
+    # the download holds every line, the filtered one only the trainer's
+    body = page.request.get(f"{live_site.url}/runs/{rut.run.pk}/logs.txt").text()
+    assert len(body.splitlines()) == total_logs == LogLine.objects.filter(run=rut.run).count()
+    with page.expect_download() as download:
+        page.click("#log-download")
+    assert len(Path(download.value.path()).read_text().splitlines()) == total_logs
+    page.select_option("#log-actor", "trainer")
+    with page.expect_download() as download:
+        page.click("#log-download")
+    trainer_only = Path(download.value.path()).read_text().splitlines()
+    assert len(trainer_only) == 7 and all(" trainer " in line for line in trainer_only)
+
+    # samples of a step
+    samples = [
+        {"prompt": "What is 12 plus 30?", "response": "<answer>42</answer>", "truth": "42",
+         "reward": 1.0},
+        {"prompt": "What is 2 plus 2?", "response": "<answer>5</answer>", "truth": "4",
+         "reward": 0.0},
+    ]  # fmt: skip
+    rut.monitor("explorer", "rft").samples(samples, step=6)
+    page.wait_for_selector(".sample-step[data-step='6'] .sample")
+    assert page.locator(".sample").count() == 2
+    assert "What is 12 plus 30?" in page.inner_text("#samples")
+
+    # a real checkpoint, converted through the page by the worker
+    tokenizer = build_tokenizer()
+    model = build_model(tiny_config(len(tokenizer)))
+    step_dir = save_job_step(rut.job, 6, model, tokenizer)
+    rut.monitor("trainer", "rft").checkpoint_saved(6, str(step_dir))
+    row = page.locator(
+        "#checkpoint-rows tr[data-step='6'][data-checkpoint]:not([data-checkpoint=''])"
+    )
+    row.locator("button.convert").click()
+    page.wait_for_selector(
+        "#checkpoint-rows tr[data-step='6'][data-hf-status=ready]", timeout=180_000
+    )
+    page.wait_for_selector("#checkpoint-rows tr[data-step='6'] .hf-files")
+    page.click("#checkpoint-rows tr[data-step='6'] .hf-files summary")
+    files = page.inner_text("#checkpoint-rows tr[data-step='6'] .hf-files")
+    assert "model.safetensors" in files and "config.json" in files
+    assert str(step_dir / "actor" / "huggingface") in page.inner_text("#checkpoint-rows")
+    page.screenshot(path=str(tmp_path / "run-page-converted.png"), full_page=True)
+
+    # cancel: stopping while requested
+    page.click("#cancel-button")
+    page.wait_for_selector("#cancel-state:not([hidden])")
+    assert "stopping" in page.inner_text("#cancel-state")
+    Run.objects.filter(pk=rut.run.pk).update(cancel_requested_at=timezone.now())
+
+    assert foreign == []
+    assert errors == []
+    live_site.check_alive()
+    context.close()
+
+
+def test_it_polls_and_says_so_when_the_websocket_is_refused(
+    live_site, watched_run, browser, user, tmp_path
+):
+    rut = watched_run
+    write_sft(rut)
+    page = browser.new_page()
+    page.set_default_timeout(30_000)
+    foreign = guard_hosts(page, live_site.url)
+    sockets: list[str] = []
+
+    def refuse(ws) -> None:
+        sockets.append(ws.url)
+        ws.close(code=1011, reason="refused by the test")
+
+    page.route_web_socket("**/ws/**", refuse)
+    sign_in(page, live_site.url, user.username)
+    page.goto(f"{live_site.url}{rut.run.get_absolute_url()}")
+    page.wait_for_selector("#run-page[data-live=ready]")
+    page.wait_for_selector("#live-notice:not([hidden])")
+    assert "polling" in page.inner_text("#live-notice")
+    wait_points(page, "actor/sft_loss", 5)
+    write_rft(rut, range(1, 4))
+    wait_points(page, "rollout/reward/mean", 3)
+    assert trace(page, "rollout/reward/mean", "raw", "y") == REWARDS[:3]
+    page.wait_for_function("() => document.querySelectorAll('#log-lines li').length === 7")
+    assert page.get_attribute("#run-page", "data-transport") == "polling"
+    assert sockets  # the page did try the socket
+    page.screenshot(path=str(tmp_path / "run-page-polling.png"), full_page=True)
+    assert foreign == []
+    page.close()
