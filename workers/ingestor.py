@@ -1,6 +1,6 @@
 """The event ingestor: Redis run streams -> database rows -> Channels groups.
 
-    python -m workers.ingestor [--consumer NAME] [--group NAME] [--block-ms 1000]
+    python -m workers.ingestor [--consumer NAME] [--group NAME] [--block-ms 1000] [--only-runs K,..]
 
 Runs discover themselves by adding their id to the set ``rft:runs`` (see
 ``rft_core/monitor/events.py``); each stream ``rft:run:<key>`` is read through a consumer
@@ -15,9 +15,15 @@ first consumer was only slow) is recognised by its stream id and writes nothing 
 After the commit the batch's new events go as ONE ``{"type": "events", "first_seq",
 "last_seq", "events"}`` message to the group ``run-<run pk>`` (``webapp.runs.live``), and
 then the entries are acknowledged: a crash before the ack leaves them pending, and the next
-delivery finds them stored. Entries left pending by a consumer that died are taken over after
-``CLAIM_IDLE_MS`` (a restarted ingestor with the same ``--consumer`` name takes its own at
-once); a batch whose transaction fails stays pending and is retried.
+delivery finds them stored. Sharing the load: ingestors of one group share the STREAMS. Each stream is read by one
+ingestor at a time, the holder of its lease (``rft:ingest-lease:<group>:<key>``, ``SET NX``
+with a ``LEASE_MS`` expiry renewed every poll), so that a run's batches are stored in stream
+order and its seqs follow the stream (two consumers reading one stream would commit their
+batches in either order). When a holder dies its lease expires and another ingestor takes
+the stream over: it first claims every entry still pending in the group (the dead one's
+unacked batch), then reads on. A restarted ingestor with the same ``--consumer`` name keeps
+its leases and takes its own pending entries back at once. A batch whose transaction fails
+stays pending and is retried.
 
 Trimming: after acking, the stream is cut with ``XTRIM MINID`` at the oldest entry that some
 consumer group of the stream still needs: the smallest id pending in any group (delivered,
@@ -58,7 +64,9 @@ from webapp.runs.live import events_message, run_group, send  # noqa: E402
 from webapp.runs.models import Run  # noqa: E402
 
 GROUP = "ingestor"
-CLAIM_IDLE_MS = 60_000
+RETRY_S = 5.0  # a stream whose batch failed to store is retried after this
+LEASE_MS = 10_000  # a stream's reader lease: a dead ingestor's streams move on after this
+LEASE_PREFIX = "rft:ingest-lease:"
 BATCH = 200
 DISCOVER_EVERY_S = 2.0
 
@@ -86,6 +94,7 @@ class Ingestor:
         self.group = group
         self.channel_layer = channel_layer if channel_layer is not None else get_channel_layer()
         self.streams: set[str] = set()
+        self._retry_at: dict[str, float] = {}  # a stream whose batch failed: not before then
         self._discovered_at = float("-inf")
 
     def discover(self) -> set[str]:
@@ -116,21 +125,48 @@ class Ingestor:
             time.sleep(block_ms / 1000)
             return 0
         handled = 0
-        for key in sorted(self.streams):
+        leased = [key for key in sorted(self.streams) if self._lease(key)]
+        if not leased:
+            time.sleep(block_ms / 1000)
+            return 0
+        now = time.monotonic()
+        leased = [key for key in leased if self._retry_at.get(key, 0.0) <= now]
+        for key in leased:
+            # the stream is ours: whatever is pending in the group (a dead holder's batch,
+            # our own failed one) comes first, in stream order
             _, claimed, _ = self.client.xautoclaim(
-                key, self.group, self.consumer, CLAIM_IDLE_MS, "0-0", count=BATCH
+                key, self.group, self.consumer, 0, "0-0", count=BATCH
             )
             handled += self._handle(key, [c for c in claimed if c[1]])
+        if handled:
+            return handled  # pending entries first; new ones on the next round
         response = self.client.xreadgroup(
             self.group,
             self.consumer,
-            {key: ">" for key in sorted(self.streams)},
+            {key: ">" for key in leased},
             count=BATCH,
             block=block_ms,
         )
         for key, entries in response or []:
             handled += self._handle(key.decode() if isinstance(key, bytes) else key, entries)
         return handled
+
+    def _lease(self, key: str) -> bool:
+        """Take or renew this ingestor's lease on reading ``key``; False while another has it."""
+        lease = f"{LEASE_PREFIX}{self.group}:{key}"
+        if self.client.set(lease, self.consumer, nx=True, px=LEASE_MS):
+            return True
+        if _text(self.client.get(lease) or b"") == self.consumer:
+            self.client.pexpire(lease, LEASE_MS)
+            return True
+        return False
+
+    def release(self) -> None:
+        """Give up this ingestor's leases (a clean stop: the others take over at once)."""
+        for key in self.streams:
+            lease = f"{LEASE_PREFIX}{self.group}:{key}"
+            if _text(self.client.get(lease) or b"") == self.consumer:
+                self.client.delete(lease)
 
     def recover_own_pending(self) -> int:
         """Entries delivered to this consumer name before a crash and never acked."""
@@ -150,8 +186,9 @@ class Ingestor:
         try:
             run, new_rows = store_events(run_key, rows)
         except Exception:  # noqa: BLE001 - one run's bad batch must not stop the others
-            # not acked: the entries stay pending and are claimed again after CLAIM_IDLE_MS
+            # not acked: the entries stay pending and are claimed again in RETRY_S
             log.exception("storing %d entries of %s failed; they stay pending", len(rows), key)
+            self._retry_at[key] = time.monotonic() + RETRY_S
             return 0
         if run is not None and new_rows:
             message = events_message([row.as_message() for row in new_rows])
@@ -182,8 +219,9 @@ def trim_floor(client: redis.Redis, key: str) -> str | None:
     for group in groups:
         name = _text(group["name"])
         if group["pending"]:
-            summary = client.xpending(key, name)
-            floors.append(_text(summary["min"]))
+            smallest = client.xpending(key, name)["min"]
+            if smallest is not None:  # None: acked meanwhile
+                floors.append(_text(smallest))
         floors.append(_next_id(_text(group["last-delivered-id"])))
     return min(floors, key=lambda sid: tuple(int(p) for p in sid.split("-")))
 
@@ -196,7 +234,7 @@ def trim_stored(client: redis.Redis, key: str) -> int:
         if floor is None:
             return 0
         return client.xtrim(key, minid=floor, approximate=False)
-    except redis.ResponseError as err:  # the stream was deleted meanwhile
+    except (redis.ResponseError, ValueError) as err:  # a stream deleted meanwhile, odd ids
         log.info("not trimming %s: %s", key, err)
         return 0
 
@@ -296,7 +334,13 @@ def main(argv: list[str] | None = None) -> int:
         help="consumer group; stacks with separate databases sharing one Redis need separate groups",
     )
     parser.add_argument("--block-ms", type=int, default=1000)
+    parser.add_argument(
+        "--only-runs",
+        default=os.environ.get("RFT_INGESTOR_ONLY_RUNS", ""),
+        help="comma-separated run keys: consume only their streams (a dedicated ingestor, a test)",
+    )
     args = parser.parse_args(argv)
+    only_runs = {k for k in args.only_runs.split(",") if k} or None
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s ingestor: %(message)s"
     )
@@ -319,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    ingestor = Ingestor(client, args.consumer, group=args.group)
+    ingestor = Ingestor(client, args.consumer, group=args.group, only_runs=only_runs)
     recovered = ingestor.recover_own_pending()
     log.info(
         "consuming run streams %s* as %s/%s (recovered %d)",
@@ -334,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         except redis.ConnectionError as err:
             log.warning("Redis connection lost (%s); retrying in 2 s", err)
             time.sleep(2)
+    ingestor.release()
     log.info("stopped")
     return 0
 

@@ -252,17 +252,36 @@ def test_it_sends_each_batch_as_one_events_message_to_the_group_of_the_runs_pk(
 
 def test_it_trims_only_entries_every_group_has_acked(run_stream, redis_url, redis_client):
     key = stream_key(run_stream)
-    group = f"g-{run_stream}"
     ids = [e[0] for e in redis_client.xrange(key)]
-    ingestor = _ingestor(redis_url, run_stream, group)
-    ingestor.discover()
-    # another consumer of the group took the first three and has not stored them yet
-    redis_client.xreadgroup(group, "slow-consumer", {key: ">"}, count=3)
-    assert ingestor.poll(block_ms=100) == 4  # stores and acks the other four, then trims
-    assert [e[0] for e in redis_client.xrange(key)] == ids  # the pending three keep all
-    assert _ingestor(redis_url, run_stream, group, "slow-consumer").recover_own_pending() == 3
-    assert redis_client.xlen(key) == 0  # all seven stored and acked: all trimmed
+    other = f"other-{run_stream}"
+    redis_client.xgroup_create(key, other, id="0")
+    # a consumer of another group (another deployment) took three and has not stored them
+    redis_client.xreadgroup(other, "slow-consumer", {key: ">"}, count=3)
+    assert _ingestor(redis_url, run_stream, f"g-{run_stream}").poll(block_ms=100) == 7
+    assert [e[0] for e in redis_client.xrange(key)] == ids  # its pending three keep all
+    assert _ingestor(redis_url, run_stream, other, "slow-consumer").recover_own_pending() == 3
+    assert [e[0] for e in redis_client.xrange(key)] == ids[3:]  # it has not read the rest
+    assert _ingestor(redis_url, run_stream, other, "slow-consumer").poll(block_ms=100) == 4
+    assert redis_client.xlen(key) == 0  # stored and acked by every group: all trimmed
     assert RunEvent.objects.filter(run_key=run_stream).count() == 7
+
+
+def test_one_ingestor_at_a_time_reads_a_stream(run_stream, redis_url, redis_client):
+    group = f"g-{run_stream}"
+    first = _ingestor(redis_url, run_stream, group, "consumer-a")
+    second = _ingestor(redis_url, run_stream, group, "consumer-b")
+    first.discover()
+    second.discover()
+    assert first._lease(stream_key(run_stream)) is True
+    assert second.poll(block_ms=100) == 0  # a's lease: b waits
+    assert first.poll(block_ms=100) == 7
+    first.release()
+    fields = {"run": run_stream, "kind": "log", "role": "x", "stage": "", "step": "",
+              "ts": "1.0", "data": "{}"}  # fmt: skip
+    redis_client.xadd(stream_key(run_stream), fields)
+    assert second.poll(block_ms=100) == 1  # released: b takes the stream over
+    seqs = RunEvent.objects.filter(run_key=run_stream).values_list("seq", flat=True)
+    assert sorted(seqs) == list(range(1, 9))
 
 
 def test_it_keeps_entries_a_second_group_has_not_read(run_stream, redis_url, redis_client):
