@@ -90,7 +90,7 @@ def _test_database_url() -> str:
 
 
 @pytest.fixture
-def live_site(tmp_path, redis_url, unique_id, celery_worker_queue, watched_run):
+def live_site(tmp_path, redis_url, redis_client, unique_id, celery_worker_queue, watched_run):
     """daphne and an ingestor of the watched run's stream only (other sessions' streams come
     and go on the shared Redis), on the test database; conversions go to the test's worker."""
     var = tmp_path / "var"
@@ -102,8 +102,12 @@ def live_site(tmp_path, redis_url, unique_id, celery_worker_queue, watched_run):
         "REDIS_URL": redis_url,
         "RFT_CONVERT_QUEUE": celery_worker_queue,
         "RFT_INGESTOR_GROUP": f"ingestor-{unique_id}",
+        # the Cancel button's runs.cancel task: a queue no worker reads (dropped after), never
+        # the shared default one another session's worker would act on
+        "RFT_RUNS_QUEUE": f"q-unread-{unique_id}",
         "DJANGO_SETTINGS_MODULE": "webapp.settings",
     }
+    redis_client.test_keys.append(f"q-unread-{unique_id}")
     port = free_port()
     site = Site(url=f"http://127.0.0.1:{port}", var=var)
     try:
@@ -245,6 +249,24 @@ def wait_points(page, metric: str, n: int) -> None:
         }""",
         arg=[metric, n],
     )
+
+
+def stopped_job(run: Run) -> None:
+    """The run's row as the cancel task leaves it, pushed to its page by ``publish_run`` (from a
+    thread: Playwright's loop runs on this one)."""
+    import threading
+
+    from webapp.runs.live import publish_run
+
+    def stop() -> None:
+        Run.objects.filter(pk=run.pk).update(
+            status=RunStatus.CANCELLED, finished_at=timezone.now(), exit_reason="cancelled by carol"
+        )
+        publish_run(run)
+
+    worker = threading.Thread(target=stop)
+    worker.start()
+    worker.join()
 
 
 REWARDS = [0.1, 0.5, 0.2, 0.6, 0.3, 0.7]
@@ -396,7 +418,12 @@ def test_the_run_page_streams_charts_logs_checkpoints_and_samples_and_converts(
     page.click("#cancel-button")
     page.wait_for_selector("#cancel-state:not([hidden])")
     assert "stopping" in page.inner_text("#cancel-state")
-    Run.objects.filter(pk=rut.run.pk).update(cancel_requested_at=timezone.now())
+    assert page.locator("#cancel-button").is_hidden()
+    assert Run.objects.get(pk=rut.run.pk).cancel_requested_at is not None
+    # the job stops (what the cancel task records once Ray stopped it): the page says cancelled
+    stopped_job(rut.run)
+    page.wait_for_selector("#run-status[data-status=cancelled]")
+    assert page.inner_text("#cancel-state") == "cancelled"
 
     assert foreign == []
     assert errors == []
