@@ -78,6 +78,10 @@
   function applyRun(run) {
     if (!run) return;
     var prev = S.run;
+    // states may arrive out of order (a push sent before the fetch answered): a requested
+    // cancel and a final status never go back
+    if (prev && prev.cancel_requested && !run.cancel_requested) run = Object.assign({}, run, { cancel_requested: true });
+    if (prev && !ACTIVE[prev.status] && ACTIVE[run.status]) run = Object.assign({}, run, { status: prev.status, finished_at: prev.finished_at });
     S.run = run;
     if (prev && prev.stage !== run.stage) S.progress = [];
     if (run.step !== null && run.step !== undefined) notePorgress(now(), run.step);

@@ -418,7 +418,7 @@ def test_the_run_page_streams_charts_logs_checkpoints_and_samples_and_converts(
     page.click("#cancel-button")
     page.wait_for_selector("#cancel-state:not([hidden])")
     assert "stopping" in page.inner_text("#cancel-state")
-    assert page.locator("#cancel-button").is_hidden()
+    page.wait_for_selector("#cancel-button", state="hidden")
     assert Run.objects.get(pk=rut.run.pk).cancel_requested_at is not None
     # the job stops (what the cancel task records once Ray stopped it): the page says cancelled
     stopped_job(rut.run)
