@@ -249,8 +249,8 @@
         shapes.push({ type: "line", xref: "x", yref: "paper", x0: b.x, x1: b.x, y0: 0, y1: 1,
                       line: { color: "#98a2b3", width: 1, dash: "dash" } });
         annotations.push({ xref: "x", yref: "paper", x: b.x, y: 1, text: escapeHtml(b.name),
-                           showarrow: false, xanchor: "left", yanchor: "bottom",
-                           font: { size: 10, color: "#5b6472" } });
+                           showarrow: false, xanchor: "left", yanchor: "top", xshift: 3,
+                           bgcolor: "rgba(255,255,255,0.8)", font: { size: 10, color: "#5b6472" } });
       });
     }
     return {
