@@ -263,9 +263,13 @@ def send(groups: list[str], message: dict[str, Any], channel_layer=None) -> None
     layer = channel_layer if channel_layer is not None else get_channel_layer()
     if layer is None:
         return
-    try:
+
+    async def send_all() -> None:
         for group in groups:
-            async_to_sync(layer.group_send)(group, {"type": MESSAGE_TYPE, "message": message})
+            await layer.group_send(group, {"type": MESSAGE_TYPE, "message": message})
+
+    try:
+        async_to_sync(send_all)()  # one entry into the loop for every group
     except Exception as err:  # noqa: BLE001 - live updates are best effort; rows are the truth
         log.warning("live update to %s not sent: %s", groups, err)
 
