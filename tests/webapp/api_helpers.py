@@ -73,3 +73,9 @@ def csrf_token_of(client: Client) -> str:
     """The CSRF token a page would embed (GET a page to have the cookie set)."""
     client.get("/account/")
     return client.cookies["csrftoken"].value
+
+
+def task_callbacks(callbacks: list) -> list:
+    """The on-commit callbacks that enqueue a Celery task, without the live pages' pushes
+    (``webapp.runs.live.publish_run`` / ``publish_checkpoint`` register one each)."""
+    return [cb for cb in callbacks if not cb.__qualname__.startswith("publish_")]

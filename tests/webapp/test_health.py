@@ -52,16 +52,21 @@ def test_it_checks_a_gcs_style_ray_address_by_tcp(client, settings):
     assert _services(client)["ray"]["up"] is False
 
 
-def test_it_reports_no_celery_worker_as_down(client, settings, redis_url):
-    # No worker consumes this broker database: the ping gets no reply within the timeout.
-    settings.REDIS_URL = redis_url
+def test_it_reports_no_celery_worker_as_down(client, settings, redis_url, unique_id):
+    # No worker consumes this broker database (claimed, so no e2e stack's worker is on it): the
+    # ping gets no reply within the timeout.
+    from redis_claim import claim_db, release
+
     from workers.celery_app import app
 
-    app.conf.broker_url = redis_url.rsplit("/", 1)[0] + "/15"
+    settings.REDIS_URL = redis_url
+    empty = claim_db(redis_url, unique_id)
+    app.conf.broker_url = empty
     try:
         celery_status = _services(client)["celery"]
     finally:
         app.conf.broker_url = redis_url
+        release(empty)
     assert celery_status["up"] is False
     assert "no worker answered" in celery_status["detail"]
 
