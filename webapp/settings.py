@@ -151,7 +151,9 @@ WHITENOISE_AUTOREFRESH = DEBUG
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL]},
+        # a live page receives ~10 batches a second: room for a slow client's burst before
+        # channels_redis drops (the page then refetches the gap by seq)
+        "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000},
     }
 }
 

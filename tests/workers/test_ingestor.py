@@ -5,6 +5,7 @@ to ``run-<run pk>``, and acks it."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -219,9 +220,9 @@ def test_it_sends_each_batch_as_one_events_message_to_the_group_of_the_runs_pk(
         await sync_to_async(ingest)()
         messages = []
         while True:  # run and checkpoint states, then the one events batch
-            message = await layer.receive(channel)
-            messages.append(message["message"])
-            if message["message"]["type"] == "events":
+            message = json.loads((await layer.receive(channel))["text"])
+            messages.append(message)
+            if message["type"] == "events":
                 break
         await layer.group_discard(group, channel)
         return messages

@@ -3,7 +3,8 @@
 On connect the one access rule (``webapp.accounts.access``) decides: anonymous -> close 4403;
 a run that does not exist -> close 4404; another user's run -> close 4403 and an audit row
 ``permission.denied``; the owner and staff are accepted and join the Channels group
-``run-<pk>``. Every group message (Channels type ``live.message``) is forwarded as is:
+``run-<pk>``. Every group message (Channels type ``live.message``, the protocol message
+serialized once under ``text``) is forwarded as is:
 
     {"type": "events", "first_seq", "last_seq", "events": [Event, ...]}  one ingestor batch
     {"type": "run", "run": RunState}                                     publish_run
@@ -70,7 +71,10 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def live_message(self, event: dict) -> None:
-        await self.send_json(event["message"])
+        if "text" in event:  # webapp.runs.live.send: the message already serialized, once
+            await self.send(text_data=event["text"])
+        else:
+            await self.send_json(event["message"])
 
     @database_sync_to_async
     def _missed(self, after: int) -> dict | None:

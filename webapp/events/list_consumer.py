@@ -47,7 +47,12 @@ class RunListConsumer(AsyncJsonWebsocketConsumer):
         return None  # a one-way feed
 
     async def live_message(self, event: dict) -> None:
-        """live.py's envelope: ``{"type": "live.message", "message": {"type": "run", ...}}``."""
+        """live.py's envelope: ``{"type": "live.message", "kind": "run", "text": "<JSON>"}``
+        (or the message itself under ``"message"``); only run states go to the list feed."""
+        if "text" in event:
+            if event.get("kind") == "run":
+                await self.send(text_data=event["text"])
+            return
         message = event.get("message") or {}
         if message.get("type") == "run" and isinstance(message.get("run"), dict):
             await self.send_json({"type": "run", "run": message["run"]})

@@ -25,6 +25,7 @@ twice.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from datetime import datetime
@@ -264,9 +265,12 @@ def send(groups: list[str], message: dict[str, Any], channel_layer=None) -> None
     if layer is None:
         return
 
+    # serialized once here, not once per connected client: a consumer sends the text as it is
+    envelope = {"type": MESSAGE_TYPE, "kind": message["type"], "text": json.dumps(message)}
+
     async def send_all() -> None:
         for group in groups:
-            await layer.group_send(group, {"type": MESSAGE_TYPE, "message": message})
+            await layer.group_send(group, envelope)
 
     try:
         async_to_sync(send_all)()  # one entry into the loop for every group
