@@ -136,22 +136,33 @@ class Ingestor:
             return 0
         now = time.monotonic()
         leased = [key for key in leased if self._retry_at.get(key, 0.0) <= now]
-        for key in leased:
-            # the stream is ours: whatever is pending in the group (a dead holder's batch,
-            # our own failed one) comes first, in stream order
-            _, claimed, _ = self.client.xautoclaim(
-                key, self.group, self.consumer, 0, "0-0", count=BATCH
+        try:
+            for key in leased:
+                # the stream is ours: whatever is pending in the group (a dead holder's batch,
+                # our own failed one) comes first, in stream order
+                _, claimed, _ = self.client.xautoclaim(
+                    key, self.group, self.consumer, 0, "0-0", count=BATCH
+                )
+                handled += self._handle(key, [c for c in claimed if c[1]])
+            if handled:
+                return handled  # pending entries first; new ones on the next round
+            response = self.client.xreadgroup(
+                self.group,
+                self.consumer,
+                {key: ">" for key in leased},
+                count=BATCH,
+                block=block_ms,
             )
-            handled += self._handle(key, [c for c in claimed if c[1]])
-        if handled:
-            return handled  # pending entries first; new ones on the next round
-        response = self.client.xreadgroup(
-            self.group,
-            self.consumer,
-            {key: ">" for key in leased},
-            count=BATCH,
-            block=block_ms,
-        )
+        except redis.ResponseError as err:
+            if "UNBLOCKED" not in str(err) and "NOGROUP" not in str(err):
+                raise
+            # a stream was deleted (retention, a finished test) while we read it: forget the
+            # streams that are gone and look again, instead of ending the process
+            gone = {key for key in self.streams if not self.client.exists(key)}
+            log.info("run streams deleted meanwhile: %s", ", ".join(sorted(gone)) or err)
+            self.streams -= gone
+            self._discovered_at = float("-inf")
+            return handled
         for key, entries in response or []:
             handled += self._handle(key.decode() if isinstance(key, bytes) else key, entries)
         if not handled:  # idle: trim what the last batches left

@@ -351,3 +351,34 @@ def test_it_recovers_entries_a_crashed_consumer_left_unacked(run_stream, redis_u
     assert _ingestor(redis_url, run_stream, group).recover_own_pending() == 7
     assert RunEvent.objects.filter(run_key=run_stream).count() == 7
     assert redis_client.xpending(key, group)["pending"] == 0
+
+
+def test_a_stream_deleted_under_a_blocking_read_does_not_end_the_ingestor(redis_url, unique_id):
+    """Redis answers a read blocked on a stream that is deleted with ``UNBLOCKED``; the
+    ingestor forgets that stream and goes on with the others."""
+    import threading
+
+    from rft_core.monitor import MonitorEvent
+
+    client = redis.Redis.from_url(redis_url)
+    doomed, alive = f"{unique_id}-doomed", f"{unique_id}-alive"
+    keys = [stream_key(doomed), stream_key(alive)]
+    try:
+        for key in keys:
+            client.xgroup_create(key, f"g-{unique_id}", id="0", mkstream=True)
+        ingestor = Ingestor(
+            redis.Redis.from_url(redis_url), "c", group=f"g-{unique_id}", only_runs={doomed, alive}
+        )
+        ingestor.discover()
+        timer = threading.Timer(0.3, client.delete, args=[keys[0]])
+        timer.start()
+        assert ingestor.poll(block_ms=3000) == 0  # blocked on both streams when one went away
+        timer.join()
+        assert ingestor.streams == {keys[1]}
+        event = MonitorEvent(run_id=alive, kind="log", role="explorer", data={"text": "hi"})
+        client.xadd(keys[1], event.to_fields())
+        assert ingestor.poll(block_ms=1000) == 1
+        assert RunEvent.objects.filter(run_key=alive).count() == 1
+    finally:
+        client.delete(*keys)
+        client.close()
