@@ -69,7 +69,9 @@
     if (w <= 0) return x;
     this.n += 1;
     this.s = this.s * w + (1 - w) * x;
-    return this.s / (1 - Math.pow(w, this.n));
+    // 12 significant digits: a constant series stays constant (the debiasing division leaves
+    // ~1e-17 of noise, which Plotly's autorange would blow up into spikes with no y ticks)
+    return Number((this.s / (1 - Math.pow(w, this.n))).toPrecision(12));
   };
 
   function ema(values, weight) {

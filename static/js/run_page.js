@@ -15,7 +15,7 @@
   var esc = C.escapeHtml;
   var POLL_MS = 3000;
   var MAX_LOG_LINES = 20000;
-  var SAMPLE_STEPS = 10;
+  var SAMPLE_STEPS = 5; // the snapshot's samples are of the last 5 steps too
 
   var S = {
     last: null, // last applied seq; null until the snapshot is in
@@ -111,6 +111,13 @@
     last.hidden = !run.last_error;
     err.hidden = !run.exit_reason && !run.last_error;
     err.classList.toggle("ok", run.status === "succeeded");
+    err.classList.toggle("neutral", run.status === "cancelled"); // asked for: not an alarm
+    // the facts table, drawn at page load, follows the run too
+    function utc(t) { return t ? new Date(t * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC" : "—"; }
+    $("fact-started").textContent = utc(run.started_at);
+    $("fact-finished").textContent = utc(run.finished_at);
+    if (run.job_dir !== undefined) $("fact-job-dir").textContent = run.job_dir || "—";
+    if (run.submission_id !== undefined) $("fact-submission").textContent = run.submission_id || "—";
     // cancel: a button while active, "stopping…" once requested, then gone ("cancelled" badge)
     var active = !!ACTIVE[run.status];
     $("cancel-form").hidden = !active && run.status !== "cancelled";
@@ -141,7 +148,7 @@
       var age = t - hb;
       hbEl.textContent = fmtDuration(age) + " ago";
       hbEl.title = fmtTime(hb);
-      hbEl.classList.toggle("stale", ACTIVE[run.status] && age > 60);
+      hbEl.classList.toggle("stale", !!(ACTIVE[run.status] && age > 60));
     } else hbEl.textContent = "—";
     var eta = "";
     var p = S.progress;
@@ -257,6 +264,7 @@
     updateDownload();
   }
   function updateLogCount(shown) {
+    $("log-empty").hidden = S.logs.length > 0;
     $("log-count").textContent = shown + " of " + S.logs.length + " lines" +
       (S.logs.length >= MAX_LOG_LINES ? " (the page keeps the newest " + MAX_LOG_LINES + "; download for all)" : "");
   }
@@ -498,6 +506,8 @@
         S.clockSkew = body.now - Date.now() / 1000;
         applyEvents(body.events || []);
         applyRun(body.run);
+        // checkpoint states (convert progress) have no seq: the reply carries them all
+        (body.checkpoints || []).forEach(applyCheckpoint);
         if (body.more || S.fetchAgain) { S.fetchAgain = false; return round(); }
       });
     }

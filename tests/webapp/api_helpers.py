@@ -38,12 +38,12 @@ def make_experiment(owner, name: str, *, project: str = "proj", tags=(), descrip
 
 def make_run(experiment, *, number: int = 1, status: str = RunStatus.SUCCEEDED, **fields) -> Run:
     """A run of ``experiment`` (its current config) that becomes the experiment's last run."""
+    fields.setdefault("config", experiment.config)
     run = Run.objects.create(
         experiment=experiment,
         number=number,
         status=status,
         config_yaml=experiment.config_yaml,
-        config=experiment.config,
         **fields,
     )
     Experiment.objects.filter(pk=experiment.pk).update(last_run=run)

@@ -398,7 +398,24 @@ def test_progress_keeps_the_furthest_step_of_the_current_stage(alice, roots):
     assert (run.stage, run.step, run.total_steps) == ("sft_warmup", 5, 300)
     actions.observe_progress(run, stage="rft", step=1)
     run.refresh_from_db()
-    assert (run.stage, run.step) == ("rft", 1)
+    # the new stage's total comes from the launch config, never the SFT stage's 300
+    assert (run.stage, run.step, run.total_steps) == ("rft", 1, run.config["buffer"]["total_steps"])
+
+
+def test_progress_takes_each_stages_total_from_the_launch_config(alice, roots):
+    config = {
+        "buffer": {"total_steps": 30},
+        "stages": [
+            {"stage_name": "sft_warmup", "buffer": {"total_steps": 300, "train_batch_size": 32}},
+            {"stage_name": "rft"},  # no buffer of its own: the global one
+            {"stage_name": "by_epochs", "buffer": {"total_epochs": 1}},  # replaces it, no total
+        ],
+    }
+    run = make_run(make_experiment(alice), status=RunStatus.RUNNING, config=config)
+    for stage, total in (("sft_warmup", 300), ("rft", 30), ("by_epochs", None)):
+        actions.observe_progress(run, stage=stage, step=2)
+        run.refresh_from_db()
+        assert (run.stage, run.step, run.total_steps) == (stage, 2, total)
 
 
 def test_a_lost_run_whose_heartbeats_resume_is_running_again(alice, roots):

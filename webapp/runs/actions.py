@@ -41,7 +41,7 @@ from webapp.health.checks import check_ray, check_redis
 from webapp.runs import ray_jobs
 from webapp.runs.live import publish_run
 from webapp.runs.models import ACTIVE_STATUSES, FINAL_STATUSES, Run, RunStatus
-from webapp.runs.snapshot import launch_spec
+from webapp.runs.snapshot import launch_spec, stage_total_steps
 
 log = logging.getLogger(__name__)
 
@@ -457,13 +457,18 @@ def observe_status(run: Run, state: str, message: str, ts: float, stage: str = "
 def observe_progress(
     run: Run, *, stage: str, step: int | None, total_steps: int | None = None
 ) -> None:
-    """The furthest step the run reported in ``stage`` (a new stage starts its steps again)."""
+    """The furthest step the run reported in ``stage`` (a new stage starts its steps again),
+    and the stage's total from the launch config when the caller does not give one."""
     values: dict = {"stage": stage}
-    current = Run.objects.filter(pk=run.pk).values("stage", "step").get()
+    current = Run.objects.filter(pk=run.pk).values("stage", "step", "total_steps", "config").get()
+    if total_steps is None:
+        total_steps = stage_total_steps(current.pop("config") or {}, stage)
+    else:
+        current.pop("config")
+    same_stage = current["stage"] == stage
     if step is not None:
-        same_stage = current["stage"] == stage
         values["step"] = max(step, current["step"] or 0) if same_stage else step
-    if total_steps is not None:
+    if total_steps is not None or not same_stage:  # a new stage never keeps the last one's total
         values["total_steps"] = total_steps
     if any(current.get(k, object()) != v for k, v in values.items()):
         Run.objects.filter(pk=run.pk).update(**values)

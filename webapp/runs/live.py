@@ -82,6 +82,8 @@ def run_state(run: Run) -> dict[str, Any]:
         "last_heartbeat": _unix(run.last_heartbeat),
         "exit_reason": run.exit_reason,
         "last_error": run.last_error,
+        "job_dir": run.job_dir,
+        "submission_id": run.submission_id,
         "last_eval_accuracy": run.last_eval_accuracy,
         "best_eval_accuracy": run.best_eval_accuracy,
         "url": run.get_absolute_url(),
@@ -215,7 +217,9 @@ def snapshot(run: Run) -> dict[str, Any]:
 
 def events_after(run: Run, seq: int, limit: int = EVENTS_PAGE) -> dict[str, Any]:
     """The ``live.json?after=<seq>`` body: at most ``limit`` events after ``seq`` in order;
-    ``more`` when there are further ones (the client asks again from the new ``seq``)."""
+    ``more`` when there are further ones (the client asks again from the new ``seq``). It also
+    carries every checkpoint's state: a ``checkpoint`` message (convert progress) sent while
+    the client's socket was down has no seq to be refetched by."""
     rows = list(
         RunEvent.objects.filter(run_key=run.key, seq__gt=seq)
         .order_by("seq")
@@ -235,11 +239,13 @@ def events_after(run: Run, seq: int, limit: int = EVENTS_PAGE) -> dict[str, Any]
         for s, kind, role, stage, step, at, data in rows[:limit]
     ]
     fresh = Run.objects.get(pk=run.pk)
+    checkpoints = Checkpoint.objects.filter(run=fresh).order_by("stage", "step")
     return {
         "now": time.time(),
         "seq": events[-1]["seq"] if events else seq,
         "run": run_state(fresh),
         "events": events,
+        "checkpoints": [checkpoint_state(c) for c in checkpoints],
         "more": more,
     }
 

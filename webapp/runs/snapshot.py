@@ -119,3 +119,16 @@ def _absolute(value: Any, *, experience_buffer: bool) -> Any:
     if experience_buffer and not (work / path).exists():
         return value  # a mirror under <job_dir>/buffer/, as rft_core.buffer places it
     return os.path.abspath(work / path)
+
+
+def stage_total_steps(config: dict[str, Any], stage: str) -> int | None:
+    """``buffer.total_steps`` of ``stage`` in a launch config (a stage's own ``buffer`` section
+    replaces the global one, as ``rft_core.config.stages`` does); None when the stage runs by
+    epochs instead, or the config names no such stage."""
+    buffer = config.get("buffer") or {}
+    for entry in config.get("stages") or []:
+        if isinstance(entry, dict) and entry.get("stage_name") == stage:
+            buffer = entry["buffer"] if isinstance(entry.get("buffer"), dict) else buffer
+            break
+    total = buffer.get("total_steps") if isinstance(buffer, dict) else None
+    return total if isinstance(total, int) and total > 0 else None

@@ -55,7 +55,7 @@ def launch(request: HttpRequest, experiment_id: int) -> HttpResponse:
         run = actions.launch_run(actor, experiment)
     except ActionError as err:
         return _refused(request, err, experiment.get_absolute_url(), f"Back to {experiment}")
-    messages.success(request, f"Run #{run.number} of {experiment} is queued.")
+    messages.success(request, f"Launched run #{run.number} of {experiment}.")
     return redirect(run.get_absolute_url())
 
 
