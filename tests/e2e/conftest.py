@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from redis_claim import CLAIM_KEY, claim_db
 
 from workers.services import free_port
 
@@ -221,33 +222,6 @@ def _stop(processes: dict[str, subprocess.Popen]) -> None:
             proc.wait(timeout=10)
 
 
-CLAIM_KEY = "rft:e2e:stack"
-
-
-def _redis_db_of_its_own(redis_url: str, owner: str) -> str:
-    """REDIS_URL on a database index of the same server (15 down to 1) that no other stack
-    holds and that has no run streams: the stack's ingestor reads every run stream it finds,
-    and must not meet other sessions' streams (one deleted under its blocking read ended it).
-    The claim is a key with a TTL (a crashed session's runs out); ``_release`` drops it."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    import redis
-
-    parts = urlsplit(redis_url)
-    for index in range(15, 0, -1):
-        url = urlunsplit(parts._replace(path=f"/{index}"))
-        client = redis.Redis.from_url(url)
-        try:
-            if not client.set(CLAIM_KEY, owner, nx=True, ex=3600):
-                continue
-            if next(client.scan_iter(match="rft:run*", count=1000), None) is None:
-                return url
-            client.delete(CLAIM_KEY)
-        finally:
-            client.close()
-    raise RuntimeError(f"no free database index on the Redis of {redis_url}")
-
-
 def _forget_run_streams(env: dict[str, str]) -> None:
     """Delete the streams of the stack's runs (and their entries in the runs set), its queue's
     bindings and its claim on the database index."""
@@ -298,7 +272,9 @@ def stack(tmp_path, redis_url, ray_head, unique_id) -> Stack:
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
         "RFT_VAR_DIR": str(var),
         "DATABASE_URL": next(databases),
-        "REDIS_URL": _redis_db_of_its_own(redis_url, unique_id),
+        # a database index of its own: the stack's ingestor reads every run stream it finds and
+        # must not meet other sessions' streams
+        "REDIS_URL": claim_db(redis_url, unique_id),
         "RAY_ADDRESS": ray_head.address,
         "RFT_DEMO_DIR": str(demo),
         "RFT_RUNS_DIR": str(tmp_path / "runs"),
