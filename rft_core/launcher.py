@@ -36,8 +36,6 @@ from rft_core.monitor.events import ENV_REDIS_URL, ENV_RUN_ID
 STAGE_META = "stage_meta.json"
 # env vars the dashboard sets for the monitor's Redis sink; actors need them too
 FORWARDED_ENV = (ENV_REDIS_URL, ENV_RUN_ID, "RFT_DEMO_DIR", "HF_HUB_OFFLINE")
-# set by Ray's job supervisor in a submitted job's driver (ray._private.runtime_env.constants)
-RAY_JOB_RUNTIME_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
 log = logging.getLogger("rft_core.launcher")
 
@@ -246,9 +244,9 @@ def start_ray(cfg: Any, min_cpus: int = 0) -> bool:
         return False
     address = _ray_address(cfg)
     env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
-    # Inside a Ray job (the dashboard's launches) the actors inherit the job's runtime_env, which
-    # already carries these variables; passing our own would conflict with it and Ray refuses.
-    in_ray_job = RAY_JOB_RUNTIME_ENV in os.environ
+    # in a Ray job (the dashboard's launches; Ray's supervisor sets the variable) the actors
+    # inherit the job's runtime_env, which carries these; our own would conflict with it
+    in_ray_job = "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
     runtime_env = {"env_vars": env} if env and not in_ray_job else None
     namespace = f"rft-{os.getpid()}-{int(time.time())}"
     if address:

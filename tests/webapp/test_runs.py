@@ -30,18 +30,6 @@ DEMO_YAML = (ROOT / "examples" / "demo" / "grpo_demo.yaml").read_text()
 
 
 @pytest.fixture
-def roots(tmp_path, settings, monkeypatch):
-    """The demo config's paths resolve inside this test's allowed roots."""
-    demo, runs = tmp_path / "demo", tmp_path / "runs"
-    demo.mkdir()
-    monkeypatch.setenv("RFT_DEMO_DIR", str(demo))
-    monkeypatch.delenv("TRINITY_CHECKPOINT_ROOT_DIR", raising=False)
-    settings.RFT_ALLOWED_PATH_ROOTS = [demo, runs]
-    settings.RFT_RUNS_DIR = runs
-    return demo, runs
-
-
-@pytest.fixture
 def alice():
     return get_user_model().objects.create_user("alice", password="correct-horse-battery")
 
