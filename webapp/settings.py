@@ -148,12 +148,15 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns on a missing 
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
+# Live messages go through Redis pub/sub: a group message is published ONCE and each web
+# process that has a member receives it once and hands it to its local consumers (the core
+# layer writes one copy per member channel and pops them one by one: 50 watchers of a run
+# cost 50 copies of every batch). Pub/sub delivers at most once; the live protocol carries
+# dense seqs and a page refetches any gap (webapp/runs/live.py), so nothing is lost for good.
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
-        # a live page receives ~10 batches a second: room for a slow client's burst before
-        # channels_redis drops (the page then refetches the gap by seq)
-        "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000},
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL]},
     }
 }
 

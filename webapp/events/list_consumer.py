@@ -13,20 +13,15 @@ The client sends nothing; anything it sends is ignored.
 
 from __future__ import annotations
 
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from webapp.events.consumers import LiveConsumer
+from webapp.runs.live import STAFF_GROUP, user_group
 
 CLOSE_FORBIDDEN = 4403
 
-
-def user_group(user_pk: int) -> str:
-    """The Channels group of one user's runs (the owner of the runs' experiments)."""
-    return f"runs-user-{user_pk}"
+__all__ = ["STAFF_GROUP", "RunListConsumer", "user_group"]
 
 
-STAFF_GROUP = "runs-staff"
-
-
-class RunListConsumer(AsyncJsonWebsocketConsumer):
+class RunListConsumer(LiveConsumer):
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated or not user.is_active:

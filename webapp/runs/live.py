@@ -25,13 +25,14 @@ twice.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import threading
 import time
 from datetime import datetime
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.db.models import Max, Min, Q
 
@@ -275,13 +276,38 @@ def send(groups: list[str], message: dict[str, Any], channel_layer=None) -> None
     envelope = {"type": MESSAGE_TYPE, "kind": message["type"], "text": json.dumps(message)}
 
     async def send_all() -> None:
-        for group in groups:
-            await layer.group_send(group, envelope)
+        try:
+            for group in groups:
+                await layer.group_send(group, envelope)
+        except Exception as err:  # noqa: BLE001 - live updates are best effort; rows are the truth
+            log.warning("live update to %s not sent: %s", groups, err)
 
+    _run_on_thread_loop(send_all)  # one entry into the loop for every group
+
+
+_thread_loops = threading.local()
+_pending: set[asyncio.Task] = set()  # sends scheduled on a running loop, until they finish
+
+
+def _run_on_thread_loop(coroutine_function) -> None:
+    """Run it to the end on this thread's own event loop, kept for the thread's life. The
+    channel layer holds its Redis connection per loop: ``async_to_sync`` would make a loop,
+    and so a connection, per call (the ingestor sends up to 20 batches a second). Called on a
+    thread whose loop is running (async code calling this sync code directly), it cannot
+    block that loop: the send becomes a task of it."""
     try:
-        async_to_sync(send_all)()  # one entry into the loop for every group
-    except Exception as err:  # noqa: BLE001 - live updates are best effort; rows are the truth
-        log.warning("live update to %s not sent: %s", groups, err)
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        task = running.create_task(coroutine_function())
+        _pending.add(task)
+        task.add_done_callback(_pending.discard)
+        return
+    loop = getattr(_thread_loops, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _thread_loops.loop = asyncio.new_event_loop()
+    loop.run_until_complete(coroutine_function())
 
 
 def publish_run(run: Run) -> None:
