@@ -43,6 +43,7 @@ from rft_core.config.trinity_compat import (
     ServiceConfig,
     TinkerConfig,
 )
+from rft_core.dtypes import AUTO, SHORT_ALIASES, WEIGHT_DTYPES
 
 MODES = ["both", "explore", "train", "bench", "serve", "colocate"]
 ALGORITHM_TYPES = list(PRESETS)
@@ -186,8 +187,8 @@ class ModelConfig:
     dtype: str = _field(
         "auto",
         "trainer weights dtype (auto: bfloat16 on GPU, float32 on CPU)",
-        choices=["auto", "bfloat16", "float16", "float32"],
-        aliases={"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"},
+        choices=[AUTO, *WEIGHT_DTYPES],
+        aliases=SHORT_ALIASES,
     )
     min_response_tokens: int = _field(0, "shortest response", unimplemented=True)
     enable_prompt_truncation: bool = _field(
@@ -245,8 +246,8 @@ class RolloutModelConfig:
     dtype: str = _field(
         "auto",
         "rollout weights dtype (auto: bfloat16 on GPU, float32 on CPU)",
-        choices=["auto", "bfloat16", "float16", "float32"],
-        aliases={"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"},
+        choices=[AUTO, *WEIGHT_DTYPES],
+        aliases=SHORT_ALIASES,
     )
     seed: int = _field(42, "sampling seed")
     extra_engine_args: dict[str, Any] = _field(
