@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/convert.py [--gb 1.0] [--world-size 4] [--dir /tmp] [--repeat 2]
 
 Builds a synthetic Qwen2-architecture checkpoint of about ``--gb`` GB (fp32, random weights,
-written by ``rft_core.trainer.checkpoint.save_checkpoint`` at ``--world-size``) in a temporary
+written by ``rft_core.checkpoint.store.save_checkpoint`` at ``--world-size``) in a temporary
 directory, converts it to ``huggingface/model.safetensors`` with ``rft_core.convert`` and
 copies the same shard files with ``cp``; both read warm page cache and neither fsyncs, so the
 ratio compares the converter's work (merge shards, write safetensors) with a plain copy.
@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from rft_core.checkpoint.store import save_checkpoint
 from rft_core.convert import convert_checkpoints
-from rft_core.trainer.checkpoint import save_checkpoint
 
 
 def synthetic_config(gb: float) -> Qwen2Config:

@@ -11,7 +11,7 @@ an ordinary directory: the search below it is a single bounded ``os.walk`` that 
 symlinks, so it cannot loop.
 
 What: only ``actor/`` (a ``critic/`` is left alone and listed in the report). The weight layout
-is detected (:mod:`rft_core.checkpoint_formats`: FSDP shards at any world size incl. DTensor and
+is detected (:mod:`rft_core.checkpoint.formats`: FSDP shards at any world size incl. DTensor and
 ShardedTensor files, Megatron TP/PP ``mp_rank_XX``, a state-dict ``model.safetensors``),
 checked against the architecture in ``config.json`` and written to
 ``actor/huggingface/model.safetensors`` (sharded with an index above 5 GB) beside
@@ -42,23 +42,23 @@ from pathlib import Path
 
 import torch
 
-from rft_core.checkpoint.layout import (  # noqa: F401 - find_step_dirs is public here too
-    HF_DIR,
-    STEP_DIR_RE,
-    find_step_dirs,
-    hf_weights_complete,
-)
-from rft_core.checkpoint_formats import (
-    CONFIG_DTYPES,
-    DTYPES,
-    check_against_architecture,
-    open_actor_weights,
-)
-from rft_core.checkpoint_formats.hf_safetensors import (
+from rft_core import dtypes
+from rft_core.checkpoint.formats import check_against_architecture, open_actor_weights
+from rft_core.checkpoint.formats.hf_safetensors import (
     DEFAULT_MAX_SHARD_BYTES,
     WEIGHTS_TMP_INFIX,
     drop_tied_weights,
     write_hf_weights,
+)
+from rft_core.checkpoint.layout import (
+    HF_DIR,
+    actor_dir,
+    find_step_dirs,
+    hf_dir,
+    hf_weights_complete,
+    replacing,
+    step_of,
+    write_json_atomic,
 )
 from rft_core.errors import ConvertError, RFTError
 
@@ -144,25 +144,23 @@ def _copy_model_metadata(base: Path, hf: Path) -> None:
     )
     names.sort(key=lambda n: n == "config.json")
     for name in names:
-        tmp = hf / f".{name}.tmp-{os.getpid()}"
-        shutil.copyfile(base / name, tmp)
-        os.replace(tmp, hf / name)
+        with replacing(hf / name) as tmp:
+            shutil.copyfile(base / name, tmp)
 
 
-def _write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+def _check_dtype(dtype: str) -> None:
+    if dtype != dtypes.AUTO and dtype not in dtypes.SHORT_ALIASES:
+        choices = ", ".join([dtypes.AUTO, *dtypes.SHORT_ALIASES])
+        raise ConvertError(f"--dtype {dtype}: choose one of {choices}")
 
 
 def _resolve_dtype(dtype: str, config_json: dict) -> torch.dtype | None:
-    if dtype != "auto":
-        if dtype not in DTYPES:
-            raise ConvertError(f"--dtype {dtype}: choose one of auto, {', '.join(DTYPES)}")
-        return DTYPES[dtype]
+    if dtype != dtypes.AUTO:
+        _check_dtype(dtype)
+        return dtypes.torch_dtype(dtype)
     name = config_json.get("dtype") or config_json.get("torch_dtype")
-    if isinstance(name, str) and name in CONFIG_DTYPES:
-        return CONFIG_DTYPES[name]
+    if isinstance(name, str) and name in (*dtypes.WEIGHT_DTYPES, *dtypes.ALIASES):
+        return dtypes.torch_dtype(name)
     return None  # keep the tensors' own dtype
 
 
@@ -179,13 +177,12 @@ def convert_step(
     it was skipped; raises RFTError when it cannot be converted."""
     from transformers import AutoConfig, GenerationConfig
 
-    step = int(STEP_DIR_RE.match(step_path.name).group(1))
-    outcome = StepOutcome(step, step_path)
+    outcome = StepOutcome(step_of(step_path), step_path)
     started = time.perf_counter()
-    actor = step_path / "actor"
+    actor = actor_dir(step_path)
     if not actor.is_dir():
         raise ConvertError(f"{step_path} has no actor/ directory")
-    hf = actor / HF_DIR
+    hf = hf_dir(step_path)
     _remove_dead_temp_dirs(actor)
     if not force and hf_weights_complete(hf):
         outcome.reason = "already converted; --force converts again"
@@ -218,12 +215,12 @@ def convert_step(
     hf.mkdir(exist_ok=True)
     if base is not None:
         _copy_model_metadata(base, hf)
-    if dtype != "auto":
-        dtype_name = str(DTYPES[dtype]).removeprefix("torch.")
+    if dtype != dtypes.AUTO:
+        dtype_name = dtypes.canonical(dtype)
         current = json.loads((hf / "config.json").read_text())
         if current.get("dtype", current.get("torch_dtype")) != dtype_name:
             current.pop("torch_dtype", None)
-            _write_json_atomic(hf / "config.json", {**current, "dtype": dtype_name})
+            write_json_atomic(hf / "config.json", {**current, "dtype": dtype_name})
     if not (hf / "generation_config.json").is_file():
         GenerationConfig.from_model_config(cfg).save_pretrained(hf)
     threads = torch.get_num_threads()
@@ -255,8 +252,7 @@ def convert_checkpoints(
     ``progress(label, tensors_done, tensors_total)`` is called as tensors are written, label
     being the step directory's path. A failing step is recorded and the others still convert.
     Raises ConvertError when ``checkpoint_dir`` does not exist or holds no checkpoint."""
-    if dtype != "auto" and dtype not in DTYPES:
-        raise ConvertError(f"--dtype {dtype}: choose one of auto, {', '.join(DTYPES)}")
+    _check_dtype(dtype)
     found = find_step_dirs(checkpoint_dir)
     if not found:
         raise ConvertError(

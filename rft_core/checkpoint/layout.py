@@ -1,17 +1,23 @@
-"""Readers of a job's on-disk tree (the seed's layout), without torch: what the dashboard's web
-process, ``trinity convert`` and the trainer all use to find checkpoints and their state.
+"""The on-disk tree of a job (the seed's layout), without torch: its names, its readers and
+its torch-free writers. The dashboard's web process, ``trinity convert``, the launcher, the
+explorer, the trainer and the synchronizer all find checkpoints and read or write the tree's
+small files through here.
 
     <checkpoint_root_dir>/<project>/<name>[/<stage_name>]/      a (stage's) job dir
       buffer/  log/  monitor/
       global_step_<N>/
         .full_checkpoint                 a full checkpoint (weight-sync dirs lack it)
         actor/ huggingface/              config.json, tokenizer files, model.safetensors (+ index)
-      explorer_meta.json  trainer_meta.json
+      explorer_meta.json  trainer_meta.json  stage_meta.json  run_meta.json
       latest_checkpointed_iteration.txt  latest_state_dict_iteration.txt
 
-The writers (``rft_core.trainer.checkpoint``, ``rft_core.checkpoint_formats.hf_safetensors``)
-need torch and import their names from here, so reader and writer agree on one spelling.
-Nothing here imports torch, transformers or Django (tested in a fresh interpreter).
+Small files (``latest_*``, the meta JSON files, a converted ``config.json``) are written by
+:func:`write_text_atomic` alone: a hidden temporary file beside the target, then a rename, so a
+reader sees the old content or the new and never a partial file. Pruning deletes whole step
+dirs. The rank files and the Hugging Face weights need torch and are written by
+:mod:`rft_core.checkpoint.store` and :mod:`rft_core.checkpoint.formats.hf_safetensors`, which
+take their names from here so reader and writer agree on one spelling. Nothing here imports
+torch, transformers or Django (tested in a fresh interpreter).
 """
 
 from __future__ import annotations
@@ -19,7 +25,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +41,9 @@ LATEST_CHECKPOINTED = "latest_checkpointed_iteration.txt"
 LATEST_STATE_DICT = "latest_state_dict_iteration.txt"
 EXPLORER_META = "explorer_meta.json"
 TRAINER_META = "trainer_meta.json"
+STAGE_META = "stage_meta.json"  # a finished stage of a multi-stage run (the launcher's)
+RUN_META = "run_meta.json"  # the name a renamed run was given (the launcher's)
+RUN_CONFIG = "config.yaml"  # the run's config as it resolved (trinity run writes it)
 ACTOR_DIR = "actor"
 FSDP_CONFIG = "fsdp_config.json"
 HF_DIR = "huggingface"
@@ -39,15 +51,22 @@ SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 # directories of a job dir that are never a stage's job dir
 JOB_DIR_PARTS = ("buffer", "log", "monitor")
+# Weight-sync dirs that are not full checkpoints: keep the newest few (a reader may still use one).
+SYNC_DIRS_TO_KEEP = 2
 
 
 def step_dir(job_dir: Path, step: int) -> Path:
     return Path(job_dir) / f"global_step_{step}"
 
 
+def actor_dir(step_path: Path) -> Path:
+    """``global_step_<N>/actor``: the actor's rank files (and its ``huggingface/``)."""
+    return Path(step_path) / ACTOR_DIR
+
+
 def hf_dir(step_path: Path) -> Path:
     """``global_step_<N>/actor/huggingface``: where Hugging Face weights live."""
-    return Path(step_path) / ACTOR_DIR / HF_DIR
+    return actor_dir(step_path) / HF_DIR
 
 
 def list_step_dirs(job_dir: Path) -> list[tuple[int, Path]]:
@@ -75,6 +94,11 @@ def is_full_checkpoint(step_path: Path) -> bool:
     return (Path(step_path) / FULL_CHECKPOINT_MARKER).exists()
 
 
+def full_checkpoints(job_dir: Path) -> list[tuple[int, Path]]:
+    """The ``global_step_<N>`` dirs of ``job_dir`` that are full checkpoints, by step."""
+    return [(s, d) for s, d in list_step_dirs(job_dir) if is_full_checkpoint(d)]
+
+
 def latest_checkpoint_step(job_dir: Path) -> int | None:
     """Step of the last full checkpoint: ``latest_checkpointed_iteration.txt`` when it names
     an existing full checkpoint, else the highest ``global_step_N`` marked full."""
@@ -82,8 +106,8 @@ def latest_checkpoint_step(job_dir: Path) -> int | None:
     step = read_step_file(job_dir / LATEST_CHECKPOINTED)
     if step is not None and is_full_checkpoint(step_dir(job_dir, step)):
         return step
-    full = [s for s, d in list_step_dirs(job_dir) if is_full_checkpoint(d)]
-    return full[-1] if full else None
+    full = full_checkpoints(job_dir)
+    return full[-1][0] if full else None
 
 
 def latest_state_dict_step(job_dir: Path) -> int | None:
@@ -108,6 +132,11 @@ def read_explorer_meta(job_dir: Path) -> dict[str, Any] | None:
 def read_trainer_meta(job_dir: Path) -> dict[str, Any] | None:
     """``trainer_meta.json`` (the trainer's step and buffer position), or None."""
     return _read_json(Path(job_dir) / TRAINER_META)
+
+
+def read_stage_meta(job_dir: Path) -> dict[str, Any] | None:
+    """``stage_meta.json`` (stage_name, finished, mode, hf_dir, renamed_from), or None."""
+    return _read_json(Path(job_dir) / STAGE_META)
 
 
 def hf_weights_complete(hf_path: Path) -> bool:
@@ -232,3 +261,87 @@ def find_step_dirs(checkpoint_dir: str | Path) -> list[tuple[int, Path]]:
                 keep.append(d)
         dirs[:] = keep  # do not descend into steps or hidden (temporary) dirs
     return sorted(found)
+
+
+# --------------------------------------------------------------------------- writers
+
+
+@contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A hidden temporary path beside ``path`` to write; renamed onto ``path`` when the block
+    ends without error, so readers never see a partial file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace ``path``'s content with ``text`` atomically (see :func:`replacing`)."""
+    with replacing(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """``data`` as indented, key-sorted JSON, written atomically."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def write_explorer_meta(job_dir: Path, meta: dict[str, Any]) -> None:
+    write_json_atomic(Path(job_dir) / EXPLORER_META, meta)
+
+
+def write_trainer_meta(job_dir: Path, meta: dict[str, Any]) -> None:
+    write_json_atomic(Path(job_dir) / TRAINER_META, meta)
+
+
+def write_stage_meta(job_dir: Path, meta: dict[str, Any]) -> None:
+    write_json_atomic(Path(job_dir) / STAGE_META, meta)
+
+
+def write_run_meta(job_dir: Path, meta: dict[str, Any]) -> None:
+    write_json_atomic(Path(job_dir) / RUN_META, meta)
+
+
+def mark_latest_checkpoint(job_dir: Path, step: int) -> None:
+    """Point both ``latest_*`` files at the full checkpoint of ``step``."""
+    write_text_atomic(Path(job_dir) / LATEST_CHECKPOINTED, f"{step}\n")
+    mark_latest_state_dict(job_dir, step)
+
+
+def mark_latest_state_dict(job_dir: Path, step: int) -> None:
+    """Point ``latest_state_dict_iteration.txt`` at the weights of ``step``."""
+    write_text_atomic(Path(job_dir) / LATEST_STATE_DICT, f"{step}\n")
+
+
+def prune_checkpoints(job_dir: Path, max_to_keep: int | None) -> list[int]:
+    """Keep the newest ``max_to_keep`` full checkpoints and delete older ones (their whole
+    ``global_step_N``). As in verl's ``max_ckpt_to_keep``: None, 0 or a negative value keeps
+    all. The step named by ``latest_checkpointed_iteration.txt`` is always kept. Returns the
+    steps deleted."""
+    if not max_to_keep or max_to_keep <= 0:
+        return []
+    job_dir = Path(job_dir)
+    full = [s for s, _ in full_checkpoints(job_dir)]
+    latest = latest_checkpoint_step(job_dir)
+    removed = []
+    for s in full[:-max_to_keep]:
+        if s == latest:
+            continue
+        shutil.rmtree(step_dir(job_dir, s))
+        removed.append(s)
+    return removed
+
+
+def prune_sync_dirs(job_dir: Path, keep: int = SYNC_DIRS_TO_KEEP) -> list[int]:
+    """Delete the weight-sync dirs (step dirs that are not full checkpoints) but the newest
+    ``keep``; full checkpoints are never touched. Returns the steps deleted."""
+    job_dir = Path(job_dir)
+    sync_only = [s for s, d in list_step_dirs(job_dir) if not is_full_checkpoint(d)]
+    removed = sync_only[:-keep] if keep > 0 else sync_only
+    for s in removed:
+        shutil.rmtree(step_dir(job_dir, s), ignore_errors=True)
+    return removed

@@ -19,8 +19,9 @@ from pathlib import Path
 
 from torch import Tensor
 
+from rft_core.checkpoint.layout import latest_state_dict_step
+from rft_core.checkpoint.store import load_step_weights
 from rft_core.errors import CheckpointError
-from rft_core.trainer.checkpoint import latest_state_dict_step, load_state_dict, step_dir
 
 READ_ATTEMPTS = 3
 
@@ -45,7 +46,7 @@ class CheckpointWatch:
             if step is None or step <= have:
                 return None
             try:
-                return step, load_state_dict(step_dir(self.job_dir, step) / "actor")
+                return step, load_step_weights(self.job_dir, step)
             except (CheckpointError, OSError) as err:
                 # replaced by a full checkpoint or pruned by the trainer while we read it
                 log.info("weights of step %d changed while reading (%s); retrying", step, err)

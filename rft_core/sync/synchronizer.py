@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from pathlib import Path
 from typing import Any
 
 import ray
@@ -160,7 +159,7 @@ class WeightSender(_WeightEnd):
             ref = ray.put({k: v.detach().cpu() for k, v in state_dict.items()})
             ray.get(self.synchronizer.publish.remote(version, [ref]))
         elif self.sync_method == "checkpoint":
-            from rft_core.trainer.checkpoint import save_state_dict_for_sync
+            from rft_core.checkpoint.store import save_state_dict_for_sync
 
             path = save_state_dict_for_sync(self.job_dir, version, state_dict)
             if self.synchronizer is None:
@@ -233,9 +232,9 @@ class WeightReceiver(_WeightEnd):
         if isinstance(payload, list):  # object-store ref (memory, or the final weights)
             return got, ray.get(payload[0])
         if self.sync_method == "checkpoint":
-            from rft_core.trainer.checkpoint import load_state_dict, step_dir
+            from rft_core.checkpoint.store import load_step_weights
 
-            return got, load_state_dict(step_dir(Path(self.job_dir), got) / "actor")
+            return got, load_step_weights(self.job_dir, got)
         if self.sync_method == "nccl":
             if got != version:  # the trainer will not broadcast this one
                 return got, None

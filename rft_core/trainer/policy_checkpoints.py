@@ -1,5 +1,5 @@
 """PolicyTrainer's weights and checkpoints: the full state dict for weight sync, saving a step in
-the seed's tree (``rft_core.trainer.checkpoint``), adding HF weights to a saved step, and
+the seed's tree (:mod:`rft_core.checkpoint.store`), adding HF weights to a saved step, and
 resuming, at one process or several FSDP2 ranks (every rank takes part; rank 0 writes).
 
 An optimizer state saved at one world size resumes at any other: one process keys it by
@@ -8,7 +8,6 @@ parameter position (torch's own form), FSDP2 ranks by parameter name.
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +47,7 @@ class PolicyCheckpoints:
 
     def save(self, job_dir: Path, step: int, save_hf: bool) -> None:
         """Full checkpoint of ``step`` in the seed's layout (rank 0 writes)."""
-        from rft_core.trainer.checkpoint import save_checkpoint
+        from rft_core.checkpoint.store import save_checkpoint
 
         state_dict = self.state_dict_for_sync()
         optimizer_state = self._optimizer_state()
@@ -76,7 +75,7 @@ class PolicyCheckpoints:
 
     def add_hf_weights(self, job_dir: Path, step: int) -> None:
         """Hugging Face weights into the saved checkpoint of ``step`` (rank 0 writes)."""
-        from rft_core.trainer.checkpoint import add_hf_weights
+        from rft_core.checkpoint.store import add_hf_weights
 
         state_dict = self.state_dict_for_sync()
         if self.rank == 0:
@@ -84,7 +83,7 @@ class PolicyCheckpoints:
 
     def load(self, job_dir: Path, step: int | None) -> int:
         """Restore model, optimizer, LR schedule, critic and RNG states; return the step."""
-        from rft_core.trainer.checkpoint import load_checkpoint
+        from rft_core.checkpoint.store import load_checkpoint, restore_rng_state
 
         ckpt = load_checkpoint(Path(job_dir), step)
         if ckpt.optimizer_state is not None:  # saved at any world size
@@ -114,7 +113,7 @@ class PolicyCheckpoints:
             self.scheduler.load_state_dict(extra["lr_scheduler"])
         if self.critic is not None and "critic" in extra:
             self.critic.load_full_state(extra["critic"])
-        _restore_rng(extra.get("rng") or {})
+        restore_rng_state(extra.get("rng") or {})
         self.global_step = ckpt.step
         return ckpt.step
 
@@ -136,16 +135,3 @@ def _optimizer_state_keyed(state: dict[str, Any], names: list[str], *, by_name: 
             dict(g, params=[key(p) for p in g["params"]]) for g in state["param_groups"]
         ],
     }
-
-
-def _restore_rng(rng: dict[str, Any]) -> None:
-    if "cpu" in rng:
-        torch.set_rng_state(rng["cpu"])
-    if "python" in rng:
-        random.setstate(rng["python"])
-    if "cuda" in rng and torch.cuda.is_available():
-        torch.cuda.set_rng_state(rng["cuda"])
-    if "numpy" in rng:
-        import numpy as np
-
-        np.random.set_state(rng["numpy"])

@@ -15,7 +15,7 @@ import torch
 from checkpoint_fixtures import logits_of
 from transformers import AutoModelForCausalLM
 
-from rft_core.trainer.checkpoint import save_checkpoint
+from rft_core.checkpoint.store import save_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = REPO / ".venv" / "bin" / "python"
@@ -61,7 +61,7 @@ def tree_fingerprint(root: Path) -> dict[str, tuple[int, str]]:
 
 def write_megatron(actor: Path, model, tp: int, pp: int = 1, vocab_multiple: int = 128) -> None:
     """Reference Megatron-core sharding (TE layer spec names) of a Qwen2 model, as
-    rft_core/checkpoint_formats/megatron.py documents it; written from the HF side."""
+    rft_core/checkpoint/formats/megatron.py documents it; written from the HF side."""
     cfg = model.config
     sd = model.state_dict()
     n_heads, n_groups = cfg.num_attention_heads, cfg.num_key_value_heads

@@ -11,18 +11,15 @@ import torch
 from checkpoint_fixtures import build_model, build_tokenizer, logits_of, tiny_config
 from transformers import AutoModelForCausalLM
 
-from rft_core.errors import CheckpointError
-from rft_core.trainer.checkpoint import (
+from rft_core.checkpoint.formats.hf_safetensors import write_hf_weights
+from rft_core.checkpoint.layout import (
     latest_checkpoint_step,
     latest_state_dict_step,
-    load_checkpoint,
-    merge_shards,
     prune_checkpoints,
-    save_checkpoint,
-    save_state_dict_for_sync,
-    shard_state_dict,
-    write_hf_weights,
 )
+from rft_core.checkpoint.shards import merge_shards, shard_state_dict
+from rft_core.checkpoint.store import load_checkpoint, save_checkpoint, save_state_dict_for_sync
+from rft_core.errors import CheckpointError
 
 
 @pytest.fixture(scope="module")

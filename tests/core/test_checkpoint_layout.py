@@ -132,9 +132,8 @@ def test_it_reads_the_meta_files(tmp_path):
 
 
 def test_the_writers_use_the_layouts_names():
-    from rft_core import convert
-    from rft_core.checkpoint_formats import hf_safetensors
-    from rft_core.trainer import checkpoint
+    from rft_core import checkpoint, convert
+    from rft_core import checkpoint as hf_safetensors
 
     assert checkpoint.list_step_dirs is layout.list_step_dirs
     assert checkpoint.latest_checkpoint_step is layout.latest_checkpoint_step

@@ -25,8 +25,8 @@ from convert_fixtures import (
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM
 
-from rft_core.checkpoint_formats.hf_safetensors import hf_weights_complete
-from rft_core.convert import convert_checkpoints, find_step_dirs
+from rft_core.checkpoint.layout import find_step_dirs, hf_weights_complete
+from rft_core.convert import convert_checkpoints
 from rft_core.errors import ConvertError
 
 

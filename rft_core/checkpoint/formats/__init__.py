@@ -20,17 +20,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rft_core.checkpoint_formats.hf_safetensors import FileRange
+from rft_core.checkpoint.formats.hf_safetensors import FileRange
 from rft_core.errors import ConvertError
-
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-CONFIG_DTYPES = {
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "float32": torch.float32,
-    "float": torch.float32,
-    "half": torch.float16,
-}
 
 
 @dataclass(frozen=True)
@@ -140,7 +131,7 @@ class LazyStateDict(Mapping[str, Tensor]):
 
 def detect_format(actor_dir: Path) -> str | None:
     """``fsdp``, ``megatron``, ``safetensors``, or None when no supported weights are there."""
-    from rft_core.checkpoint_formats import fsdp, megatron, state_dict
+    from rft_core.checkpoint.formats import fsdp, megatron, state_dict
 
     for name, module in (("fsdp", fsdp), ("megatron", megatron), ("safetensors", state_dict)):
         if module.matches(actor_dir):
@@ -150,7 +141,7 @@ def detect_format(actor_dir: Path) -> str | None:
 
 def open_actor_weights(actor_dir: Path, hf_config: Any) -> LazyStateDict:
     """The actor's weights in Hugging Face naming, whatever layout they were saved in."""
-    from rft_core.checkpoint_formats import fsdp, megatron, state_dict
+    from rft_core.checkpoint.formats import fsdp, megatron, state_dict
 
     actor_dir = Path(actor_dir)
     fmt = detect_format(actor_dir)

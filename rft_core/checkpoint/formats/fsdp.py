@@ -1,5 +1,5 @@
 """FSDP-style shards ``model_world_size_W_rank_R.pt``: ours (plain tensors, dim-0 chunks, see
-:mod:`rft_core.trainer.checkpoint`), verl/Trinity FSDP2 (``DTensor``) and FSDP1
+:mod:`rft_core.checkpoint.shards`), verl/Trinity FSDP2 (``DTensor``) and FSDP1
 (``ShardedTensor``). The world size comes from ``fsdp_config.json``, else from the file names.
 Parameter names are Hugging Face names; wrapper prefixes (``module.``, ``_orig_mod.``,
 ``_fsdp_wrapped_module.``, ``_checkpoint_wrapped_module.``) are stripped."""
@@ -10,9 +10,9 @@ import functools
 import os
 from pathlib import Path
 
-from rft_core.checkpoint_formats import LazyStateDict, TensorSpec
-from rft_core.checkpoint_formats.hf_safetensors import FileRange
-from rft_core.trainer.checkpoint import (
+from rft_core.checkpoint.formats import LazyStateDict, TensorSpec
+from rft_core.checkpoint.formats.hf_safetensors import FileRange
+from rft_core.checkpoint.shards import (
     MODEL_FILE_RE,
     load_model_shards,
     load_shard_index,

@@ -1,22 +1,13 @@
-"""On-disk checkpoint format of a job: one writer, one reader, shared by the trainer, the
-checkpoint synchronizer and ``trinity convert``. The tree's names and its torch-free readers
-(step dirs, ``latest_*`` files, meta files) are in :mod:`rft_core.checkpoint.layout`, which the
-dashboard reads without importing torch.
+"""The per-rank shard files of an ``actor/`` directory: their names, the sharding rule, reading
+them on CPU and merging them back into full tensors. :mod:`rft_core.checkpoint.store` writes and
+loads a step through here; :mod:`rft_core.checkpoint.formats.fsdp` streams them to Hugging Face
+weights.
 
-Layout (the seed's tree, verl/Trinity-compatible)::
-
-    <job_dir>/
-      global_step_<N>/
-        .full_checkpoint                      marks a full checkpoint (sync clean-up never deletes it)
-        actor/
-          model_world_size_<W>_rank_<R>.pt    model weights, rank R's dim-0 shard (see below)
-          optim_world_size_<W>_rank_<R>.pt    optimizer state, sharded the same way
-          extra_state_world_size_<W>_rank_<R>.pt   lr scheduler, rng states, trainer step, ...
-          fsdp_config.json                    {"FSDP_version": 2, "world_size": W}  (also at W=1)
-          huggingface/                        config.json, generation_config.json, tokenizer files,
-                                              model.safetensors (+ index when sharded) if save_hf
-      latest_checkpointed_iteration.txt       step of the last full checkpoint
-      latest_state_dict_iteration.txt         step of the last weights usable for weight sync
+    actor/
+      model_world_size_<W>_rank_<R>.pt    model weights, rank R's dim-0 shard (see below)
+      optim_world_size_<W>_rank_<R>.pt    optimizer state, sharded the same way
+      extra_state_world_size_<W>_rank_<R>.pt   lr scheduler, rng states, trainer step, ...
+      fsdp_config.json                    {"FSDP_version": 2, "world_size": W}  (also at W=1)
 
 Sharding rule (what FSDP2 keeps per rank): every tensor with at least one dimension is split
 with ``torch.chunk(t, W, dim=0)``; rank R holds chunk R, or an empty ``(0, *rest)`` tensor when
@@ -31,9 +22,6 @@ plain tensors. Both are loaded on CPU without a process group: DTensors are reas
 their local tensors and placements (``Shard(d)`` concatenated in mesh order, ``Replicate`` taken
 once); ShardedTensors are unpickled into a light stand-in (their own ``__setstate__`` insists on
 a process group of the saving rank) and placed into the full tensor by their shard offsets.
-
-Writes are atomic: a checkpoint is built in a hidden temporary directory beside its final
-place and renamed into place; the ``latest_*`` files are replaced atomically afterwards.
 """
 
 from __future__ import annotations
@@ -42,46 +30,18 @@ import json
 import logging
 import os
 import pickle
-import random
 import re
-import shutil
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-# The tree's names and its torch-free readers live in rft_core.checkpoint.layout (the web
-# process reads checkpoints without torch); they are re-exported here for the writers' callers.
-from rft_core.checkpoint.layout import (  # noqa: F401
-    FSDP_CONFIG,
-    FULL_CHECKPOINT_MARKER,
-    HF_DIR,
-    LATEST_CHECKPOINTED,
-    LATEST_STATE_DICT,
-    STEP_DIR_RE,
-    latest_checkpoint_step,
-    latest_state_dict_step,
-    list_step_dirs,
-    step_dir,
-)
-from rft_core.checkpoint_formats.hf_safetensors import drop_tied_weights, write_hf_weights
+from rft_core.checkpoint.layout import FSDP_CONFIG
 from rft_core.errors import CheckpointError
 
 MODEL_FILE_RE = re.compile(r"^model_world_size_(\d+)_rank_(\d+)\.pt$")
-# Weight-sync dirs that are not full checkpoints: keep the newest few (a reader may still use one).
-SYNC_DIRS_TO_KEEP = 2
-
-
-@dataclass
-class LoadedCheckpoint:
-    step: int
-    state_dict: dict[str, Tensor]
-    optimizer_state: dict | None
-    extra_state: dict
-    path: Path
 
 
 def shard_file_name(kind: str, world_size: int, rank: int) -> str:
@@ -261,7 +221,32 @@ def merge_one(shards: list[dict[str, Any]], key: str) -> Any:
     return _merge_value([s[key] for s in shards])
 
 
-# --------------------------------------------------------------------------- file I/O
+# --------------------------------------------------------------------------- writing
+
+
+def write_actor_shards(
+    actor: Path,
+    world_size: int,
+    state_dict: dict[str, Tensor],
+    optimizer_state: dict | None,
+    extra_state: dict | None,
+) -> None:
+    """The rank files of ``actor`` (model, optimizer and extra state at ``world_size``) and its
+    ``fsdp_config.json``."""
+    actor.mkdir(parents=True, exist_ok=True)
+    for r, shard in enumerate(shard_state_dict(state_dict, world_size)):
+        torch.save(shard, actor / shard_file_name("model", world_size, r))
+    if optimizer_state is not None:
+        for r, shard in enumerate(shard_state_dict(optimizer_state, world_size)):
+            torch.save(shard, actor / shard_file_name("optim", world_size, r))
+    if extra_state is not None:
+        for r in range(world_size):
+            torch.save(extra_state, actor / shard_file_name("extra_state", world_size, r))
+    cfg = {"FSDP_version": 2, "world_size": world_size}
+    (actor / FSDP_CONFIG).write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+# --------------------------------------------------------------------------- reading
 
 
 class _Unpickler(pickle.Unpickler):
@@ -324,25 +309,6 @@ def load_torch_file(path: Path, *, mmap: bool = True) -> Any:
         mesh_log.removeFilter(_quiet_mesh_unpickle)
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def _rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {"cpu": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    try:
-        import numpy as np
-
-        state["numpy"] = np.random.get_state()
-    except ImportError:
-        pass
-    return state
-
-
 def world_size_of(actor_dir: Path) -> int:
     """World size from ``fsdp_config.json``, else from the model shard file names."""
     actor_dir = Path(actor_dir)
@@ -401,190 +367,3 @@ def load_model_shards(actor_dir: Path, world_size: int | None = None) -> list[di
     actor_dir = Path(actor_dir)
     ws = world_size or world_size_of(actor_dir)
     return [load_torch_file(actor_dir / shard_file_name("model", ws, r)) for r in range(ws)]
-
-
-# --------------------------------------------------------------------------- save / load
-
-
-def _write_actor_dir(
-    actor: Path,
-    world_size: int,
-    state_dict: dict[str, Tensor],
-    optimizer_state: dict | None,
-    extra_state: dict | None,
-) -> None:
-    actor.mkdir(parents=True, exist_ok=True)
-    for r, shard in enumerate(shard_state_dict(state_dict, world_size)):
-        torch.save(shard, actor / shard_file_name("model", world_size, r))
-    if optimizer_state is not None:
-        for r, shard in enumerate(shard_state_dict(optimizer_state, world_size)):
-            torch.save(shard, actor / shard_file_name("optim", world_size, r))
-    if extra_state is not None:
-        for r in range(world_size):
-            torch.save(extra_state, actor / shard_file_name("extra_state", world_size, r))
-    cfg = {"FSDP_version": 2, "world_size": world_size}
-    (actor / FSDP_CONFIG).write_text(json.dumps(cfg, indent=2) + "\n")
-
-
-def _swap_into_place(tmp: Path, final: Path) -> None:
-    if final.exists():
-        trash = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.replace(final, trash)
-        os.replace(tmp, final)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(tmp, final)
-
-
-# tokenizer files a model directory may carry that a fast tokenizer's save_pretrained does not
-# write again (transformers 5 writes tokenizer.json, tokenizer_config.json, chat_template.jinja)
-TOKENIZER_FILES = (
-    "vocab.json",
-    "merges.txt",
-    "added_tokens.json",
-    "special_tokens_map.json",
-    "tokenizer.model",
-)
-
-
-def _copy_tokenizer_files(source: Path | None, hf: Path) -> None:
-    """The base model's own tokenizer files beside the saved ones, as the seed's tree shows
-    them (``vocab.json``, ``merges.txt``, ... for Qwen2.5), when it has them."""
-    if source is None:
-        return
-    for name in TOKENIZER_FILES:
-        if (Path(source) / name).is_file() and not (hf / name).exists():
-            shutil.copy2(Path(source) / name, hf / name)
-
-
-def save_checkpoint(
-    job_dir: Path,
-    step: int,
-    *,
-    state_dict: dict[str, Tensor],
-    optimizer_state: dict | None,
-    extra_state: dict,
-    hf_config: Any,
-    tokenizer: Any,
-    generation_config: Any = None,
-    save_hf: bool,
-    world_size: int = 1,
-    tokenizer_source: Path | None = None,
-) -> Path:
-    """Write a full checkpoint ``job_dir/global_step_<step>/`` atomically and point the
-    ``latest_*`` files at it. ``extra_state`` gains ``global_step`` and ``rng`` (torch, python,
-    numpy, cuda states) unless given. ``tokenizer_source``: the model directory whose tokenizer
-    files are copied in beside the saved ones. Returns the step directory."""
-    job_dir = Path(job_dir)
-    job_dir.mkdir(parents=True, exist_ok=True)
-    final = step_dir(job_dir, step)
-    tmp = job_dir / f".global_step_{step}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        actor = tmp / "actor"
-        extra = {"global_step": step, "rng": _rng_state(), **(extra_state or {})}
-        _write_actor_dir(actor, world_size, state_dict, optimizer_state, extra)
-        hf = actor / HF_DIR
-        hf.mkdir()
-        hf_config.save_pretrained(hf)
-        if generation_config is None:
-            from transformers import GenerationConfig
-
-            generation_config = GenerationConfig.from_model_config(hf_config)
-        generation_config.save_pretrained(hf)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(hf)
-        _copy_tokenizer_files(tokenizer_source, hf)
-        if save_hf:
-            weights = {k: v.detach().cpu() for k, v in state_dict.items()}
-            write_hf_weights(hf, drop_tied_weights(weights, hf_config), tmp_dir=tmp / ".weights")
-            shutil.rmtree(tmp / ".weights", ignore_errors=True)
-        (tmp / FULL_CHECKPOINT_MARKER).write_text(f"{step}\n")
-        _swap_into_place(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    _atomic_write_text(job_dir / LATEST_CHECKPOINTED, f"{step}\n")
-    _atomic_write_text(job_dir / LATEST_STATE_DICT, f"{step}\n")
-    return final
-
-
-def add_hf_weights(
-    job_dir: Path, step: int, state_dict: dict[str, Tensor], hf_config: Any
-) -> list[str]:
-    """Write the Hugging Face weights into the existing full checkpoint of ``step`` (its last
-    interval checkpoint is also the final one): the shards are not written a second time."""
-    hf = step_dir(Path(job_dir), step) / "actor" / HF_DIR
-    if not (hf / "config.json").is_file():
-        raise CheckpointError(f"{hf}: no checkpoint of step {step} to add Hugging Face weights to")
-    weights = {k: v.detach().cpu() for k, v in state_dict.items()}
-    return write_hf_weights(hf, drop_tied_weights(weights, hf_config))
-
-
-def save_state_dict_for_sync(job_dir: Path, step: int, state_dict: dict[str, Tensor]) -> Path:
-    """Write only the model weights (world size 1) for checkpoint-based weight sync and point
-    ``latest_state_dict_iteration.txt`` at them. An existing full checkpoint of the same step
-    already holds the weights and is left as it is. Older sync-only dirs are removed, keeping
-    the newest ``SYNC_DIRS_TO_KEEP``; full checkpoints are never touched."""
-    job_dir = Path(job_dir)
-    job_dir.mkdir(parents=True, exist_ok=True)
-    final = step_dir(job_dir, step)
-    if not (final / FULL_CHECKPOINT_MARKER).exists():
-        tmp = job_dir / f".global_step_{step}.sync-tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            _write_actor_dir(tmp / "actor", 1, state_dict, None, None)
-            _swap_into_place(tmp, final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    _atomic_write_text(job_dir / LATEST_STATE_DICT, f"{step}\n")
-    sync_only = [s for s, d in list_step_dirs(job_dir) if not (d / FULL_CHECKPOINT_MARKER).exists()]
-    for s in sync_only[:-SYNC_DIRS_TO_KEEP]:
-        shutil.rmtree(step_dir(job_dir, s), ignore_errors=True)
-    return final
-
-
-def load_state_dict(actor_dir: Path) -> dict[str, Tensor]:
-    """Merged full model weights of one ``actor/`` directory (any world size)."""
-    return merge_shards(load_model_shards(actor_dir))
-
-
-def load_checkpoint(job_dir: Path, step: int | None = None) -> LoadedCheckpoint:
-    """Load ``global_step_<step>`` (default: the latest full checkpoint) with merged tensors."""
-    job_dir = Path(job_dir)
-    if step is None:
-        step = latest_checkpoint_step(job_dir)
-        if step is None:
-            raise CheckpointError(
-                f"no full checkpoint (global_step_N with {FULL_CHECKPOINT_MARKER}) in {job_dir}"
-            )
-    actor = step_dir(job_dir, step) / "actor"
-    if not actor.is_dir():
-        raise CheckpointError(f"checkpoint directory missing: {actor}")
-    ws = world_size_of(actor)
-    state_dict = merge_shards(load_model_shards(actor, ws))
-    optim_files = [actor / shard_file_name("optim", ws, r) for r in range(ws)]
-    optimizer_state = None
-    if any(f.exists() for f in optim_files):
-        optimizer_state = merge_shards([load_torch_file(f, mmap=False) for f in optim_files])
-    extra_file = actor / shard_file_name("extra_state", ws, 0)
-    extra_state = load_torch_file(extra_file, mmap=False) if extra_file.exists() else {}
-    return LoadedCheckpoint(step, state_dict, optimizer_state, extra_state, step_dir(job_dir, step))
-
-
-def prune_checkpoints(job_dir: Path, max_to_keep: int | None) -> list[int]:
-    """Keep the newest ``max_to_keep`` full checkpoints and delete older ones (their whole
-    ``global_step_N``). As in verl's ``max_ckpt_to_keep``: None, 0 or a negative value keeps
-    all. The step named by ``latest_checkpointed_iteration.txt`` is always kept. Returns the
-    steps deleted."""
-    if not max_to_keep or max_to_keep <= 0:
-        return []
-    job_dir = Path(job_dir)
-    full = [s for s, d in list_step_dirs(job_dir) if (d / FULL_CHECKPOINT_MARKER).exists()]
-    latest = latest_checkpoint_step(job_dir)
-    removed = []
-    for s in full[:-max_to_keep]:
-        if s == latest:
-            continue
-        shutil.rmtree(step_dir(job_dir, s))
-        removed.append(s)
-    return removed

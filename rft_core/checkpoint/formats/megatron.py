@@ -43,9 +43,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rft_core.checkpoint_formats import LazyStateDict, TensorSpec
+from rft_core.checkpoint.formats import LazyStateDict, TensorSpec
+from rft_core.checkpoint.shards import load_torch_file
 from rft_core.errors import ConvertError
-from rft_core.trainer.checkpoint import load_torch_file
 
 RANK_DIR_RE = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?$")
 LAYER_RE = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
@@ -182,7 +182,7 @@ def open_weights(actor_dir: Path, cfg: Any) -> LazyStateDict:
                 else:
                     raise ConvertError(
                         f"{actor_dir}: unknown Megatron parameter {key!r} (stage {p}); the "
-                        "supported names are listed in rft_core/checkpoint_formats/megatron.py"
+                        "supported names are listed in rft_core/checkpoint/formats/megatron.py"
                     )
         layer_offset += len(local_layers)
 

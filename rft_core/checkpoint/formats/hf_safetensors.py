@@ -27,29 +27,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-# the layout's names and its reader of finished weights are torch-free (rft_core.checkpoint)
-from rft_core.checkpoint.layout import (  # noqa: F401
-    SAFETENSORS_FILE,
-    SAFETENSORS_INDEX,
-    hf_weights_complete,
-)
+from rft_core.checkpoint.layout import SAFETENSORS_FILE, SAFETENSORS_INDEX
+from rft_core.dtypes import SAFETENSORS_CODES
 
 # hidden dir beside huggingface/ where weights are written before being moved in
 WEIGHTS_TMP_INFIX = ".weights-tmp-"
 # Hugging Face's long-standing default shard limit for save_pretrained.
 DEFAULT_MAX_SHARD_BYTES = 5 * 1024**3
-SAFETENSORS_DTYPE_NAMES = {
-    torch.float64: "F64",
-    torch.float32: "F32",
-    torch.float16: "F16",
-    torch.bfloat16: "BF16",
-    torch.int64: "I64",
-    torch.int32: "I32",
-    torch.int16: "I16",
-    torch.int8: "I8",
-    torch.uint8: "U8",
-    torch.bool: "BOOL",
-}
 
 
 @dataclass(frozen=True)
@@ -76,7 +60,7 @@ class FileRange:
 
 
 def _spec(state_dict: Mapping[str, Tensor], name: str) -> tuple[tuple[int, ...], torch.dtype]:
-    # lazy state dicts (rft_core.checkpoint_formats) know shapes without loading the tensor
+    # lazy state dicts (rft_core.checkpoint.formats) know shapes without loading the tensor
     if hasattr(state_dict, "out_spec"):
         return state_dict.out_spec(name)
     t = state_dict[name]
@@ -136,7 +120,7 @@ def write_safetensors(
         shape, dtype = _spec(state_dict, name)
         n = _nbytes(state_dict, name)
         header[name] = {
-            "dtype": SAFETENSORS_DTYPE_NAMES[dtype],
+            "dtype": SAFETENSORS_CODES[str(dtype).removeprefix("torch.")],
             "shape": list(shape),
             "data_offsets": [offset, offset + n],
         }

@@ -9,22 +9,10 @@ from pathlib import Path
 
 from safetensors import SafetensorError, safe_open
 
-from rft_core.checkpoint_formats import LazyStateDict, TensorSpec
-from rft_core.checkpoint_formats.hf_safetensors import SAFETENSORS_FILE, SAFETENSORS_INDEX
+from rft_core.checkpoint.formats import LazyStateDict, TensorSpec
+from rft_core.checkpoint.layout import SAFETENSORS_FILE, SAFETENSORS_INDEX
+from rft_core.dtypes import from_safetensors_code
 from rft_core.errors import CheckpointError
-
-SAFETENSORS_DTYPES = {
-    "F64": "float64",
-    "F32": "float32",
-    "F16": "float16",
-    "BF16": "bfloat16",
-    "I64": "int64",
-    "I32": "int32",
-    "I16": "int16",
-    "I8": "int8",
-    "U8": "uint8",
-    "BOOL": "bool",
-}
 
 
 def matches(actor_dir: Path) -> bool:
@@ -54,7 +42,7 @@ def open_weights(actor_dir: Path) -> LazyStateDict:
             handle = safe_open(str(path), framework="pt")
             for key in handle.keys():
                 sl = handle.get_slice(key)
-                dtype = getattr(torch, SAFETENSORS_DTYPES[sl.get_dtype()])
+                dtype = getattr(torch, from_safetensors_code(sl.get_dtype()))
                 specs[key] = TensorSpec(tuple(sl.get_shape()), dtype)
                 handles[key] = handle
         except (SafetensorError, OSError, KeyError) as err:
