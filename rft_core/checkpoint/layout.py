@@ -8,7 +8,7 @@ small files through here.
       global_step_<N>/
         .full_checkpoint                 a full checkpoint (weight-sync dirs lack it)
         actor/ huggingface/              config.json, tokenizer files, model.safetensors (+ index)
-      explorer_meta.json  trainer_meta.json  stage_meta.json  run_meta.json
+      explorer_meta.json  trainer_meta.json  stage_meta.json  run_meta.json  config.yaml
       latest_checkpointed_iteration.txt  latest_state_dict_iteration.txt
 
 Small files (``latest_*``, the meta JSON files, a converted ``config.json``) are written by

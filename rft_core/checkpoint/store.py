@@ -1,9 +1,8 @@
 """Save and load of one step of a job's tree: a full checkpoint (model, optimizer, extra state,
 config and tokenizer, optionally Hugging Face weights), the weights-only dirs of
 checkpoint-based weight sync, and the merged weights or the whole state back. The trainer, the
-synchronizer, the explorer and ``trinity convert``'s fixtures write and read steps here; the
-tree's names and its small files are :mod:`rft_core.checkpoint.layout`'s, the rank files
-:mod:`rft_core.checkpoint.shards`'s.
+synchronizer and the explorer write and read steps here; the tree's names and its small files
+are :mod:`rft_core.checkpoint.layout`'s, the rank files :mod:`rft_core.checkpoint.shards`'s.
 
 Writes are atomic: a step is built in a hidden temporary directory beside its final place and
 renamed into place; the ``latest_*`` files are replaced atomically afterwards.

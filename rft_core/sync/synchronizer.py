@@ -159,11 +159,12 @@ class WeightSender(_WeightEnd):
             ref = ray.put({k: v.detach().cpu() for k, v in state_dict.items()})
             ray.get(self.synchronizer.publish.remote(version, [ref]))
         elif self.sync_method == "checkpoint":
+            from rft_core.checkpoint.layout import actor_dir
             from rft_core.checkpoint.store import save_state_dict_for_sync
 
             path = save_state_dict_for_sync(self.job_dir, version, state_dict)
             if self.synchronizer is None:
-                log.info("published weights version %d in %s", version, path / "actor")
+                log.info("published weights version %d in %s", version, actor_dir(path))
                 return
             ray.get(self.synchronizer.publish.remote(version, None))
         elif self.sync_method == "nccl":
