@@ -1,22 +1,67 @@
-"""Policy losses (``algorithm.policy_loss_fn``): PPO clip with dual clip, SFT, DPO; and the
-critic's clipped value loss. Each returns ``(loss, metrics)``; metric names are the ones the
-trainer logs under ``actor/`` (``pg_loss``, ``pg_clipfrac``, ``ppo_kl``, ``pg_clipfrac_lower``,
-``sft_loss``, ``dpo_loss``...) or ``critic/`` (``vf_loss``, ``vf_clipfrac``).
+"""Policy losses (``algorithm.policy_loss_fn``): PPO clip with dual clip, SFT, DPO, in the
+``POLICY_LOSSES`` registry; and the critic's clipped value loss. Each returns
+``(loss, metrics)``; metric names are the ones the trainer logs under ``actor/`` (``pg_loss``,
+``pg_clipfrac``, ``ppo_kl``, ``pg_clipfrac_lower``, ``sft_loss``, ``dpo_loss``...) or
+``critic/`` (``vf_loss``, ``vf_clipfrac``).
 
-All token tensors are [B, T] over response tokens; ``mask`` is 1 on tokens that are trained.
+A registry entry says which inputs the trainer hands its function (``inputs``):
+
+- ``"advantages"``: ``fn(logprobs, old_logprobs, advantages, mask, *, loss_agg_mode, horizon,
+  **args)`` per micro-batch, token tensors [B, T] over response tokens (``mask`` is 1 on
+  trained tokens); the trainer adds the KL loss, the entropy bonus and the critic's update;
+- ``"logprobs"``: ``fn(logprobs, mask, loss_agg_mode, *, horizon, **args)``, the same layout,
+  no old log-probs, advantages or reference (SFT);
+- ``"pairs"``: ``fn(chosen_sum, rejected_sum, ref_chosen_sum, ref_rejected_sum, **args)``, per-pair
+  sums of response log-probs [P] under the policy and the reference (DPO).
+
+``args`` are ``algorithm.policy_loss_fn_args``. A token-level loss's metrics named ``*_loss``
+are averaged over the batch as the loss is, the others as token means; a pair loss's over pairs.
+A new loss is one decorated function: ``@register_policy_loss("name", "advantages")``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from rft_core.algorithms.aggregation import aggregate_loss, masked_mean
 from rft_core.errors import ConfigError
+from rft_core.registry import Registry
 
-POLICY_LOSS_FNS = ("ppo", "sft", "dpo")
+POLICY_LOSS_INPUTS = ("advantages", "logprobs", "pairs")
 
 
+@dataclass(frozen=True)
+class PolicyLoss:
+    """A registry entry: the loss function and the inputs it takes (module docstring)."""
+
+    name: str
+    fn: Callable[..., tuple[torch.Tensor, dict[str, float]]]
+    inputs: str
+
+
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss", "algorithm.policy_loss_fn")
+
+
+def register_policy_loss(
+    name: str, inputs: str
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator for a policy loss; ``inputs`` is one of ``POLICY_LOSS_INPUTS`` (module doc)."""
+    if inputs not in POLICY_LOSS_INPUTS:
+        raise ValueError(f"policy loss inputs must be one of {POLICY_LOSS_INPUTS}, got {inputs!r}")
+
+    def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+        POLICY_LOSSES.add(name, PolicyLoss(name, fn, inputs))
+        return fn
+
+    return decorator
+
+
+@register_policy_loss("ppo", "advantages")
 def ppo_clip_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -69,6 +114,7 @@ def ppo_clip_loss(
     return pg_loss, metrics
 
 
+@register_policy_loss("sft", "logprobs")
 def sft_loss(
     logprobs: torch.Tensor,
     mask: torch.Tensor,
@@ -81,6 +127,7 @@ def sft_loss(
     return loss, {"sft_loss": float(loss.detach())}
 
 
+@register_policy_loss("dpo", "pairs")
 def dpo_loss(
     chosen_logprobs_sum: torch.Tensor,
     rejected_logprobs_sum: torch.Tensor,
