@@ -15,7 +15,7 @@ per-token tensors. A row's padding sits between its prefix and its response, so 
 mask is its prefix mask followed by its response mask, and its position ids continue from the
 prompt. On a CPU the rows are cut into a few ``ResponseBlock``s of similar response length
 (``W`` is each block's longest), since there compute follows padded tokens. Which layout runs
-is the trainer's choice (``rft_core.trainer.policy``); the plain tensors are always there (the
+is the trainer's choice (``rft_core.trainer.forward``); the plain tensors are always there (the
 critic uses them).
 
 Micro-batches are cut from the batch sorted by length, so rows of similar length pad together;

@@ -9,7 +9,7 @@ gloo on CPU, so the same code runs on a laptop), built from a TCP store on rank 
 A step splits the batch into W shards of whole groups (``shard_experiences``), so group
 advantages computed in the trainer see every response of their group. Each rank then runs the
 same number of collective calls: PolicyTrainer agrees on the global token/row counts, the
-micro-batch count and the horizon (``sum_across_ranks`` / ``max_across_ranks``), so each
+micro-batch count and the horizon (``rft_core.trainer.collectives``), so each
 rank's loss is its share of the global batch loss, and FSDP2's gradient average equals the
 gradient of one process over the whole batch (tested against W = 1). Metrics come back as each
 rank's contribution and are merged by ``merge_metrics``.
@@ -25,55 +25,19 @@ import dataclasses
 import datetime
 import logging
 import os
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from rft_core.buffer.experience import Experience
+from rft_core.trainer.policy import PolicyTrainer
 
 log = logging.getLogger("rft_core.trainer.ranks")
 
 # the same value on every rank: rank 0's is reported
 SAME_ON_EVERY_RANK = ("actor/grad_norm", "actor/lr", "critic/grad_norm")
 PROCESS_GROUP_TIMEOUT = datetime.timedelta(minutes=30)
-
-
-# -- collectives inside PolicyTrainer -----------------------------------------------------------
-
-
-def _reduce(values: Sequence[float], op: Any, device: torch.device) -> list[float]:
-    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
-        return list(values)
-    on = device if dist.get_backend() == "nccl" else torch.device("cpu")
-    t = torch.tensor(list(values), dtype=torch.float64, device=on)
-    dist.all_reduce(t, op=op)
-    return t.tolist()
-
-
-def sum_across_ranks(values: Sequence[float], device: torch.device) -> list[float]:
-    """Element-wise sums over the trainer ranks (the values themselves at world size 1)."""
-    return _reduce(values, dist.ReduceOp.SUM, device)
-
-
-def max_across_ranks(values: Sequence[float], device: torch.device) -> list[float]:
-    return _reduce(values, dist.ReduceOp.MAX, device)
-
-
-def sum_tensor_across_ranks(t: torch.Tensor) -> torch.Tensor:
-    """``t`` summed over the ranks (a new tensor; ``t`` itself at world size 1), for the
-    batch statistics of token-level advantages (``masked_whiten``)."""
-    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
-        return t
-    out = t.detach().clone()
-    if dist.get_backend() != "nccl":
-        out = out.cpu()
-    dist.all_reduce(out)
-    return out.to(t.device)
-
-
-# -- the driver side --------------------------------------------------------------------------
 
 
 def shard_experiences(experiences: list[Experience], world_size: int) -> list[list[Experience]]:
@@ -174,8 +138,6 @@ class TrainerRank:
         _init_process_group(self.init_method, self.rank, self.world_size, self.backend)
 
     def build(self, model_path: str, algorithm_cfg: Any, kwargs: dict[str, Any]) -> None:
-        from rft_core.trainer.policy import PolicyTrainer
-
         self.policy = PolicyTrainer(model_path, algorithm_cfg, **kwargs)
 
     def call(self, method: str, *args: Any) -> Any:
@@ -223,8 +185,6 @@ class PolicyGroup:
         joined = [r.join.remote() for r in self.ranks]
         self._together(joined, _init_process_group, init_method, 0, world_size, backend)
         log.info("%s: %d ranks (%s), FSDP2", name, world_size, backend)
-        from rft_core.trainer.policy import PolicyTrainer
-
         args = dict(kwargs, device=device)
         built = [r.build.remote(model_path, algorithm_cfg, args) for r in self.ranks]
         self.policy = self._together(built, PolicyTrainer, model_path, algorithm_cfg, **args)

@@ -1,19 +1,16 @@
-"""What ``algorithm.*`` means for the trainer: the settings resolved against the
-``algorithm_type`` preset, the optimizer, and the learning-rate schedule."""
+"""What ``algorithm.*`` means at run time: the settings resolved against the ``algorithm_type``
+preset (``rft_core.algorithms.presets``), read by the trainer and the explorer alike, and the
+filter that hands a registered function only the ``*_fn_args`` it takes."""
 
 from __future__ import annotations
 
 import inspect
 import logging
-import math
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
+from rft_core.algorithms.advantages import get_advantage_fn
 from rft_core.algorithms.presets import get_preset, ignored_kl_penalty
-from rft_core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +36,18 @@ class AlgorithmSettings:
 
     @classmethod
     def from_config(cls, cfg: Any) -> AlgorithmSettings:
+        """The settings of ``cfg`` (an ``AlgorithmConfig``), warning in this process's log
+        about a ``kl_penalty_fn`` the algorithm ignores."""
+        warning = ignored_kl_penalty(
+            getattr(cfg, "algorithm_type", "grpo"), getattr(cfg, "kl_penalty_fn", None)
+        )
+        if warning:
+            log.warning(warning)  # in the trainer's log (job_dir/log/trainer.log)
+        return cls.resolve(cfg)
+
+    @classmethod
+    def resolve(cls, cfg: Any) -> AlgorithmSettings:
+        """The settings of ``cfg``, quietly (``from_config`` says what the run ignores)."""
         preset = get_preset(getattr(cfg, "algorithm_type", "grpo"))
 
         def pick(name: str, default: Any) -> Any:
@@ -48,9 +57,6 @@ class AlgorithmSettings:
         kl_loss_args = dict(pick("kl_loss_fn_args", {}))
         kl_penalty_args = dict(pick("kl_penalty_fn_args", {}))
         entropy_args = dict(pick("entropy_loss_fn_args", {}))
-        warning = ignored_kl_penalty(preset.algorithm_type, pick("kl_penalty_fn", None))
-        if warning:
-            log.warning(warning)  # in the trainer's log (job_dir/log/trainer.log)
         opt = getattr(cfg, "optimizer", None)
         optimizer = {
             key: getattr(opt, key, default)
@@ -94,71 +100,20 @@ class AlgorithmSettings:
     def needs_reference(self) -> bool:
         return self.uses_kl_loss or self.uses_kl_penalty or self.policy_loss_fn == "dpo"
 
-
-def lr_factor(step: int, *, warmup: int, total: int | None, kind: str, min_ratio: float) -> float:
-    """Multiplier of the base lr for the ``step``-th optimizer step (0-based). Warmup is linear
-    and starts at lr/warmup (verl starts at 0, which wastes the first step); then constant, or
-    cosine/linear decay to ``min_ratio`` at ``total`` steps."""
-    if warmup > 0 and step < warmup:
-        return (step + 1) / warmup
-    if kind == "constant" or not total or total <= warmup:
-        return 1.0
-    progress = min(1.0, max(0.0, (step - warmup) / (total - warmup)))
-    if kind == "cosine":
-        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
-    if kind == "linear":
-        return min_ratio + (1.0 - min_ratio) * (1.0 - progress)
-    raise ConfigError(
-        "algorithm.optimizer.lr_scheduler_type",
-        f"unknown schedule {kind!r}; choose constant, cosine or linear",
-        value=kind,
-        allowed=["constant", "cosine", "linear"],
-    )
+    @property
+    def advantages_in_explorer(self) -> bool:
+        """Where the advantages are computed: a group fn in the explorer, from the raw rewards
+        of each group, and the trainer uses them as they arrive; a token-level fn, or a group fn
+        over KL-penalized rewards (those need the reference log-probs), in the trainer."""
+        if not self.advantage_fn:
+            return False
+        return get_advantage_fn(self.advantage_fn).level == "group" and not self.uses_kl_penalty
 
 
 def accepted_args(fn: Any, args: dict[str, Any], path: str) -> dict[str, Any]:
+    """The ``*_fn_args`` that ``fn`` takes; the others are warned about (``path``) and dropped."""
     names = set(inspect.signature(fn).parameters)
     unknown = sorted(set(args) - names)
     if unknown:
         log.warning("%s: ignoring %s (not used by %s)", path, unknown, fn.__name__)
     return {k: v for k, v in args.items() if k in names}
-
-
-def build_optimizer(
-    parameters: Iterable[torch.nn.Parameter], optimizer: dict[str, Any], device: torch.device
-) -> torch.optim.Optimizer:
-    """AdamW (or adam/sgd) with the config's lr, betas and weight decay; fused on CUDA."""
-    params = [p for p in parameters if p.requires_grad]
-    kind = str(optimizer["optimizer_type"]).lower()
-    lr, weight_decay = float(optimizer["lr"]), float(optimizer["weight_decay"])
-    if kind in ("adamw", "adam"):
-        cls = torch.optim.AdamW if kind == "adamw" else torch.optim.Adam
-        fused = {"fused": True} if device.type == "cuda" else {}
-        betas = tuple(optimizer["betas"])
-        return cls(params, lr=lr, betas=betas, weight_decay=weight_decay, **fused)
-    if kind == "sgd":
-        return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay)
-    raise ConfigError(
-        "algorithm.optimizer.optimizer_type",
-        f"unknown optimizer {kind!r}; choose adamw, adam or sgd",
-        value=kind,
-        allowed=["adamw", "adam", "sgd"],
-    )
-
-
-def build_scheduler(
-    optimizer: torch.optim.Optimizer, cfg: dict[str, Any], total_steps: int | None
-) -> torch.optim.lr_scheduler.LambdaLR:
-    """Warmup (``lr_warmup_steps``, or ``lr_warmup_steps_ratio`` × total steps) then the
-    ``lr_scheduler_type`` schedule; see :func:`lr_factor`."""
-    warmup = int(cfg["lr_warmup_steps"])
-    if warmup < 0:
-        warmup = int(float(cfg["lr_warmup_steps_ratio"]) * (total_steps or 0))
-    kind, min_ratio = cfg["lr_scheduler_type"], float(cfg["min_lr_ratio"])
-    if kind != "constant" and not total_steps:
-        log.warning("lr_scheduler_type %s needs total steps; using constant lr", kind)
-    lr_factor(0, warmup=warmup, total=total_steps, kind=kind, min_ratio=min_ratio)  # validates
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda s: lr_factor(s, warmup=warmup, total=total_steps, kind=kind, min_ratio=min_ratio),
-    )

@@ -1,0 +1,122 @@
+"""The policy trainer's models: the policy it trains, the frozen reference model (loaded once
+from ``model_path`` when a KL term or DPO needs it), the PPO critic, and where they live.
+
+Devices and dtypes: fp32 on CPU; on CUDA fp32 master weights with bf16 autocast
+(``dtype: auto``); an explicit dtype trains in it. With several trainer ranks each decoder layer
+is FSDP2 ``fully_shard``-ed (bf16 params, fp32 reduce on CUDA; fp32 on CPU ranks over gloo),
+and FSDP2 casts the parameters itself, so there is no autocast. The tests run on CPU only; the
+CUDA and FSDP2-on-GPU paths are not tested here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rft_core.rollout.hf import resolve_dtype
+from rft_core.trainer.critic import Critic
+
+
+@dataclass
+class PolicyModels:
+    tokenizer: Any
+    pad_token_id: int
+    model: Any  # the policy, trained
+    ref_model: Any | None  # frozen; None when no KL term or DPO needs it
+    device: torch.device  # where this process's parameters (or its shards) live
+    autocast_dtype: torch.dtype | None  # None: no autocast (fp32 CPU, explicit dtype, FSDP2)
+
+
+def load_policy_models(
+    model_path: str | Path,
+    *,
+    device: torch.device,
+    dtype: str | None,
+    needs_reference: bool,
+    gradient_checkpointing: bool,
+    sharded: bool,
+) -> PolicyModels:
+    """Tokenizer, policy and (``needs_reference``) reference model from ``model_path``, on
+    ``device``, sharded with FSDP2 when ``sharded``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    # "auto": fp32 master weights, bf16 autocast on CUDA; an explicit dtype trains in it
+    explicit = resolve_dtype(dtype, device) if dtype not in (None, "auto") else None
+    param_dtype = explicit or torch.float32
+    autocast_dtype = torch.bfloat16 if explicit is None and device.type == "cuda" else None
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    pad = tokenizer.pad_token_id
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=param_dtype)
+    model.config.use_cache = False
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    ref_model = None
+    if needs_reference:
+        # the frozen reference needs no fp32 master copy: under autocast it runs in bf16
+        ref_model = AutoModelForCausalLM.from_pretrained(
+            model_path, dtype=autocast_dtype or param_dtype
+        )
+        ref_model.requires_grad_(False).eval()
+    if sharded:
+        device = fully_shard_models([model, ref_model], device)
+        autocast_dtype = None  # FSDP2 casts parameters itself
+    else:
+        model.to(device)
+        if ref_model is not None:
+            ref_model.to(device)
+    return PolicyModels(
+        tokenizer=tokenizer,
+        pad_token_id=pad if pad is not None else (tokenizer.eos_token_id or 0),
+        model=model,
+        ref_model=ref_model,
+        device=device,
+        autocast_dtype=autocast_dtype,
+    )
+
+
+def fully_shard_models(models: list[Any], device: torch.device) -> torch.device:
+    """FSDP2 ``fully_shard`` on each decoder layer and each whole model (None: skipped); returns
+    the device, with "cuda" made the GPU Ray gave this rank's process."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    if device.type == "cuda":
+        if device.index is None:  # "cuda": the GPU Ray gave this rank's process
+            device = torch.device("cuda", torch.cuda.current_device())
+        torch.cuda.set_device(device)
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    else:
+        mp = MixedPrecisionPolicy()  # CPU ranks (gloo) train in fp32
+    for model in models:
+        if model is None:
+            continue
+        model.to(device)
+        for layer in model.model.layers:
+            fully_shard(layer, mp_policy=mp)
+        fully_shard(model, mp_policy=mp)
+    return device
+
+
+def build_critic(
+    model_path: str | Path,
+    optimizer: dict[str, Any],
+    *,
+    device: torch.device,
+    grad_clip: float,
+    autocast_dtype: torch.dtype | None,
+    world_size: int,
+) -> Critic:
+    """The PPO critic on ``model_path``'s backbone, with the policy's optimizer settings (one
+    replica per rank)."""
+    return Critic(
+        str(model_path),
+        device=device,
+        lr=float(optimizer["lr"]),
+        betas=tuple(optimizer["betas"]),
+        weight_decay=float(optimizer["weight_decay"]),
+        grad_clip=grad_clip,
+        autocast_dtype=autocast_dtype,
+        world_size=world_size,
+    )

@@ -1,0 +1,183 @@
+"""The backward pass of a token-level policy loss over a step's micro-batches: PPO-clip on
+advantages (grpo, rloo, reinforceplusplus, ppo) and SFT's likelihood (``POLICY_LOSSES`` entries
+with ``inputs`` "advantages" and "logprobs").
+
+For an advantage loss the micro-batch loss is
+
+    policy loss (old log-probs, advantages) + kl_coef · KL(policy, ref) - entropy_coef · H
+
+aggregated by ``algorithm.loss_agg_mode``; SFT's has the entropy term only. Micro-batch losses
+are weighted (``batching.loss_weight``) so that gradient accumulation equals one pass over the
+whole batch, and the critic (ppo) takes its own step over the same micro-batches.
+
+Old log-probs are the rollout engine's (``Experience.logprobs``), recomputed here only for an
+experience that carries none; the reference's come from the frozen reference model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rft_core.algorithms.aggregation import aggregate_loss, masked_mean
+from rft_core.algorithms.entropy import entropy_from_logits
+from rft_core.algorithms.kl import kl_loss
+from rft_core.algorithms.policy_losses import PolicyLoss
+from rft_core.algorithms.settings import AlgorithmSettings, accepted_args
+from rft_core.buffer.experience import Experience
+from rft_core.trainer.advantages import step_advantages
+from rft_core.trainer.batching import MicroBatch, loss_weight, right_aligned
+from rft_core.trainer.critic import Critic
+from rft_core.trainer.forward import PolicyForward
+from rft_core.trainer.metrics import add_weighted
+
+
+def token_losses_backward(
+    experiences: list[Experience],
+    loss: PolicyLoss,
+    algo: AlgorithmSettings,
+    forward: PolicyForward,
+    *,
+    model: Any,
+    ref_model: Any | None,
+    critic: Critic | None,
+    loss_horizon: int | None,
+) -> tuple[dict[str, float], bool]:
+    """Gradients of ``loss`` over ``experiences`` accumulated in ``model`` (and the critic's
+    step); returns the metrics and whether any token was trained (the same on every rank)."""
+    ranks = forward.ranks
+    mbs = forward.micro_batches(experiences)
+    # seq-mean-token-sum-norm's constant divisor (model.max_response_tokens); None: the
+    # longest response of the batch (of every rank's)
+    horizon = loss_horizon or max(mb.response_width for mb in mbs)
+    if not loss_horizon:
+        horizon = int(ranks.largest(horizon))
+    total_tokens, total_rows = ranks.total(
+        float(sum(mb.mask.sum() for mb in mbs)), _trained_rows(experiences, mbs)
+    )
+    metrics: dict[str, float] = {}
+    on_advantages = loss.inputs == "advantages"
+    old: list[torch.Tensor] = []
+    ref: list[torch.Tensor | None] = []
+    critic_inputs: list[Any] = [None] * len(mbs)
+    if on_advantages:
+        old, ref = _old_and_reference_logprobs(experiences, mbs, forward, model, ref_model)
+        advantages, critic_inputs = step_advantages(
+            algo, experiences, mbs, old, ref, ranks, critic, metrics
+        )
+        # std_threshold may drop rows
+        total_tokens, total_rows = ranks.total(
+            float(sum(mb.mask.sum() for mb in mbs)), _trained_rows(experiences, mbs)
+        )
+        adv_sum = sum(float((a * mb.mask).sum()) for a, mb in zip(advantages, mbs, strict=True))
+        metrics["critic/advantages/mean"] = adv_sum / max(total_tokens, 1.0)
+    args = accepted_args(loss.fn, algo.policy_loss_args, "algorithm.policy_loss_fn_args")
+    mode = algo.loss_agg_mode
+    sums: dict[str, float] = {}
+    weights = []
+    for k, mb in enumerate(mbs):
+        weight = 0.0 if mb.padding else loss_weight(mode, mb.mask, total_tokens, total_rows)
+        share = float(mb.mask.sum()) / max(total_tokens, 1.0)  # for token-level metrics
+        weights.append(weight)
+        logp, logits = forward.logprobs(model, mb)
+        if on_advantages:
+            mb_loss, m = loss.fn(
+                logp, old[k], advantages[k], mb.mask, loss_agg_mode=mode, horizon=horizon, **args
+            )
+        else:
+            mb_loss, m = loss.fn(logp, mb.mask, mode, horizon=horizon, **args)
+        for name, value in m.items():  # losses average as the loss does, the rest per token
+            add_weighted(sums, f"actor/{name}", value, weight if name.endswith("_loss") else share)
+        if on_advantages and algo.uses_kl_loss:
+            kl, km = kl_loss(logp, ref[k], mb.mask, algo.kl_loss_fn, mode, horizon=horizon)
+            mb_loss = mb_loss + algo.kl_coef * kl
+            add_weighted(sums, "actor/kl_loss", km["kl_loss"], weight)
+            add_weighted(sums, "actor/kl_coef", algo.kl_coef, share)
+        if algo.entropy_coef > 0:
+            entropy = entropy_from_logits(logits)
+            mb_loss = mb_loss - algo.entropy_coef * aggregate_loss(
+                entropy, mb.mask, mode, horizon=horizon
+            )
+            entropy = entropy.detach()
+        else:
+            with torch.no_grad():
+                entropy = entropy_from_logits(logits.detach())
+        add_weighted(sums, "actor/entropy", float(masked_mean(entropy, mb.mask)), share)
+        # FSDP2 averages gradients over the ranks; each rank's weight is its global share
+        (mb_loss * (weight * ranks.world_size)).backward()
+    metrics.update(sums)
+    if critic is not None and on_advantages:
+        metrics.update(
+            critic.update(
+                mbs,
+                [c[0] for c in critic_inputs],
+                [c[1] for c in critic_inputs],
+                weights,
+                mode,
+                horizon,
+            )
+        )
+    return metrics, total_tokens > 0
+
+
+def _old_and_reference_logprobs(
+    experiences: list[Experience],
+    mbs: list[MicroBatch],
+    forward: PolicyForward,
+    model: Any,
+    ref_model: Any | None,
+) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+    """Each micro-batch's [B, R] old log-probs (the engine's, or recomputed) and reference
+    log-probs (None without a reference model)."""
+    ranks = forward.ranks
+    recompute = {
+        id(mb)
+        for mb in mbs
+        if any(len(experiences[i].logprobs) != len(experiences[i].response_ids) for i in mb.rows)
+    }
+    # sharded ranks run the forward together (FSDP collectives) when any of them needs it; each
+    # keeps the engine's log-probs where it has them
+    forward_all = ranks.sharded and ranks.largest(len(recompute))
+    old: list[torch.Tensor] = []
+    ref: list[torch.Tensor | None] = []
+    with torch.no_grad():
+        if recompute or forward_all:
+            model.eval()
+        for mb in mbs:
+            needed = id(mb) in recompute
+            logp = forward.logprobs(model, mb)[0] if needed or forward_all else None
+            old.append(_old_logprobs(experiences, mb, logp if needed else None, forward.device))
+            ref.append(forward.logprobs(ref_model, mb)[0] if ref_model is not None else None)
+    model.train()
+    return old, ref
+
+
+def _old_logprobs(
+    experiences: list[Experience],
+    mb: MicroBatch,
+    recomputed: torch.Tensor | None,
+    device: torch.device,
+) -> torch.Tensor:
+    """[B, R] old log-probs: the rollout engine's for each row that carries them, the
+    recomputed ones for a row that does not (row by row, so that neither the micro-batch
+    layout nor the number of ranks changes which rows keep the engine's)."""
+    rows = [experiences[i] for i in mb.rows]
+    given = [e.logprobs if len(e.logprobs) == len(e.response_ids) else [] for e in rows]
+    engine = right_aligned(given, mb.response_width).to(device)
+    if recomputed is None:
+        return engine
+    has = torch.tensor([bool(g) or not e.response_ids for g, e in zip(given, rows, strict=True)])
+    return torch.where(has.to(device).unsqueeze(-1), engine, recomputed)
+
+
+def _trained_rows(experiences: list[Experience], mbs: list[MicroBatch]) -> int:
+    """Rows the seq-mean losses average over: all but those whose every token is masked (a
+    response of no tokens still counts, as one row of loss 0)."""
+    return sum(
+        1
+        for mb in mbs
+        if not mb.padding
+        for b, row in enumerate(mb.rows)
+        if not experiences[row].response_ids or float(mb.mask[b].sum()) > 0
+    )
