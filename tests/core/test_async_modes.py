@@ -24,17 +24,13 @@ import torch
 from rft_core.buffer import BufferTimeout, Experience, build_buffer
 from rft_core.buffer.file import FileBuffer
 from rft_core.buffer.sql import SQLBuffer
+from rft_core.checkpoint.layout import FULL_CHECKPOINT_MARKER, LATEST_STATE_DICT, step_dir
+from rft_core.checkpoint.store import save_state_dict_for_sync
 from rft_core.config import load_config, load_config_from_dict
 from rft_core.demo import build_demo
 from rft_core.errors import ConfigError
 from rft_core.launcher import preflight
 from rft_core.sync.checkpoint_watch import CheckpointWatch
-from rft_core.trainer.checkpoint import (
-    FULL_CHECKPOINT_MARKER,
-    LATEST_STATE_DICT,
-    save_state_dict_for_sync,
-    step_dir,
-)
 from tests.core.test_orchestration import _taskset
 
 ROOT = Path(__file__).resolve().parents[2]
