@@ -11,10 +11,12 @@ small files through here.
       explorer_meta.json  trainer_meta.json  stage_meta.json  run_meta.json  config.yaml
       latest_checkpointed_iteration.txt  latest_state_dict_iteration.txt
 
-Small files (``latest_*``, the meta JSON files, a converted ``config.json``) are written by
-:func:`write_text_atomic` alone: a hidden temporary file beside the target, then a rename, so a
-reader sees the old content or the new and never a partial file. Pruning deletes whole step
-dirs. The rank files and the Hugging Face weights need torch and are written by
+The tree's renames into place are here (but for the Hugging Face writer's, which moves its
+weight files in with the completion marker last): small files (``latest_*``, the meta JSON
+files, a converted ``config.json``) through :func:`write_text_atomic` (a hidden temporary file
+beside the target, then a rename: a reader sees the old content or the new, never a partial
+file), step dirs through :func:`move_dir_into_place`. Pruning deletes whole step dirs. The rank
+files and the Hugging Face weights need torch and are written by
 :mod:`rft_core.checkpoint.store` and :mod:`rft_core.checkpoint.formats.hf_safetensors`, which
 take their names from here so reader and writer agree on one spelling. Nothing here imports
 torch, transformers or Django (tested in a fresh interpreter).
@@ -283,6 +285,19 @@ def write_text_atomic(path: Path, text: str) -> None:
     """Replace ``path``'s content with ``text`` atomically (see :func:`replacing`)."""
     with replacing(path) as tmp:
         tmp.write_text(text)
+
+
+def move_dir_into_place(tmp: Path, final: Path) -> None:
+    """Rename the finished directory ``tmp`` onto ``final``. An existing ``final`` is renamed
+    aside first and deleted after, so the path names a complete directory or none."""
+    tmp, final = Path(tmp), Path(final)
+    if final.exists():
+        trash = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.replace(final, trash)
+        os.replace(tmp, final)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:

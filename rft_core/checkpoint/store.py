@@ -29,6 +29,7 @@ from rft_core.checkpoint.layout import (
     latest_checkpoint_step,
     mark_latest_checkpoint,
     mark_latest_state_dict,
+    move_dir_into_place,
     prune_sync_dirs,
     step_dir,
 )
@@ -78,16 +79,6 @@ def restore_rng_state(rng: dict[str, Any]) -> None:
         import numpy as np
 
         np.random.set_state(rng["numpy"])
-
-
-def _swap_into_place(tmp: Path, final: Path) -> None:
-    if final.exists():
-        trash = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.replace(final, trash)
-        os.replace(tmp, final)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(tmp, final)
 
 
 # tokenizer files a model directory may carry that a fast tokenizer's save_pretrained does not
@@ -154,7 +145,7 @@ def save_checkpoint(
             write_hf_weights(hf, drop_tied_weights(weights, hf_config), tmp_dir=tmp / ".weights")
             shutil.rmtree(tmp / ".weights", ignore_errors=True)
         (tmp / FULL_CHECKPOINT_MARKER).write_text(f"{step}\n")
-        _swap_into_place(tmp, final)
+        move_dir_into_place(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     mark_latest_checkpoint(job_dir, step)
@@ -186,7 +177,7 @@ def save_state_dict_for_sync(job_dir: Path, step: int, state_dict: dict[str, Ten
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             write_actor_shards(actor_dir(tmp), 1, state_dict, None, None)
-            _swap_into_place(tmp, final)
+            move_dir_into_place(tmp, final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     mark_latest_state_dict(job_dir, step)
