@@ -1,6 +1,11 @@
-"""A named registry for the places where users plug their own code in (workflows, reward
-functions, advantage functions). Registering a name twice is an error; asking for an unknown
-name raises a ConfigError that lists the registered names and the closest match."""
+"""A named registry for every place where code is plugged in: workflows, reward functions,
+advantage functions, policy losses, KL functions, rollout engines, experience buffers. A new
+entry is one decorated function (or class) in one file. Registering a name twice is an error;
+asking for an unknown name raises a ConfigError that lists the registered names and the closest
+match. The config's choices for these fields come from the registries too, through the table
+``rft_core/config/registered_names.json`` (``rft_core.config.registered``).
+
+Torch-free: registries of torch code live beside that code, not here."""
 
 from __future__ import annotations
 
@@ -15,11 +20,16 @@ T = TypeVar("T")
 
 class Registry(Generic[T]):
     """``kind`` names what is registered ("workflow", "reward function") in error messages;
-    ``path`` is the YAML key that selects an entry (used when the caller gives none)."""
+    ``path`` is the YAML key that selects an entry (used when the caller gives none).
 
-    def __init__(self, kind: str, path: str = "") -> None:
+    ``names()`` is sorted where users add entries (their import order means nothing), or with
+    ``sort_names=False`` in registration order: for a built-in set whose order the module
+    states (the default first, as the config's choices list it)."""
+
+    def __init__(self, kind: str, path: str = "", *, sort_names: bool = True) -> None:
         self.kind = kind
         self.path = path
+        self.sort_names = sort_names
         self._entries: dict[str, T] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
@@ -57,7 +67,7 @@ class Registry(Generic[T]):
         )
 
     def names(self) -> list[str]:
-        return sorted(self._entries)
+        return sorted(self._entries) if self.sort_names else list(self._entries)
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries

@@ -11,6 +11,8 @@ sampled tokens (Schulman's k1/k2/k3). Used two ways:
 
 With ``d = lp - ref``: k1 = d; k2 = d²/2; k3 = exp(-d) - 1 + d;
 low_var_kl = k3 with ``d`` clamped to ±20 and the result clamped to ±10 (verl's stable form).
+Estimators are registered in ``KL_FNS`` (the config's choices for both fields come from it,
+through ``rft_core/config/registered_names.json``): a new one is one decorated function here.
 """
 
 from __future__ import annotations
@@ -20,53 +22,45 @@ from collections.abc import Callable
 import torch
 
 from rft_core.algorithms.aggregation import aggregate_loss, masked_mean
-from rft_core.errors import ConfigError
+from rft_core.registry import Registry
 
 KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
+# in the order the config's choices list them
+KL_FNS: Registry[KLFn] = Registry("KL function", "algorithm.kl_loss_fn", sort_names=False)
 
+
+@KL_FNS.register("none")
+def kl_none(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    return torch.zeros_like(logprobs)
+
+
+@KL_FNS.register("k1")
 def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     return logprobs - ref_logprobs
 
 
+@KL_FNS.register("k2")
 def kl_k2(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     return 0.5 * (logprobs - ref_logprobs).square()
 
 
+@KL_FNS.register("k3")
 def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     log_ratio = ref_logprobs - logprobs
     return torch.exp(log_ratio) - 1.0 - log_ratio
 
 
+@KL_FNS.register("low_var_kl")
 def low_var_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     log_ratio = torch.clamp(ref_logprobs - logprobs, min=-20.0, max=20.0)
     return torch.clamp(torch.exp(log_ratio) - 1.0 - log_ratio, min=-10.0, max=10.0)
 
 
-def kl_none(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-    return torch.zeros_like(logprobs)
-
-
-KL_FNS: dict[str, KLFn] = {
-    "k1": kl_k1,
-    "k2": kl_k2,
-    "k3": kl_k3,
-    "low_var_kl": low_var_kl,
-    "none": kl_none,
-}
-
-
 def get_kl_fn(name: str | None, *, path: str = "algorithm.kl_loss_fn") -> KLFn:
-    """The estimator named ``name`` (None means "none"); unknown names raise ConfigError."""
-    key = "none" if name is None else str(name).lower()
-    if key not in KL_FNS:
-        raise ConfigError(
-            path,
-            f"unknown KL function {name!r}; choose one of {', '.join(KL_FNS)}",
-            value=name,
-            allowed=list(KL_FNS),
-        )
-    return KL_FNS[key]
+    """The estimator named ``name`` (case-insensitive; None means "none"); unknown names raise
+    ConfigError with the registered ones."""
+    return KL_FNS.get("none" if name is None else str(name).lower(), path=path)
 
 
 def kl_loss(
