@@ -1,27 +1,66 @@
 """Experience buffers between explorer and trainer: ``queue`` (mirrored to ``path``), ``file``
-(JSONL) and ``sql`` (SQLite). ``build_buffer`` is the one entry point; the semantics shared by
-all three are in ``rft_core.buffer.base``."""
+(JSONL) and ``sql`` (SQLite), each a factory in the ``BUFFERS`` registry (selected by
+``storage_type``; the config's choices come from it), so a new kind is one decorated function
+here. ``build_buffer`` is the one entry point; the semantics shared by all kinds are in
+``rft_core.buffer.base``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from rft_core.buffer.base import (
     BufferTimeout,
     ExperienceBuffer,
-    is_sqlite_path,
+    mirror_storage_type,
     resolve_buffer_path,
 )
 from rft_core.buffer.experience import Experience
 from rft_core.errors import ConfigError
+from rft_core.registry import Registry
 
-STORAGE_TYPES = ("queue", "file", "sql")
 _CONFIG_PATH = "buffer.trainer_input.experience_buffer"
 QUEUE_BETWEEN_JOBS_NEEDS_PATH = (
     "a queue without a path cannot reach another job: the explore job and the train job "
     "share experiences through the queue's path (e.g. sqlite:///experiences.db, the same in "
     "both YAMLs), or use storage_type sql / file"
 )
+
+BufferFactory = Callable[..., ExperienceBuffer]
+# in the order the config's choices list them (the default first)
+BUFFERS: Registry[BufferFactory] = Registry(
+    "storage_type", f"{_CONFIG_PATH}.storage_type", sort_names=False
+)
+
+
+@BUFFERS.register("queue")
+def _queue(*, name: str, path: str | None, job_dir: Path, role: str) -> ExperienceBuffer:
+    from rft_core.buffer.queue import QueueBuffer
+
+    return QueueBuffer(name=name, path=path, job_dir=job_dir, role=role)
+
+
+@BUFFERS.register("file")
+def _file(*, name: str, path: str | None, job_dir: Path, role: str) -> ExperienceBuffer:
+    from rft_core.buffer.file import FileBuffer
+
+    return FileBuffer(_target("file", path, job_dir, "experiences.jsonl"), name=name, role=role)
+
+
+@BUFFERS.register("sql")
+def _sql(*, name: str, path: str | None, job_dir: Path, role: str) -> ExperienceBuffer:
+    from rft_core.buffer.sql import SQLBuffer
+
+    target = _target("sql", path, job_dir, "sqlite:///experiences.db")
+    return SQLBuffer(target, name=name, role=role)
+
+
+def _target(kind: str, path: str | None, job_dir: Path, example: str) -> Path:
+    if not path:
+        raise ConfigError(
+            f"{_CONFIG_PATH}.path", f"storage_type {kind} needs a path (e.g. {example})"
+        )
+    return resolve_buffer_path(path, job_dir)
 
 
 def build_buffer(
@@ -33,8 +72,8 @@ def build_buffer(
     role: str = "writer",
     between_jobs: bool = False,
 ) -> ExperienceBuffer:
-    """Open the experience buffer ``name`` of ``storage_type`` for a ``role`` ("writer" or
-    "reader"). Relative paths resolve under ``<job_dir>/buffer/``.
+    """Open the experience buffer ``name`` of ``storage_type`` (a ``BUFFERS`` entry) for a
+    ``role`` ("writer" or "reader"). Relative paths resolve under ``<job_dir>/buffer/``.
 
     ``between_jobs``: writer and reader are separate ``trinity run`` jobs (``mode: explore`` and
     ``mode: train``). An in-memory queue cannot reach the other job, so a ``queue`` is opened
@@ -46,37 +85,13 @@ def build_buffer(
     if kind == "queue" and between_jobs:
         if not path:
             raise ConfigError(f"{_CONFIG_PATH}.path", QUEUE_BETWEEN_JOBS_NEEDS_PATH)
-        kind = "sql" if is_sqlite_path(path) else "file"
-    if kind == "queue":
-        from rft_core.buffer.queue import QueueBuffer
-
-        return QueueBuffer(name=name, path=path, job_dir=Path(job_dir), role=role)
-    if kind not in STORAGE_TYPES:
-        raise ConfigError(
-            f"{_CONFIG_PATH}.storage_type",
-            f"unknown storage_type {storage_type!r}; choose one of {', '.join(STORAGE_TYPES)}",
-            value=storage_type,
-            allowed=list(STORAGE_TYPES),
-        )
-    if not path:
-        raise ConfigError(
-            f"{_CONFIG_PATH}.path",
-            f"storage_type {kind} needs a path (e.g. "
-            f"{'sqlite:///experiences.db' if kind == 'sql' else 'experiences.jsonl'})",
-        )
-    target = resolve_buffer_path(path, Path(job_dir))
-    if kind == "file":
-        from rft_core.buffer.file import FileBuffer
-
-        return FileBuffer(target, name=name, role=role)
-    from rft_core.buffer.sql import SQLBuffer
-
-    return SQLBuffer(target, name=name, role=role)
+        kind = mirror_storage_type(path)
+    return BUFFERS.get(kind)(name=name, path=path, job_dir=Path(job_dir), role=role)
 
 
 __all__ = [
+    "BUFFERS",
     "QUEUE_BETWEEN_JOBS_NEEDS_PATH",
-    "STORAGE_TYPES",
     "BufferTimeout",
     "Experience",
     "ExperienceBuffer",

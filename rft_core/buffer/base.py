@@ -76,3 +76,9 @@ def resolve_buffer_path(path: str, job_dir: Path) -> Path:
 
 def is_sqlite_path(path: str) -> bool:
     return path.startswith("sqlite:") or Path(path).suffix in (".db", ".sqlite", ".sqlite3")
+
+
+def mirror_storage_type(path: str) -> str:
+    """The ``storage_type`` that holds a queue's ``path`` mirror: ``sql`` for a SQLite path,
+    else ``file``."""
+    return "sql" if is_sqlite_path(path) else "file"

@@ -20,7 +20,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from rft_core.buffer.base import ExperienceBuffer
+from rft_core.buffer.base import ExperienceBuffer, mirror_storage_type
 from rft_core.buffer.experience import Experience
 
 QUEUE_ACTOR_THREADS = 32
@@ -80,16 +80,10 @@ def actor_name(name: str, job_dir: Path) -> str:
 def _build_mirror(path: str | None, job_dir: Path, name: str) -> ExperienceBuffer | None:
     if not path:
         return None
-    from rft_core.buffer.base import is_sqlite_path, resolve_buffer_path
+    from rft_core.buffer import BUFFERS
 
-    target = resolve_buffer_path(path, job_dir)
-    if is_sqlite_path(path):
-        from rft_core.buffer.sql import SQLBuffer
-
-        return SQLBuffer(target, name=name, role="writer")
-    from rft_core.buffer.file import FileBuffer
-
-    return FileBuffer(target, name=name, role="writer")
+    build = BUFFERS.get(mirror_storage_type(path))
+    return build(name=name, path=path, job_dir=job_dir, role="writer")
 
 
 class _MirroredQueue(LocalQueue):
