@@ -175,6 +175,9 @@ CELERY_RESULT_EXPIRES = 3600
 RFT_WORK_DIR = Path(os.environ.get("RFT_WORK_DIR", BASE_DIR))
 # The demo model and data (`trinity init-demo`), and where runs launched from the web write their
 # job dirs: each run gets <checkpoint root>/run-<id>/<project>/<name>.
+# The Redis a run streams its events to (RFT_EVENTS_REDIS_URL of its processes): the one this
+# dashboard's ingestor reads; set it when runs reach that Redis by another address.
+RFT_EVENTS_REDIS_URL = os.environ.get("RFT_EVENTS_REDIS_URL_FOR_RUNS", REDIS_URL)
 RFT_DEMO_DIR = Path(os.environ.get("RFT_DEMO_DIR", VAR_DIR / "demo"))
 RFT_RUNS_DIR = Path(os.environ.get("RFT_RUNS_DIR", VAR_DIR / "runs"))
 # A web-submitted config may name only paths inside these roots (after resolving symlinks and ..).

@@ -6,13 +6,11 @@ Runs discover themselves by adding their id to the set ``rft:runs`` (see
 ``rft_core/monitor/events.py``); each stream ``rft:run:<key>`` is read through a consumer
 group (``ingestor``), so several ingestors share the work and an entry is handled by one.
 
-One batch of a stream (up to ``BATCH`` entries) is stored in ONE transaction, under the run's
-row lock (PostgreSQL: an advisory lock on the key when no Run has it): every entry not stored
-yet becomes a ``RunEvent`` with the next dense ``seq`` of its key (1, 2, 3, ... in stream
-order) and is projected into metric points, log lines, samples, checkpoints and run status
-(``webapp.events.projection``). An entry already stored (a replay, or a claimed entry whose
-first consumer was only slow) is recognised by its stream id and writes nothing again.
-After the commit the batch's new events go as ONE ``{"type": "events", "first_seq",
+One batch of a stream (up to ``BATCH`` entries) is stored in ONE transaction
+(``webapp.events.store.store_events``: each new entry a ``RunEvent`` with the next dense
+``seq`` of its key, in stream order, projected into metric points, log lines, samples,
+checkpoints and run status; an entry already stored, recognised by its stream id, writes
+nothing again). After the commit the batch's new events go as ONE ``{"type": "events", "first_seq",
 "last_seq", "events"}`` message to the group ``run-<run pk>`` (``webapp.runs.live``), and
 then the entries are acknowledged: a crash before the ack leaves them pending, and the next
 delivery finds them stored. Sharing the load: ingestors of one group share the STREAMS. Each stream is read by one
@@ -38,13 +36,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import signal
 import socket
 import sys
 import time
-from datetime import UTC, datetime
 
 import django
 
@@ -54,14 +50,10 @@ django.setup()
 import redis  # noqa: E402
 from channels.layers import get_channel_layer  # noqa: E402
 from django.conf import settings  # noqa: E402
-from django.db import connection, transaction  # noqa: E402
-from django.db.models import Max  # noqa: E402
 
-from rft_core.monitor.events import RUNS_SET, STREAM_PREFIX, MonitorEvent, run_id_of  # noqa: E402
-from webapp.events.models import RunEvent  # noqa: E402
-from webapp.events.projection import project  # noqa: E402
+from rft_core.monitor.events import RUNS_SET, STREAM_PREFIX, run_id_of  # noqa: E402
+from webapp.events.store import event_rows, store_events  # noqa: E402
 from webapp.runs.live import events_message, run_group, send  # noqa: E402
-from webapp.runs.models import Run  # noqa: E402
 
 GROUP = "ingestor"
 TRIM_S = 1.0  # a busy stream is trimmed at most this often; an idle one at once
@@ -263,90 +255,6 @@ def trim_stored(client: redis.Redis, key: str) -> int:
     except (redis.ResponseError, ValueError) as err:  # a stream deleted meanwhile, odd ids
         log.info("not trimming %s: %s", key, err)
         return 0
-
-
-def event_rows(run_key: str, entries: list) -> list[RunEvent]:
-    """Unsaved RunEvent rows of stream entries ``(id, fields)``; malformed ones are skipped."""
-    rows = []
-    for stream_id, fields in entries:
-        sid = stream_id.decode() if isinstance(stream_id, bytes) else stream_id
-        try:
-            event = MonitorEvent.from_fields(fields)
-        except (KeyError, ValueError) as err:
-            log.warning("skipping malformed entry %s %s: %s", run_key, sid, err)
-            continue
-        rows.append(
-            RunEvent(
-                run_key=run_key,
-                stream_id=sid,
-                kind=event.kind,
-                role=json_safe(event.role)[:32],
-                stage=json_safe(event.stage)[:100],
-                step=event.step,
-                payload=json_safe(event.data),
-                emitted_at=datetime.fromtimestamp(event.ts, tz=UTC),
-            )
-        )
-    return rows
-
-
-def json_safe(value):
-    """``value`` with NaN and infinities as null and NUL characters as U+FFFD: PostgreSQL's
-    jsonb and text columns refuse those, and a batch they fail would stay pending forever."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
-    if isinstance(value, dict):
-        return {json_safe(str(k)): json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [json_safe(v) for v in value]
-    return value
-
-
-def _lock_key(run_key: str) -> Run | None:
-    """The run's row lock (its Run, None when no Run has the key). Without a Run, PostgreSQL
-    takes a transaction-scoped advisory lock on the key; SQLite's IMMEDIATE transactions
-    serialise every writer already."""
-    run = Run.objects.select_for_update().filter(key=run_key).first()
-    if run is None and connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [run_key])
-    return run
-
-
-def store_events(run_key: str, rows: list[RunEvent]) -> tuple[Run | None, list[RunEvent]]:
-    """Insert the rows not stored yet, each with the key's next ``seq``, and project them into
-    the run's rows, in one transaction. Returns the run (None when no Run has this key) and
-    the new rows (with their seqs) in stream order."""
-    if not rows:
-        return Run.objects.filter(key=run_key).first(), []
-    with transaction.atomic():
-        # the lock serialises two ingestors handling one key: seqs stay dense, and the second
-        # of two consumers handling one entry sees it stored and writes nothing
-        run = _lock_key(run_key)
-        seen = set(
-            RunEvent.objects.filter(
-                run_key=run_key, stream_id__in=[r.stream_id for r in rows]
-            ).values_list("stream_id", flat=True)
-        )
-        fresh: list[RunEvent] = []
-        for row in rows:
-            if row.stream_id not in seen:
-                seen.add(row.stream_id)  # an entry twice in one batch (claimed + read) once
-                fresh.append(row)
-        if not fresh:
-            return run, []
-        top = RunEvent.objects.filter(run_key=run_key).aggregate(top=Max("seq"))["top"] or 0
-        for offset, row in enumerate(fresh, start=1):
-            row.seq = top + offset
-        # no ignore_conflicts: a conflict means a broken invariant, and the whole batch fails;
-        # the rows keep their seqs (what the projection and the live message need), so they
-        # are not read back
-        RunEvent.objects.bulk_create(fresh)
-        if run is not None:
-            project(run, fresh)
-    return run, fresh
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -121,7 +121,9 @@
     // cancel: a button while active, "stopping…" once requested, then gone ("cancelled" badge)
     var active = !!ACTIVE[run.status];
     $("cancel-form").hidden = !active && run.status !== "cancelled";
-    $("cancel-button").hidden = !active || run.cancel_requested;
+    // a run started from a terminal is stopped there: no Ray job of the dashboard's to stop
+    var outside = run.origin !== undefined && run.origin !== "dashboard";
+    $("cancel-button").hidden = !active || run.cancel_requested || outside;
     var state = $("cancel-state");
     if (active && run.cancel_requested) { state.hidden = false; state.textContent = "Cancel requested; stopping…"; }
     else if (run.status === "cancelled") { state.hidden = false; state.textContent = "cancelled"; }

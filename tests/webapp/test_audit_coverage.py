@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.test import Client
+from django.test import Client, override_settings
 
 from webapp.audit.models import AuditEvent
 
@@ -34,6 +34,9 @@ AUDITED = (
     "run.cancel",
     "run.clone",
     "run.status",
+    "run.register",
+    "run.finish",
+    "run.import",
     "checkpoint.convert",
     "token.create",
     "token.revoke",
@@ -250,7 +253,45 @@ def drive_checkpoint_convert(alice, bob, tmp_path) -> Expected:
     return Expected("checkpoint.convert", alice, "checkpoint", checkpoint.pk)
 
 
+def _registered(alice, tmp_path) -> int:
+    """A terminal run of alice's, registered through the API as ``trinity run`` does."""
+    body = {"config_yaml": DEMO_YAML, "job_dir": str(tmp_path / "terminal-job")}
+    with override_settings(RFT_ALLOWED_PATH_ROOTS=[tmp_path]):
+        response = api(alice).post("/api/v1/runs/register/", body, content_type="application/json")
+    assert response.status_code == 201, response.content[:1000]
+    return response.json()["run"]["id"]
+
+
+def drive_run_register(alice, bob, tmp_path) -> Expected:
+    return Expected("run.register", alice, "run", _registered(alice, tmp_path))
+
+
+def drive_run_finish(alice, bob, tmp_path) -> Expected:
+    run_id = _registered(alice, tmp_path)
+    response = api(alice).post(
+        f"/api/v1/runs/{run_id}/finish/", {"exit_code": 0}, content_type="application/json"
+    )
+    assert response.status_code == 200, response.content[:1000]
+    return Expected("run.finish", alice, "run", run_id)
+
+
+def drive_run_import(alice, bob, tmp_path) -> Expected:
+    job_dir = tmp_path / "demo" / "old"
+    (job_dir / "monitor").mkdir(parents=True)
+    (job_dir / "config.yaml").write_text(DEMO_YAML)
+    (job_dir / "monitor" / "trainer_metrics.jsonl").write_text('{"step": 1, "time": 1.0, "x": 2}\n')
+    client = browser(alice)
+    with override_settings(RFT_ALLOWED_PATH_ROOTS=[tmp_path]):
+        response = client.post("/runs/import/", {"job_dir": str(job_dir)})
+    assert response.status_code == 302, response.content[:1000]
+    run_id = int(response["Location"].strip("/").split("/")[-1])
+    return Expected("run.import", alice, "run", run_id)
+
+
 DRIVERS: dict[str, Callable[..., Expected]] = {
+    "run.register": drive_run_register,
+    "run.finish": drive_run_finish,
+    "run.import": drive_run_import,
     "experiment.update": drive_experiment_update,
     "experiment.delete": drive_experiment_delete,
     "experiment.clone": drive_experiment_clone,

@@ -38,7 +38,7 @@ from webapp.accounts.models import ApiToken
 from webapp.audit.models import AuditEvent
 from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.experiments.models import Experiment, ExperimentVersion
-from webapp.runs.models import Run, RunStatus
+from webapp.runs.models import Run, RunOrigin, RunStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -63,6 +63,8 @@ class World:
     token: ApiToken
     bob_experiment: Experiment
     bob_run: Run
+    terminal: Run  # alice's run registered from a terminal (running)
+    job_dir: Path  # an importable job dir inside the allowed roots
     markers: dict[str, list[str]] = field(default_factory=dict)  # role -> must not appear
 
 
@@ -82,7 +84,12 @@ def _experiment(owner, name: str, description: str) -> Experiment:
 
 
 @pytest.fixture
-def world(tmp_path) -> World:
+def world(tmp_path, settings) -> World:
+    settings.RFT_ALLOWED_PATH_ROOTS = [*settings.RFT_ALLOWED_PATH_ROOTS, tmp_path]  # job dirs
+    job_dir = tmp_path / "imports" / "old-run"
+    (job_dir / "monitor").mkdir(parents=True)
+    (job_dir / "config.yaml").write_text(DEMO_YAML)
+    (job_dir / "monitor" / "trainer_metrics.jsonl").write_text('{"step": 1, "time": 1.0, "x": 2}\n')
     alice, bob = make_user("alice"), make_user("bob")
     root = make_user("root", staff=True)
     main = _experiment(alice, "alice-main-7f3a", "alice-secret-description-51c9")
@@ -101,6 +108,7 @@ def world(tmp_path) -> World:
     token, _ = ApiToken.issue(alice, "alice-token-9e0f")
     bob_experiment = _experiment(bob, "bob-private-91c2", "bob-secret-description-a77d")
     bob_run = make_run(bob_experiment, job_dir="/tmp/bob-jobdir-e5f6")
+    terminal = make_run(busy, number=2, status=RunStatus.RUNNING, origin=RunOrigin.TERMINAL)
     alice_markers = ["alice-main-7f3a", "alice-busy-2b8e", "alice-secret-description-51c9",
                      "alice-jobdir-c4d1", run.key, queued.key, "alice-token-9e0f"]  # fmt: skip
     bob_markers = ["bob-private-91c2", "bob-secret-description-a77d", "bob-jobdir-e5f6",
@@ -108,6 +116,7 @@ def world(tmp_path) -> World:
     return World(
         alice=alice, bob=bob, root=root, main=main, busy=busy, run=run, queued=queued,
         checkpoint=checkpoint, converted=converted, token=token, bob_experiment=bob_experiment, bob_run=bob_run,
+        terminal=terminal, job_dir=job_dir,
         markers={"owner": bob_markers, "other": alice_markers, "anonymous": alice_markers + bob_markers},
     )  # fmt: skip
 
@@ -176,6 +185,14 @@ ROWS = [
     Row("runs/launch/<>/", "POST", lambda w: f"/runs/launch/{w.main.pk}/", PAGE),
     Row("runs/<>/cancel/", "POST", lambda w: f"/runs/{w.queued.pk}/cancel/", PAGE),
     Row("runs/<>/clone/", "POST", lambda w: f"/runs/{w.run.pk}/clone/", PAGE),
+    Row("runs/import/", "GET", lambda w: "/runs/import/", PAGE_ANY_USER),
+    Row(
+        "runs/import/",
+        "POST",
+        lambda w: "/runs/import/",
+        PAGE_ANY_USER,
+        body=lambda w: {"job_dir": str(w.job_dir)},
+    ),  # fmt: skip
     # C: checkpoints
     Row(
         "checkpoints/<>/convert/",
@@ -226,6 +243,27 @@ ROWS = [
     ),
     Row("api/v1/runs/", "GET", lambda w: "/api/v1/runs/", API_ANY_USER),
     Row("api/v1/runs/<>/", "GET", lambda w: f"/api/v1/runs/{w.run.pk}/", API),
+    Row(
+        "api/v1/runs/register/",
+        "POST",
+        lambda w: "/api/v1/runs/register/",
+        API_ANY_USER,
+        body=lambda w: {"config_yaml": DEMO_YAML, "job_dir": str(w.job_dir.parent / "new")},
+    ),  # fmt: skip
+    Row(
+        "api/v1/runs/import/",
+        "POST",
+        lambda w: "/api/v1/runs/import/",
+        API_ANY_USER,
+        body=lambda w: {"job_dir": str(w.job_dir)},
+    ),  # fmt: skip
+    Row(
+        "api/v1/runs/<>/finish/",
+        "POST",
+        lambda w: f"/api/v1/runs/{w.terminal.pk}/finish/",
+        API,
+        body=lambda w: {"exit_code": 0},
+    ),  # fmt: skip
     Row("api/v1/runs/<>/cancel/", "POST", lambda w: f"/api/v1/runs/{w.queued.pk}/cancel/", API),
     Row("api/v1/runs/<>/metrics/", "GET", lambda w: f"/api/v1/runs/{w.run.pk}/metrics/", API),
     Row("api/v1/runs/<>/logs/", "GET", lambda w: f"/api/v1/runs/{w.run.pk}/logs/", API),

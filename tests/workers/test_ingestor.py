@@ -21,7 +21,8 @@ from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.events.models import RunEvent
 from webapp.experiments.models import Experiment
 from webapp.runs.models import LogLine, MetricPoint, RolloutSample, Run, RunStatus
-from workers.ingestor import Ingestor, event_rows, store_events
+from webapp.events.store import event_rows, store_events
+from workers.ingestor import Ingestor
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

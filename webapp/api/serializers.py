@@ -26,7 +26,8 @@ class RunSerializer(serializers.ModelSerializer):
             "id", "experiment", "experiment_name", "number", "status", "is_final", "key",
             "experiment_version", "stage", "step", "total_steps", "created", "started_at",
             "finished_at", "last_heartbeat", "cancel_requested_at", "exit_reason", "last_error",
-            "last_eval_accuracy", "best_eval_accuracy", "submission_id", "job_dir", "url",
+            "last_eval_accuracy", "best_eval_accuracy", "submission_id", "job_dir", "origin",
+            "url",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -108,6 +109,40 @@ class ExperimentUpdateSerializer(ExperimentWriteSerializer):
         if not attrs:
             raise serializers.ValidationError("nothing to update: give at least one field")
         return attrs
+
+
+class RunRegisterSerializer(serializers.Serializer):
+    """A terminal's ``trinity run`` registering itself (``rft_core.monitor.dashboard``)."""
+
+    config_yaml = serializers.CharField(trim_whitespace=False, help_text="the config as it ran")
+    job_dir = serializers.CharField(max_length=1000, help_text="absolute path of its job dir")
+
+
+class RunRegisteredSerializer(serializers.Serializer):
+    run = RunSerializer()
+    key = serializers.CharField(help_text="RFT_RUN_ID: stream the run's events under it")
+    events_redis_url = serializers.CharField(help_text="RFT_EVENTS_REDIS_URL: stream there")
+    page = serializers.CharField(help_text="the run page's address")
+
+
+class RunFinishSerializer(serializers.Serializer):
+    exit_code = serializers.IntegerField(help_text="0 succeeded, 130 interrupted, else failed")
+    message = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+
+
+class RunImportSerializer(serializers.Serializer):
+    """An existing job dir read into a run (``webapp.runs.external.import_job_dir``)."""
+
+    job_dir = serializers.CharField(max_length=1000, help_text="absolute path of the job dir")
+    experiment = serializers.IntegerField(
+        required=False, help_text="your experiment to put it under (default: the config's name)"
+    )
+    config_yaml = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text="its config (default: the job dir's config.yaml, else one naming the job dir)",
+    )
 
 
 class CheckpointSerializer(serializers.ModelSerializer):

@@ -31,6 +31,12 @@ from webapp.checkpoints.models import Checkpoint
 from webapp.experiments.actions import create_experiment, update_experiment
 from webapp.experiments.models import Experiment
 from webapp.runs.actions import cancel_run, launch_run
+from webapp.runs.external import (
+    events_redis_url,
+    finish_terminal_run,
+    import_job_dir,
+    register_terminal_run,
+)
 from webapp.runs.models import LogLine, MetricPoint, Run
 
 METRICS_DEFAULT_LIMIT = 1000
@@ -205,6 +211,65 @@ class RunCancelView(ApiView):
         run = authorize(actor, Run, pk, "run.cancel")
         run = cancel_run(actor, run)
         return Response(s.RunDetailSerializer(run).data)
+
+
+class RunRegisterView(ApiView):
+    @extend_schema(
+        request=s.RunRegisterSerializer,
+        responses={201: s.RunRegisteredSerializer, **ERRORS},
+    )
+    def post(self, request: Request) -> Response:
+        """Register a run started in a terminal (``trinity run`` with RFT_DASHBOARD_URL and
+        RFT_API_TOKEN set): a running run of yours, under the experiment named as its config;
+        the answer says which key and Redis to stream its events to."""
+        body = self.body(s.RunRegisterSerializer)
+        run = register_terminal_run(
+            self.actor(), config_yaml=body["config_yaml"], job_dir=body["job_dir"]
+        )
+        answer = {
+            "run": s.RunSerializer(run).data,
+            "key": run.key,
+            "events_redis_url": events_redis_url(),
+            "page": request.build_absolute_uri(run.get_absolute_url()),
+        }
+        return Response(answer, status.HTTP_201_CREATED)
+
+
+class RunFinishView(ApiView):
+    @extend_schema(
+        request=s.RunFinishSerializer,
+        responses={200: s.RunDetailSerializer, **ERRORS, 409: s.ErrorSerializer},
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        """A terminal run's exit (0 succeeded, 130 cancelled, else failed with ``message``)."""
+        actor = self.actor()
+        run = authorize(actor, Run, pk, "run.finish")
+        body = self.body(s.RunFinishSerializer)
+        run = finish_terminal_run(
+            actor, run, exit_code=body["exit_code"], message=body.get("message", "")
+        )
+        return Response(s.RunDetailSerializer(run).data)
+
+
+class RunImportView(ApiView):
+    @extend_schema(request=s.RunImportSerializer, responses={201: s.RunDetailSerializer, **ERRORS})
+    def post(self, request: Request) -> Response:
+        """Import a job dir: its monitor JSONL, logs and checkpoint tree become a run with its
+        whole history (its checkpoints convertible like any other)."""
+        actor = self.actor()
+        body = self.body(s.RunImportSerializer)
+        experiment = None
+        if "experiment" in body:
+            experiment = authorize(actor, Experiment, body["experiment"], "run.import")
+        run = import_job_dir(
+            actor,
+            job_dir=body["job_dir"],
+            config_yaml=body.get("config_yaml"),
+            experiment=experiment,
+        )
+        data = s.RunDetailSerializer(run).data
+        data["skipped_lines"] = run.import_problems
+        return Response(data, status.HTTP_201_CREATED)
 
 
 class RunMetricsView(ApiView):

@@ -5,7 +5,8 @@ them (the events app never writes a Run itself):
                    and webapp.runs.actions.observe_progress (the latest stage, its top step)
     log         -> webapp.runs.telemetry.record_logs (LogLine rows)
     samples     -> webapp.runs.telemetry.record_samples (RolloutSample rows)
-    checkpoint  -> webapp.checkpoints.actions.observe_checkpoint (Checkpoint row)
+    checkpoint  -> webapp.checkpoints.actions.observe_checkpoint (Checkpoint row; for a run
+                   started outside the dashboard only inside its job dir)
     status      -> webapp.runs.actions.observe_status, in stream order
     heartbeat   -> webapp.runs.actions.observe_heartbeat (the latest one of the batch)
 
@@ -15,13 +16,30 @@ the events stored for the first time, so a replayed stream projects nothing twic
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Sequence
 
 from webapp.checkpoints.actions import observe_checkpoint
 from webapp.events.models import RunEvent
 from webapp.runs import actions as run_actions
-from webapp.runs.models import Run
+from webapp.runs.models import Run, RunOrigin
 from webapp.runs.telemetry import record_logs, record_metrics, record_samples
+
+log = logging.getLogger(__name__)
+
+
+def _inside_job_dir(run: Run, path: str) -> bool:
+    """A checkpoint event of a run started outside the dashboard counts only inside the job dir
+    it registered (which is inside the allowed roots): the dashboard reads and writes there."""
+    if run.origin == RunOrigin.DASHBOARD:
+        return True  # our own Ray job wrote it, into the job dir we gave it
+    root = os.path.realpath(run.job_dir) if run.job_dir else ""
+    real = os.path.realpath(path)
+    if root and os.path.commonpath([real, root]) == root:
+        return True
+    log.warning("run %s: checkpoint %s is outside its job dir %r; ignored", run.pk, path, root)
+    return False
 
 
 def project(run: Run, events: Sequence[RunEvent]) -> None:
@@ -33,7 +51,7 @@ def project(run: Run, events: Sequence[RunEvent]) -> None:
     for event in events:
         if event.kind == "checkpoint":
             path = event.payload.get("path") if isinstance(event.payload, dict) else None
-            if event.step is not None and path:
+            if event.step is not None and path and _inside_job_dir(run, str(path)):
                 observe_checkpoint(run, stage=event.stage, step=event.step, path=str(path))
         elif event.kind == "status":
             data = event.payload if isinstance(event.payload, dict) else {}

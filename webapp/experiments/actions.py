@@ -151,6 +151,30 @@ def create_experiment(
     return experiment
 
 
+def experiment_for_outside_run(actor: Actor, checked: CheckedConfig) -> Experiment:
+    """The actor's experiment that a run started outside the dashboard (a terminal's
+    ``trinity run``, an imported job dir) goes under: the one named as the config's ``name``
+    (and ``project``), created with that config when the actor has none by that name."""
+    user = _owner_of(actor, None)
+    name = (checked.config.name or "run")[:NAME_MAX]
+    existing = Experiment.objects.filter(owner=user, name=name).first()
+    if existing is not None:
+        return existing
+    with transaction.atomic():
+        experiment = _create(
+            actor,
+            user,
+            name=name,
+            checked=checked,
+            project=checked.config.project or "",
+            description="",
+            tags=(),
+            note="created for a run started outside the dashboard",
+        )
+        record(actor, "experiment.create", experiment, after=_summary(experiment))
+    return experiment
+
+
 def update_experiment(
     actor: Actor,
     experiment: Experiment,

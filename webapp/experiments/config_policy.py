@@ -295,9 +295,18 @@ def load_data(data: Mapping[str, Any]) -> Config:
 
 
 def check_config(
-    *, config_yaml: str | None = None, config: Mapping[str, Any] | None = None
+    *,
+    config_yaml: str | None = None,
+    config: Mapping[str, Any] | None = None,
+    record_only: bool = False,
 ) -> CheckedConfig:
-    """Parse, check and load a web-submitted config (see the module doc for every rule)."""
+    """Parse, check and load a web-submitted config (see the module doc for every rule).
+
+    ``record_only``: the config of a run that ran elsewhere (a terminal's ``trinity run``, an
+    imported job dir), kept as its record. Parsed, bounded and validated as any other, but its
+    paths are not held to ``RFT_ALLOWED_PATH_ROOTS`` and its names not to the registered ones
+    (a user's own plug-ins): the dashboard opens none of them, and launching it from the
+    dashboard checks it in full."""
     if (config_yaml is None) == (config is None):
         raise ActionError("give the config either as config_yaml (text) or as config (a mapping)")
     if config_yaml is not None:
@@ -319,9 +328,10 @@ def check_config(
     raise_errors(non_finite_errors(data))
     cfg = load_data(data)
     raise_errors(non_finite_errors(dataclasses.asdict(cfg)))  # an interpolation may resolve to one
-    try:
-        check_registered_names(cfg, committed_registered_names())
-    except ConfigError as err:
-        raise config_error(err) from err
-    raise_errors(path_errors(cfg))
+    if not record_only:
+        try:
+            check_registered_names(cfg, committed_registered_names())
+        except ConfigError as err:
+            raise config_error(err) from err
+        raise_errors(path_errors(cfg))
     return CheckedConfig(data=data, canonical_yaml=text, config=cfg)

@@ -40,7 +40,7 @@ from webapp.experiments.models import Experiment
 from webapp.health.checks import check_ray, check_redis
 from webapp.runs import ray_jobs
 from webapp.runs.live import publish_run
-from webapp.runs.models import ACTIVE_STATUSES, FINAL_STATUSES, Run, RunStatus
+from webapp.runs.models import ACTIVE_STATUSES, FINAL_STATUSES, Run, RunOrigin, RunStatus
 from webapp.runs.snapshot import launch_spec, stage_total_steps
 
 log = logging.getLogger(__name__)
@@ -193,6 +193,12 @@ def cancel_run(actor: Actor, run: Run) -> Run:
         run = Run.objects.select_for_update().get(pk=run.pk)
         if run.status in FINAL_STATUSES:
             raise ActionError(f"run #{run.number} has already {run.status}", status=409)
+        if run.origin != RunOrigin.DASHBOARD:
+            raise ActionError(
+                f"run #{run.number} was started from a terminal, not by the dashboard: stop it "
+                "there (Ctrl-C); the dashboard has no job of its own to stop",
+                status=409,
+            )
         before = {"status": run.status}
         if run.status == RunStatus.QUEUED:
             run.status = RunStatus.CANCELLED
@@ -285,6 +291,8 @@ def reconcile_run(run: Run) -> bool:
         return False
     now = timezone.now()
     timeout = timedelta(seconds=settings.RFT_HEARTBEAT_TIMEOUT_S)
+    if run.origin != RunOrigin.DASHBOARD:
+        return _heartbeat_lost(run, now, timeout)  # no Ray job of ours: heartbeats only
     if not run.submission_id:
         if now - run.created > max(timeout, timedelta(minutes=5)):
             return _finish(
@@ -315,6 +323,11 @@ def reconcile_run(run: Run) -> bool:
     ):
         _stop_job(run)  # the cancel task was lost (worker restarted): stop it from here
         return Run.objects.filter(pk=run.pk, status__in=FINAL_STATUSES).exists()
+    return _heartbeat_lost(run, now, timeout)
+
+
+def _heartbeat_lost(run: Run, now: datetime, timeout: timedelta) -> bool:
+    """A running run whose last heartbeat is older than ``timeout`` is lost."""
     if (
         run.status == RunStatus.RUNNING
         and run.last_heartbeat

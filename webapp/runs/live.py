@@ -73,6 +73,7 @@ def run_state(run: Run) -> dict[str, Any]:
         "number": run.number,
         "experiment_id": run.experiment_id,
         "status": run.status,
+        "origin": run.origin,
         "cancel_requested": run.cancel_requested_at is not None,
         "stage": run.stage,
         "step": run.step,

@@ -2,7 +2,10 @@
 
 A run's life: queued (row written, Celery task enqueued) -> starting (Ray job submitted) ->
 running (first heartbeat) -> succeeded | failed | cancelled | lost. ``lost`` means the Ray job
-is gone or unknown to Ray (a restarted head) or its heartbeat stopped. ``key`` is the id the
+is gone or unknown to Ray (a restarted head) or its heartbeat stopped. ``origin`` says where
+the run came from: the dashboard, a terminal's ``trinity run`` that registered itself (its
+final status comes from the CLI's report or its heartbeats), or an imported job dir
+(``webapp.runs.external``). ``key`` is the id the
 run's monitor streams under (``RFT_RUN_ID``, Redis stream ``rft:run:<key>``): random, so two
 deployments or test sessions sharing one Redis never mix their streams.
 
@@ -32,6 +35,12 @@ class RunStatus(models.TextChoices):
     FAILED = "failed"
     CANCELLED = "cancelled"
     LOST = "lost"
+
+
+class RunOrigin(models.TextChoices):
+    DASHBOARD = "dashboard"  # launched from the dashboard (a Ray job it submitted)
+    TERMINAL = "terminal"  # a `trinity run` that registered itself (RFT_DASHBOARD_URL + token)
+    IMPORT = "import"  # an existing job dir read into the database
 
 
 ACTIVE_STATUSES = frozenset({RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING})
@@ -64,6 +73,9 @@ class Run(models.Model):
     experiment_version = models.PositiveIntegerField(null=True, blank=True)
     launched_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    origin = models.CharField(
+        max_length=16, choices=RunOrigin.choices, default=RunOrigin.DASHBOARD, db_index=True
     )
     submission_id = models.CharField(max_length=120, blank=True, help_text="Ray job submission id")
     celery_task_id = models.CharField(max_length=64, blank=True)

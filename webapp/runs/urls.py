@@ -6,6 +6,7 @@ app_name = "runs"
 urlpatterns = [
     path("compare/", views.compare, name="compare"),
     path("compare/data.json", views.compare_data, name="compare-data"),
+    path("import/", views.import_page, name="import"),
     path("launch/<int:experiment_id>/", views.launch, name="launch"),
     path("<int:pk>/", views.run_detail, name="detail"),
     path("<int:pk>/cancel/", views.cancel, name="cancel"),

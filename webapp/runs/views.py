@@ -1,6 +1,7 @@
 """Run pages: ``/runs/<id>/`` (status, times, config snapshot, job dir, error),
 ``/runs/compare/?ids=1,2`` (the config differences of the chosen runs), the full log as text
-``/runs/<id>/logs.txt[?actor=&level=]`` (streamed), and the POSTs that launch, cancel and clone. Thin: each reads the request, calls one action and answers.
+``/runs/<id>/logs.txt[?actor=&level=]`` (streamed), ``/runs/import/`` (a job dir read in), and
+the POSTs that launch, cancel and clone. Thin: each reads the request, calls one action and answers.
 
 A refused action (``ActionError``: Redis or Ray down, a config that no longer passes the
 checks, a run that already ended) answers its 4xx with a page that shows the message at the
@@ -12,7 +13,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from webapp.accounts.access import authorize
 from webapp.audit.record import Actor
@@ -27,6 +28,7 @@ from webapp.runs.compare import (
     parse_ids,
     parse_names,
 )
+from webapp.runs.external import import_job_dir
 from webapp.runs.live import run_state
 from webapp.runs.live_views import authorize_json, wants_json
 from webapp.runs.models import LogLine, Run, RunStatus
@@ -80,6 +82,38 @@ def cancel(request: HttpRequest, pk: int) -> HttpResponse:
     note = "cancelled" if done else "cancel requested; its Ray job is being stopped"
     messages.success(request, f"Run #{run.number}: {note}.")
     return redirect(run.get_absolute_url())
+
+
+@require_http_methods(["GET", "POST"])
+def import_page(request: HttpRequest) -> HttpResponse:
+    """``/runs/import/``: a job dir (and optionally the experiment to put it under, or its
+    config) read in as a run with its whole history."""
+    actor = Actor.from_request(request)
+    experiments = Experiment.objects.visible_to(request.user).order_by("name")
+    context = {"experiments": experiments, "values": {}, "errors": {}, "message": ""}
+    if request.method == "POST":
+        values = {k: request.POST.get(k, "") for k in ("job_dir", "experiment", "config_yaml")}
+        context["values"] = values
+        try:
+            experiment = None
+            if values["experiment"]:
+                experiment = authorize(actor, Experiment, values["experiment"], "run.import")
+            run = import_job_dir(
+                actor,
+                job_dir=values["job_dir"],
+                config_yaml=values["config_yaml"] or None,
+                experiment=experiment,
+            )
+        except ActionError as err:
+            context.update(message=err.message, errors=err.errors)
+            return render(request, "runs/import.html", context, status=err.status)
+        note = f"Imported {run.job_dir} as run #{run.number} of {run.experiment} ({run.status})."
+        if run.import_problems:
+            note += f" Skipped {len(run.import_problems)} unreadable line(s): "
+            note += "; ".join(run.import_problems[:3])
+        messages.success(request, note)
+        return redirect(run.get_absolute_url())
+    return render(request, "runs/import.html", context)
 
 
 @require_POST

@@ -1,0 +1,67 @@
+"""The run page as a browser test reads it: one evaluate of its state, waiting on it without
+reloading the page, and screenshots kept as artifacts (the live-run and outside-run tests)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+# Guards against a hung run, not timing assertions: the shortened demo takes well under these.
+RUN_GUARD_S = 420
+STEP_GUARD_S = 120
+
+# Read in one evaluate, so the badge and the chart are seen at the same moment.
+PAGE_STATE_JS = """() => {
+  const badge = document.getElementById("run-status");
+  const reward = {};
+  document.querySelectorAll('#charts section[data-group="reward"] .chart').forEach((div) => {
+    const data = div.data || [];
+    reward[div.dataset.metric] = Math.max(0, ...data.map((t) => (t.x || []).length));
+  });
+  return {
+    status: badge ? badge.dataset.status : null,
+    step: document.getElementById("run-step").textContent,
+    reward: reward,
+    rewardPoints: Math.max(0, ...Object.values(reward)),
+    logLines: document.querySelectorAll("#log-lines li").length,
+    samples: document.querySelectorAll("#samples .sample").length,
+    marker: window.__notReloaded === true,
+  };
+}"""
+
+
+def keep_screenshot(page, shots: Path, name: str) -> Path:
+    path = shots / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    assert path.stat().st_size > 10_000, f"{path} looks empty"
+    artifacts = os.environ.get("RFT_ARTIFACTS_DIR")
+    if artifacts:
+        Path(artifacts).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(artifacts) / path.name)
+    print(f"screenshot: {path}")
+    return path
+
+
+def wait_page(page, stack, what: str, ok, guard_s: float = RUN_GUARD_S) -> dict:
+    """Read the page's state (without reloading it) until ``ok(state)``; a run that ends
+    otherwise, a dead process or the guard fails with the page's text and the stack's logs."""
+    deadline = time.monotonic() + guard_s
+    while True:
+        state = page.evaluate(PAGE_STATE_JS)
+        if ok(state):
+            return state
+        if state["status"] in {"failed", "lost"} or (
+            state["status"] in {"succeeded", "cancelled"}
+            and "succeeded" not in what
+            and "cancelled" not in what
+        ):
+            raise AssertionError(
+                f"waiting for {what}, the run ended {state['status']}: {state}\n"
+                f"{page.locator('main').inner_text()[:2000]}\n{stack.logs_tail()}"
+            )
+        stack.check_alive()
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {guard_s:.0f} s: {state}\n{stack.logs_tail()}")
+        page.wait_for_timeout(250)
