@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from rft_core.checkpoint import store
+
 
 class PolicyCheckpoints:
     """Mixed into PolicyTrainer: needs ``model``, ``optimizer``, ``scheduler``, ``critic``,
@@ -47,8 +49,6 @@ class PolicyCheckpoints:
 
     def save(self, job_dir: Path, step: int, save_hf: bool) -> None:
         """Full checkpoint of ``step`` in the seed's layout (rank 0 writes)."""
-        from rft_core.checkpoint.store import save_checkpoint
-
         state_dict = self.state_dict_for_sync()
         optimizer_state = self._optimizer_state()
         if self.rank != 0:
@@ -59,7 +59,7 @@ class PolicyCheckpoints:
         }
         if self.critic is not None:
             extra["critic"] = self.critic.full_state()
-        save_checkpoint(
+        store.save_checkpoint(
             Path(job_dir),
             step,
             state_dict=state_dict,
@@ -75,17 +75,13 @@ class PolicyCheckpoints:
 
     def add_hf_weights(self, job_dir: Path, step: int) -> None:
         """Hugging Face weights into the saved checkpoint of ``step`` (rank 0 writes)."""
-        from rft_core.checkpoint.store import add_hf_weights
-
         state_dict = self.state_dict_for_sync()
         if self.rank == 0:
-            add_hf_weights(Path(job_dir), step, state_dict, self.model.config)
+            store.add_hf_weights(Path(job_dir), step, state_dict, self.model.config)
 
     def load(self, job_dir: Path, step: int | None) -> int:
         """Restore model, optimizer, LR schedule, critic and RNG states; return the step."""
-        from rft_core.checkpoint.store import load_checkpoint, restore_rng_state
-
-        ckpt = load_checkpoint(Path(job_dir), step)
+        ckpt = store.load_checkpoint(Path(job_dir), step)
         if ckpt.optimizer_state is not None:  # saved at any world size
             names = [n for n, p in self.model.named_parameters() if p.requires_grad]
             ckpt.optimizer_state = _optimizer_state_keyed(
@@ -113,7 +109,7 @@ class PolicyCheckpoints:
             self.scheduler.load_state_dict(extra["lr_scheduler"])
         if self.critic is not None and "critic" in extra:
             self.critic.load_full_state(extra["critic"])
-        restore_rng_state(extra.get("rng") or {})
+        store.restore_rng_state(extra.get("rng") or {})
         self.global_step = ckpt.step
         return ckpt.step
 
