@@ -61,7 +61,19 @@ def step_advantages(
         args = accepted_args(fn.fn, algo.advantage_args, "algorithm.advantage_fn_args")
         seq_adv, keep = fn.group(rewards, [e.group_id for e in experiences], **args)
         return _broadcast(seq_adv, keep, mbs, ranks.device), [None] * len(mbs)
-    return _token_advantages(algo, fn, rewards, mbs, old, ref, ranks, critic, metrics)
+    # token-level: the whole batch in one right-aligned [N, R] layout
+    width, n, device = max(mb.response_width for mb in mbs), len(experiences), ranks.device
+    mask = _batch_of([mb.mask for mb in mbs], mbs, n, width, device)
+    token_rewards = adv.outcome_to_token_rewards(rewards.to(device), mask)
+    if algo.uses_kl_penalty:
+        old_full, ref_full = (_batch_of(lp, mbs, n, width, device) for lp in (old, ref))
+        token_rewards, km = apply_kl_penalty(
+            token_rewards, old_full, ref_full, mask, algo.kl_penalty_fn, algo.kl_penalty_coef
+        )
+        local = float(mask.sum())
+        (tokens,) = ranks.total(local)
+        metrics["actor/kl_penalty"] = km["kl_penalty"] * local / max(tokens, 1.0)
+    return _token_advantages(algo, fn, token_rewards, mask, mbs, ranks, critic)
 
 
 def _broadcast(
@@ -111,34 +123,14 @@ def _kl_penalized_rewards(
 def _token_advantages(
     algo: AlgorithmSettings,
     fn: adv.AdvantageFn,
-    rewards: torch.Tensor,
+    token_rewards: torch.Tensor,
+    mask: torch.Tensor,
     mbs: list[MicroBatch],
-    old: list[torch.Tensor],
-    ref: list[torch.Tensor | None],
     ranks: StepRanks,
     critic: Critic | None,
-    metrics: dict[str, float],
 ) -> tuple[list[torch.Tensor], list[CriticInputs]]:
-    """A token-level fn over the whole batch in one right-aligned [N, R] layout."""
-    device = ranks.device
-    width = max(mb.response_width for mb in mbs)
-    mask = torch.zeros(len(rewards), width, device=device)
-    real = [mb for mb in mbs if not mb.padding]
-    for mb in real:
-        mask[mb.rows, width - mb.response_width :] = mb.mask
-    token_rewards = adv.outcome_to_token_rewards(rewards.to(device), mask)
-    if algo.uses_kl_penalty:
-        old_full, ref_full = torch.zeros_like(mask), torch.zeros_like(mask)
-        for mb, o, r in zip(mbs, old, ref, strict=True):
-            if not mb.padding:
-                old_full[mb.rows, width - mb.response_width :] = o
-                ref_full[mb.rows, width - mb.response_width :] = r
-        token_rewards, km = apply_kl_penalty(
-            token_rewards, old_full, ref_full, mask, algo.kl_penalty_fn, algo.kl_penalty_coef
-        )
-        local = float(mask.sum())
-        (tokens,) = ranks.total(local)
-        metrics["actor/kl_penalty"] = km["kl_penalty"] * local / max(tokens, 1.0)
+    """A token-level fn over the [N, R] batch of token rewards; ppo/gae on the critic's values."""
+    width = mask.shape[1]
     args = accepted_args(fn.fn, algo.advantage_args, "algorithm.advantage_fn_args")
     if ranks.sharded and "sum_across_ranks" in inspect.signature(fn.fn).parameters:
         args["sum_across_ranks"] = sum_tensor_across_ranks  # batch statistics of all ranks
@@ -149,15 +141,30 @@ def _token_advantages(
         raise ConfigError(
             "algorithm.advantage_fn", f"{fn.name} needs a critic; use algorithm_type: ppo"
         )
-    values = torch.zeros_like(mask)
     with torch.no_grad():
-        for mb in real:
-            values[mb.rows, width - mb.response_width :] = critic.values(mb) * mb.mask
+        per_mb = [None if mb.padding else critic.values(mb) * mb.mask for mb in mbs]
+    values = _batch_of(per_mb, mbs, mask.shape[0], width, mask.device)
     token_adv, returns = fn(token_rewards, values, mask, **args)
     critic_inputs: list[CriticInputs] = [
         (_rows_of(values, mb, width), _rows_of(returns, mb, width)) for mb in mbs
     ]
     return [_rows_of(token_adv, mb, width) for mb in mbs], critic_inputs
+
+
+def _batch_of(
+    parts: list[torch.Tensor | None],
+    mbs: list[MicroBatch],
+    rows: int,
+    width: int,
+    device: torch.device,
+) -> torch.Tensor:
+    """The right-aligned [rows, width] batch tensor of per-micro-batch [B, R] ``parts``
+    (padding micro-batches left out, zeros elsewhere): the inverse of ``_rows_of``."""
+    out = torch.zeros(rows, width, device=device)
+    for mb, part in zip(mbs, parts, strict=True):
+        if not mb.padding:
+            out[mb.rows, width - mb.response_width :] = part
+    return out
 
 
 def _rows_of(full: torch.Tensor, mb: MicroBatch, width: int) -> torch.Tensor:

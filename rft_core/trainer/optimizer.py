@@ -28,12 +28,7 @@ def lr_factor(step: int, *, warmup: int, total: int | None, kind: str, min_ratio
         return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
     if kind == "linear":
         return min_ratio + (1.0 - min_ratio) * (1.0 - progress)
-    raise ConfigError(
-        "algorithm.optimizer.lr_scheduler_type",
-        f"unknown schedule {kind!r}; choose constant, cosine or linear",
-        value=kind,
-        allowed=["constant", "cosine", "linear"],
-    )
+    raise _unknown("lr_scheduler_type", "schedule", kind, ["constant", "cosine", "linear"])
 
 
 def build_optimizer(
@@ -50,12 +45,7 @@ def build_optimizer(
         return cls(params, lr=lr, betas=betas, weight_decay=weight_decay, **fused)
     if kind == "sgd":
         return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay)
-    raise ConfigError(
-        "algorithm.optimizer.optimizer_type",
-        f"unknown optimizer {kind!r}; choose adamw, adam or sgd",
-        value=kind,
-        allowed=["adamw", "adam", "sgd"],
-    )
+    raise _unknown("optimizer_type", "optimizer", kind, ["adamw", "adam", "sgd"])
 
 
 def build_scheduler(
@@ -73,4 +63,14 @@ def build_scheduler(
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer,
         lambda s: lr_factor(s, warmup=warmup, total=total_steps, kind=kind, min_ratio=min_ratio),
+    )
+
+
+def _unknown(field: str, what: str, value: str, allowed: list[str]) -> ConfigError:
+    """The error for an ``algorithm.optimizer.<field>`` that names none of ``allowed``."""
+    return ConfigError(
+        f"algorithm.optimizer.{field}",
+        f"unknown {what} {value!r}; choose {', '.join(allowed[:-1])} or {allowed[-1]}",
+        value=value,
+        allowed=allowed,
     )
