@@ -44,7 +44,10 @@ class PolicyLoss:
     inputs: str
 
 
-POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss", "algorithm.policy_loss_fn")
+# in registration order: ppo (the default) first, as the config's choices list them
+POLICY_LOSSES: Registry[PolicyLoss] = Registry(
+    "policy loss", "algorithm.policy_loss_fn", sort_names=False
+)
 
 
 def register_policy_loss(

@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 
 
 class PolicyTrainer(PolicyCheckpoints):
+    """The policy of one trainer process (alone, or one rank of a ``PolicyGroup``): its models,
+    optimizer and LR schedule, and the step over a batch of experiences."""
+
     def __init__(
         self,
         model_path: str,
@@ -87,11 +90,9 @@ class PolicyTrainer(PolicyCheckpoints):
             sharded=self.sharded,
         )
         self.device = models.device
-        self.tokenizer, self.model, self.ref_model = (
-            models.tokenizer,
-            models.model,
-            models.ref_model,
-        )
+        self.tokenizer = models.tokenizer
+        self.model = models.model
+        self.ref_model = models.ref_model
         self.forward = PolicyForward(
             ranks=dataclasses.replace(ranks, device=models.device),
             autocast_dtype=models.autocast_dtype,
