@@ -9,6 +9,7 @@ from typing import Any
 
 from rft_core.config.meta import BEGINNER
 from rft_core.config.meta import config_field as _field
+from rft_core.config.registered import registered_choices
 from rft_core.config.trinity_compat import ReplayBufferConfig
 
 # ---------------------------------------------------------------- buffer: tasksets and experiences
@@ -160,7 +161,7 @@ class ExperienceBufferConfig:
     storage_type: str | None = _field(
         None,
         "queue (in-cluster, mirrored to path), file or sql (derived: file in train mode and for sft/dpo, else queue)",
-        choices=["queue", "file", "sql"],
+        choices=registered_choices("storage_types"),
     )
     path: str | None = _field(
         None,

@@ -1,16 +1,19 @@
 """Names and arguments a config hands to the registries (workflows, rewards, advantage fns,
-policy losses), checked before a run starts.
+policy losses, KL fns, experience buffers), checked before a run starts.
 
 Kept out of ``validate`` because the registries import torch (seconds, and memory the web
 process should not pay for a form); ``run_experiment`` and ``trinity run --dry-run`` call it.
 
-The check reads a *table* of what is registered: the workflow and reward names, and per
-advantage fn / policy loss the arguments a config may set with their defaults.
-``registered_names_table()`` builds it from the live registries (imports torch; this is what
-``trinity run`` uses, so plug-ins a user registered count). ``registered_names.json`` beside this
-file is that table committed, for the web process, which checks web-submitted configs against
-the built-in names without importing torch (a web user cannot register code, so the built-ins
-are the whole truth there); ``tests/core/test_registered_names.py`` fails when it is stale:
+The check reads a *table* of what is registered: the workflow, reward, KL fn and buffer
+storage-type names, and per advantage fn / policy loss the arguments a config may set with
+their defaults. ``registered_names_table()`` builds it from the live registries (imports torch;
+this is what ``trinity run`` uses, so plug-ins a user registered count). ``registered_names.json``
+beside this file is that table committed, for the web process, which checks web-submitted
+configs against the built-in names without importing torch (a web user cannot register code, so
+the built-ins are the whole truth there), and for the schema: the ``choices`` of the fields
+that pick a KL fn or a storage type are ``registered_choices(...)`` of it, so the config loader,
+the reference YAML and the web forms list what the registries hold.
+``tests/core/test_registered_names.py`` fails when it is stale:
 
     python -m rft_core.config.registered   # rewrites rft_core/config/registered_names.json
 """
@@ -23,11 +26,13 @@ import json
 import logging
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rft_core.config.schema import Config
 from rft_core.errors import ConfigError
 from rft_core.registry import Registry
+
+if TYPE_CHECKING:  # the schema reads this module's table for its choices
+    from rft_core.config.schema import Config
 
 log = logging.getLogger(__name__)
 
@@ -41,18 +46,22 @@ _KL_ARGS_IGNORED = ["adaptive", "target_kl", "horizon"]
 
 
 def registered_names_table() -> dict[str, Any]:
-    """What is registered now: ``workflows``, ``reward_fns`` (names), ``advantage_fns`` and
-    ``policy_loss_fns`` (name -> {settable argument: default}). Imports the registries (torch)."""
+    """What is registered now: ``workflows``, ``reward_fns``, ``kl_fns``, ``storage_types``
+    (names), ``advantage_fns`` and ``policy_loss_fns`` (name -> {settable argument: default}).
+    Imports the registries (torch)."""
     from rft_core import rewards, workflows
-    from rft_core.algorithms.advantages import ADVANTAGE_FNS, get_advantage_fn
-    from rft_core.algorithms.policy_losses import dpo_loss, ppo_clip_loss, sft_loss
+    from rft_core.algorithms.advantages import ADVANTAGE_FNS
+    from rft_core.algorithms.kl import KL_FNS
+    from rft_core.algorithms.policy_losses import POLICY_LOSSES
+    from rft_core.buffer import BUFFERS
 
-    losses = {"ppo": ppo_clip_loss, "sft": sft_loss, "dpo": dpo_loss}
     return {
         "workflows": workflows.names(),
         "reward_fns": rewards.names(),
-        "advantage_fns": {n: _settable(get_advantage_fn(n).fn) for n in ADVANTAGE_FNS.names()},
-        "policy_loss_fns": {n: _settable(fn) for n, fn in losses.items()},
+        "advantage_fns": {n: _settable(ADVANTAGE_FNS.get(n).fn) for n in ADVANTAGE_FNS.names()},
+        "policy_loss_fns": {n: _settable(POLICY_LOSSES.get(n).fn) for n in POLICY_LOSSES.names()},
+        "kl_fns": KL_FNS.names(),
+        "storage_types": BUFFERS.names(),
     }
 
 
@@ -60,6 +69,11 @@ def registered_names_table() -> dict[str, Any]:
 def committed_registered_names() -> dict[str, Any]:
     """The table as committed in ``registered_names.json`` (torch-free; see the module doc)."""
     return json.loads(REGISTERED_NAMES_FILE.read_text())
+
+
+def registered_choices(key: str) -> list[str]:
+    """The committed names under ``key`` ("kl_fns", "storage_types"), as a field's ``choices``."""
+    return list(committed_registered_names()[key])
 
 
 def write_registered_names_table(path: Path = REGISTERED_NAMES_FILE) -> None:
@@ -78,18 +92,14 @@ def check_registered_names(cfg: Config, table: dict[str, Any] | None = None) -> 
     )
     workflows = _registry("workflow", "", table["workflows"])
     rewards = _registry("reward function", "", table["reward_fns"])
-    policy_losses = list(table["policy_loss_fns"])
+    policy_losses = _registry("policy loss", "", table["policy_loss_fns"])
     for i, stage in enumerate(resolve_stages(cfg)):
         prefix = f"stages[{i}]." if cfg.stages and cfg.stages[i].algorithm is not None else ""
         if stage.algorithm.advantage_fn:
             advantage_fns.get(stage.algorithm.advantage_fn, path=f"{prefix}algorithm.advantage_fn")
-        loss = stage.algorithm.policy_loss_fn
-        if loss and loss not in policy_losses:
-            raise ConfigError(
-                f"{prefix}algorithm.policy_loss_fn",
-                f"unknown policy loss {loss!r}; choose one of {', '.join(policy_losses)}",
-                value=loss,
-                allowed=policy_losses,
+        if stage.algorithm.policy_loss_fn:
+            policy_losses.get(
+                stage.algorithm.policy_loss_fn, path=f"{prefix}algorithm.policy_loss_fn"
             )
         _check_fn_args(stage.algorithm, prefix, table)
         ei = stage.buffer.explorer_input

@@ -32,6 +32,7 @@ from rft_core.config.buffer_schema import GenerationConfig as GenerationConfig
 from rft_core.config.buffer_schema import TrainerInput as TrainerInput
 from rft_core.config.meta import BEGINNER
 from rft_core.config.meta import config_field as _field
+from rft_core.config.registered import registered_choices
 from rft_core.config.trinity_compat import (
     DataProcessorConfig,
     DynamicTimeoutConfig,
@@ -47,7 +48,6 @@ from rft_core.dtypes import AUTO, SHORT_ALIASES, WEIGHT_DTYPES
 
 MODES = ["both", "explore", "train", "bench", "serve", "colocate"]
 ALGORITHM_TYPES = list(PRESETS)
-KL_FNS = ["none", "k1", "k2", "k3", "low_var_kl"]
 LOSS_AGG_MODES = [
     "token-mean",
     "seq-mean-token-sum",
@@ -119,11 +119,11 @@ class AlgorithmConfig:
     kl_loss_fn: str | None = _field(
         None,
         "KL(policy, reference) added to the loss (derived: k2 for grpo, none for sft)",
-        choices=KL_FNS,
+        choices=registered_choices("kl_fns"),
     )
     kl_loss_fn_args: dict[str, Any] = _field(help="free-form: kl_coef", factory=dict)
     kl_penalty_fn: str | None = _field(
-        None, "KL subtracted from the reward (derived: none)", choices=KL_FNS
+        None, "KL subtracted from the reward (derived: none)", choices=registered_choices("kl_fns")
     )
     kl_penalty_fn_args: dict[str, Any] = _field(help="free-form: kl_coef", factory=dict)
     entropy_loss_fn: str | None = _field(
