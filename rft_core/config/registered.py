@@ -76,8 +76,14 @@ def registered_choices(key: str) -> list[str]:
     return list(committed_registered_names()[key])
 
 
+def registered_names_text() -> str:
+    """``registered_names_table()`` as ``registered_names.json`` holds it (order kept: the
+    choices and the web form's argument fields follow it)."""
+    return json.dumps(registered_names_table(), indent=2) + "\n"
+
+
 def write_registered_names_table(path: Path = REGISTERED_NAMES_FILE) -> None:
-    path.write_text(json.dumps(registered_names_table(), indent=2) + "\n")
+    path.write_text(registered_names_text())
 
 
 def check_registered_names(cfg: Config, table: dict[str, Any] | None = None) -> None:

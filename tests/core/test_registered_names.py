@@ -4,18 +4,23 @@ the check gives the same verdicts from the table as from the registries."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
 
 import pytest
 
+from rft_core.algorithms.kl import KL_FNS
+from rft_core.buffer import BUFFERS
 from rft_core.config import check_registered_names, load_config_from_dict
 from rft_core.config.registered import (
     REGISTERED_NAMES_FILE,
     committed_registered_names,
     registered_names_table,
+    registered_names_text,
 )
+from rft_core.config.schema import AlgorithmConfig, ExperienceBufferConfig
 from rft_core.errors import ConfigError
 
 
@@ -24,6 +29,25 @@ def test_the_committed_table_matches_the_live_registries():
     assert committed_registered_names() == live, (
         f"{REGISTERED_NAMES_FILE} is stale; run `python -m rft_core.config.registered`"
     )
+
+
+def test_the_committed_table_keeps_the_registries_order():
+    # the choices and the web form's argument fields list names in the table's order
+    assert REGISTERED_NAMES_FILE.read_text() == registered_names_text(), (
+        f"{REGISTERED_NAMES_FILE} is stale; run `python -m rft_core.config.registered`"
+    )
+
+
+def _choices(cls: type, name: str) -> list[str]:
+    return next(f for f in dataclasses.fields(cls) if f.name == name).metadata["choices"]
+
+
+def test_the_plug_in_fields_choices_are_the_registries_names():
+    assert _choices(AlgorithmConfig, "kl_loss_fn") == KL_FNS.names()
+    assert _choices(AlgorithmConfig, "kl_penalty_fn") == KL_FNS.names()
+    assert _choices(ExperienceBufferConfig, "storage_type") == BUFFERS.names()
+    assert KL_FNS.names() == ["none", "k1", "k2", "k3", "low_var_kl"]  # the order stated
+    assert BUFFERS.names() == ["queue", "file", "sql"]
 
 
 def test_reading_the_committed_table_imports_no_torch():
