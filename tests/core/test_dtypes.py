@@ -1,0 +1,56 @@
+"""The one dtype table (rft_core/dtypes.py): names and aliases resolve to torch's dtypes, an
+unknown name is an error listing the accepted ones, and reading the table imports no torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from rft_core import dtypes
+from rft_core.errors import RFTError
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("bf16", torch.bfloat16),
+        ("BFloat16", torch.bfloat16),
+        ("fp16", torch.float16),
+        ("half", torch.float16),
+        ("fp32", torch.float32),
+        ("float", torch.float32),
+        ("float32", torch.float32),
+    ],
+)
+def test_names_and_aliases_resolve_to_torch_dtypes(name, expected):
+    assert dtypes.torch_dtype(name) is expected
+    assert dtypes.canonical(name) == str(expected).removeprefix("torch.")
+
+
+def test_an_unknown_dtype_lists_the_accepted_names():
+    with pytest.raises(RFTError) as err:
+        dtypes.canonical("int8")
+    assert str(err.value) == (
+        "dtype 'int8' is not supported; use one of auto, bf16, bfloat16, float, float16, "
+        "float32, fp16, fp32, half"
+    )
+
+
+def test_safetensors_codes_are_torch_dtype_names_both_ways():
+    for name, code in dtypes.SAFETENSORS_CODES.items():
+        assert isinstance(getattr(torch, name), torch.dtype)
+        assert dtypes.from_safetensors_code(code) == name
+
+
+def test_reading_the_table_imports_no_torch():
+    code = (
+        "import sys\n"
+        "from rft_core import dtypes\n"
+        "assert dtypes.canonical('bf16') == 'bfloat16'\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
