@@ -14,6 +14,7 @@ import argparse
 import importlib
 import sys
 
+from rft_core.dtypes import AUTO, SHORT_ALIASES
 from rft_core.errors import RFTError
 
 # sub-command -> (module, function); the function takes the parsed args and returns an exit code.
@@ -61,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument(
         "--dtype",
         default="auto",
-        choices=["auto", "bf16", "fp16", "fp32"],
+        choices=[AUTO, *SHORT_ALIASES],
         help="dtype of the written weights",
     )
     conv.add_argument(

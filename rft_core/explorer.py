@@ -16,7 +16,6 @@ and ``colocate`` mode drives it in the same process as the trainer.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -29,18 +28,12 @@ from typing import Any
 import torch
 
 from rft_core.buffer.experience import Experience
-from rft_core.checkpoint.layout import EXPLORER_META, read_explorer_meta  # noqa: F401
+from rft_core.checkpoint.layout import write_explorer_meta
 from rft_core.data.task import Task
 from rft_core.monitor.events import ENV_SAMPLES_PER_STEP, SAMPLES_PER_STEP
 from rft_core.sync.schedule import explorer_syncs_after, trainer_version_for_explorer_sync
 
 log = logging.getLogger("rft_core.explorer")
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    tmp.replace(path)
 
 
 def group_reward_stats(experiences: list[Experience]) -> dict[str, float]:
@@ -203,7 +196,7 @@ class Explorer:
         cfg = self.cfg
         device = self._build_engine()
         if weights_from is not None:
-            from rft_core.trainer.checkpoint import load_state_dict
+            from rft_core.checkpoint.store import load_state_dict
 
             self._engine.load_weights(load_state_dict(Path(weights_from)), start_version)
         self._engine.model_version = start_version
@@ -260,6 +253,7 @@ class Explorer:
     def explore_step(self, tasks: list[Task]) -> dict[str, float]:
         from rft_core import workflows
         from rft_core.algorithms.advantages import get_advantage_fn
+        from rft_core.algorithms.settings import AlgorithmSettings
 
         algo = self.cfg.algorithm
         step = self.step + 1
@@ -275,7 +269,7 @@ class Explorer:
         samples = rollout_samples(tasks, experiences, samples_per_step())
         if algo.advantage_fn:
             fn = get_advantage_fn(algo.advantage_fn)
-            if fn.level == "group":
+            if AlgorithmSettings.resolve(algo).advantages_in_explorer:  # else the trainer's
                 # a trainer of this job waits for the whole step: filtered groups stay, masked
                 experiences = apply_group_advantages(
                     experiences,
@@ -333,22 +327,17 @@ class Explorer:
         """``mode: bench``: evaluate every saved ``global_step_*`` of the job in order (only the
         latest with ``explorer.bench_on_latest_checkpoint``; the base model when none), logged
         as ``bench/<taskset>/...`` at the checkpoint's step."""
-        from rft_core.trainer.checkpoint import (
-            FULL_CHECKPOINT_MARKER,
-            list_step_dirs,
-            load_state_dict,
-        )
+        from rft_core.checkpoint.layout import actor_dir, full_checkpoints
+        from rft_core.checkpoint.store import load_state_dict
 
         self._build_engine()
-        steps = [
-            (s, d) for s, d in list_step_dirs(self.job_dir) if (d / FULL_CHECKPOINT_MARKER).exists()
-        ]
+        steps = full_checkpoints(self.job_dir)
         if self.cfg.explorer.bench_on_latest_checkpoint:
             steps = steps[-1:]
         results: dict[str, Any] = {}
         for step, directory in steps or [(0, None)]:
             if directory is not None:
-                self._engine.load_weights(load_state_dict(directory / "actor"), step)
+                self._engine.load_weights(load_state_dict(actor_dir(directory)), step)
                 self._engine.model_version = step
             metrics = self.evaluate(step, prefix="bench")
             results[str(step)] = metrics
@@ -386,8 +375,8 @@ class Explorer:
     # -- the loop ----------------------------------------------------------------------------
 
     def _save_meta(self) -> None:
-        write_json_atomic(
-            self.job_dir / EXPLORER_META,
+        write_explorer_meta(
+            self.job_dir,
             {
                 "latest_iteration": self.step,
                 "taskset_offset": self._reader.state(),

@@ -20,20 +20,27 @@ laptop with one message instead of hanging.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from rft_core.checkpoint.layout import (
+    RUN_CONFIG,
+    STAGE_META,
+    read_stage_meta,
+    write_run_meta,
+    write_stage_meta,
+    write_text_atomic,
+)
 from rft_core.errors import ActorFailed, ConfigError, RFTError, ServiceUnavailable
 from rft_core.monitor.events import ENV_REDIS_URL, ENV_RUN_ID
 
-STAGE_META = "stage_meta.json"
 # env vars the dashboard sets for the monitor's Redis sink; actors need them too
 FORWARDED_ENV = (ENV_REDIS_URL, ENV_RUN_ID, "RFT_DEMO_DIR", "HF_HUB_OFFLINE")
 
@@ -352,7 +359,7 @@ def _one_line(err: BaseException) -> str:
 
 
 def _resume_step(cfg: Any) -> int | None:
-    from rft_core.trainer.checkpoint import latest_checkpoint_step
+    from rft_core.checkpoint.layout import latest_checkpoint_step
 
     if not cfg.continue_from_checkpoint:
         return None
@@ -397,10 +404,10 @@ def _kill_queue(cfg: Any) -> None:
 def _run_stage(cfg: Any) -> StageResult:
     import ray
 
+    from rft_core.checkpoint.layout import actor_dir, read_explorer_meta, step_dir
     from rft_core.config.resources import gpu_split, trainer_gpus, trainer_world_size
-    from rft_core.explorer import Explorer, read_explorer_meta
+    from rft_core.explorer import Explorer
     from rft_core.sync.synchronizer import start_synchronizer
-    from rft_core.trainer.checkpoint import step_dir
     from rft_core.trainer.trainer import Trainer
 
     start = time.perf_counter()
@@ -439,7 +446,7 @@ def _run_stage(cfg: Any) -> StageResult:
     elif mode in ("both", "colocate"):
         if mode == "colocate":  # one GPU shared by both actors, weights through memory
             explorer_gpus = rank0_gpus = 0.5 if cfg.cluster.gpu_per_node else 0
-        weights = str(step_dir(job_dir, resume) / "actor") if resume is not None else None
+        weights = str(actor_dir(step_dir(job_dir, resume))) if resume is not None else None
         sync = start_synchronizer(
             f"{prefix}/synchronizer",
             cfg.synchronizer.sync_method,
@@ -479,18 +486,13 @@ def _run_stage(cfg: Any) -> StageResult:
     return result
 
 
-def _stage_meta(job_dir: Path) -> dict[str, Any] | None:
-    path = job_dir / STAGE_META
-    return json.loads(path.read_text()) if path.exists() else None
-
-
 def _latest_hf_dir(job_dir: Path) -> Path | None:
-    from rft_core.trainer.checkpoint import latest_checkpoint_step, step_dir
+    from rft_core.checkpoint.layout import hf_dir, latest_checkpoint_step, step_dir
 
     step = latest_checkpoint_step(job_dir)
     if step is None:
         return None
-    hf = step_dir(job_dir, step) / "actor" / "huggingface"
+    hf = hf_dir(step_dir(job_dir, step))
     return hf if (hf / "config.json").exists() else None
 
 
@@ -511,9 +513,10 @@ def _rename_if_occupied(cfg: Any) -> str | None:
     return old
 
 
-def run_experiment(cfg: Any) -> RunResult:
+def run_experiment(cfg: Any, on_job_dir: Callable[[Any], None] | None = None) -> RunResult:
     """Run every stage of ``cfg`` in order on Ray. Raises RFTError subclasses on user errors and
-    ActorFailed when an actor fails."""
+    ActorFailed when an actor fails. ``on_job_dir(cfg)`` is called once the run's name and job
+    dir are final (a renamed run's) and its preflight passed, before Ray starts."""
     from rft_core.config import resolve_stages
     from rft_core.config.registered import check_registered_names
 
@@ -524,6 +527,8 @@ def run_experiment(cfg: Any) -> RunResult:
     stages = resolve_stages(cfg)
     for i, stage in enumerate(stages):
         preflight(stage, check_model=i == 0)
+    if on_job_dir is not None:
+        on_job_dir(cfg)
     own_ray = False
     try:
         previous_hf: Path | None = None
@@ -531,7 +536,7 @@ def run_experiment(cfg: Any) -> RunResult:
             job_dir = Path(stage.job_dir)
             if previous_hf is not None:
                 stage.model.model_path = str(previous_hf)
-            meta = _stage_meta(job_dir) if stage.stage_name else None
+            meta = read_stage_meta(job_dir) if stage.stage_name else None
             if meta and meta.get("finished") and stage.continue_from_checkpoint:
                 log.warning(
                     "stage %s already finished (%s): skipped",
@@ -554,11 +559,9 @@ def run_experiment(cfg: Any) -> RunResult:
                     "hf_dir": str(previous_hf) if previous_hf else None,
                     "renamed_from": result.renamed_from,
                 }
-                (job_dir / STAGE_META).write_text(json.dumps(meta, indent=2))
+                write_stage_meta(job_dir, meta)
             if result.renamed_from:
-                (job_dir / "run_meta.json").write_text(
-                    json.dumps({"renamed_from": result.renamed_from, "name": cfg.name}, indent=2)
-                )
+                write_run_meta(job_dir, {"renamed_from": result.renamed_from, "name": cfg.name})
     finally:
         if own_ray:
             import ray
@@ -578,7 +581,21 @@ def cli_run(args: argparse.Namespace) -> int:
         check_registered_names(cfg)
         print(config_to_yaml(cfg), end="")
         return 0
-    result = run_experiment(cfg)
+    from rft_core.monitor import dashboard
+
+    registered: list[dashboard.Registration] = []
+
+    def started(final: Any) -> None:
+        text = config_to_yaml(final)
+        Path(final.job_dir).mkdir(parents=True, exist_ok=True)
+        write_text_atomic(Path(final.job_dir) / RUN_CONFIG, text)  # what an import reads
+        # RFT_DASHBOARD_URL + RFT_API_TOKEN: the run registers itself and streams there
+        registration = dashboard.register(text, Path(final.job_dir))
+        if registration is not None:
+            registered.append(registration)
+
+    with dashboard.reporting(registered):
+        result = run_experiment(cfg, on_job_dir=started)
     for stage in result.stages:
         label = stage.stage_name or cfg.name
         if stage.skipped:

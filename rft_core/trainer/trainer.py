@@ -13,7 +13,6 @@ the end) it writes a full checkpoint in the seed's tree and prunes to
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
@@ -21,7 +20,12 @@ from typing import Any
 
 import torch
 
-from rft_core.checkpoint.layout import TRAINER_META, read_trainer_meta
+from rft_core.checkpoint.layout import (
+    prune_checkpoints,
+    read_trainer_meta,
+    step_dir,
+    write_trainer_meta,
+)
 from rft_core.errors import ConfigError
 from rft_core.sync.schedule import trainer_syncs_after
 
@@ -225,8 +229,6 @@ class Trainer:
     # -- checkpoints -------------------------------------------------------------------------
 
     def save(self, save_hf: bool) -> None:
-        from rft_core.trainer.checkpoint import prune_checkpoints, step_dir
-
         start = time.perf_counter()
         self.policy.save(self.job_dir, self.step, save_hf)
         removed = prune_checkpoints(self.job_dir, self.cfg.trainer.max_checkpoints_to_keep)
@@ -256,9 +258,7 @@ class Trainer:
             "metrics": self.last_metrics,
             "experience_buffer": self._source.state(),
         }
-        tmp = self.job_dir / (TRAINER_META + ".tmp")
-        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
-        tmp.replace(self.job_dir / TRAINER_META)
+        write_trainer_meta(self.job_dir, meta)
 
     # -- the loop ----------------------------------------------------------------------------
 

@@ -10,11 +10,11 @@ import pytest
 import ray
 import torch
 
+from rft_core.checkpoint.store import load_checkpoint
 from rft_core.config import load_config_from_dict
 from rft_core.demo import DEMO_SYSTEM_PROMPT, build_demo
 from rft_core.launcher import run_experiment
 from rft_core.sync.schedule import expected_model_versions
-from rft_core.trainer.checkpoint import load_checkpoint
 
 
 @pytest.fixture(scope="module")
