@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
-from rft_core.buffer.experience import Experience
 from rft_core.checkpoint.layout import write_explorer_meta
 from rft_core.data.task import Task
+from rft_core.experience import Experience
 from rft_core.monitor.events import ENV_SAMPLES_PER_STEP, SAMPLES_PER_STEP
 from rft_core.sync.schedule import explorer_syncs_after, trainer_version_for_explorer_sync
 

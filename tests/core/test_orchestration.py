@@ -240,8 +240,8 @@ def test_a_resumed_run_reads_its_sql_buffer_on_from_where_the_checkpoint_left_it
         }
         return run_experiment(load_config_from_dict(cfg)).last
 
-    from rft_core.buffer.experience import Experience
     from rft_core.buffer.sql import SQLBuffer
+    from rft_core.experience import Experience
 
     first = run(2)
     meta = json.loads((Path(first.job_dir) / "trainer_meta.json").read_text())

@@ -1,8 +1,9 @@
-"""The experience schema: one sampled response (or one SFT/DPO example) with what training needs.
+"""``Experience``: the contract between explorer, buffer and trainer (as verl's ``DataProto``).
 
-Explorer workflows produce Experiences; buffers store them (as JSON rows); the trainer batches
-them into tensors. Everything is plain Python so that an Experience crosses Ray, SQLite and
-JSONL without custom serialisation.
+One sampled response (or one SFT/DPO example) with what training needs. Explorer workflows
+produce Experiences; buffers store them (as JSON rows); the trainer batches them into tensors.
+Everything is plain Python so that an Experience crosses Ray, SQLite and JSONL without custom
+serialisation; this module imports nothing of rft_core, so every side can import it.
 """
 
 from __future__ import annotations
