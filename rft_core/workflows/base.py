@@ -21,9 +21,9 @@ from dataclasses import asdict, astuple, is_dataclass
 from typing import Any, ClassVar
 
 from rft_core import rewards
-from rft_core.buffer.experience import Experience
 from rft_core.data.task import Task
 from rft_core.errors import ConfigError
+from rft_core.experience import Experience
 from rft_core.rollout.base import Generation, RolloutEngine, SamplingParams
 
 _SAMPLING_KEYS = ("temperature", "top_p", "top_k", "max_tokens", "seed")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from math import comb
 from statistics import fmean, pstdev
 
-from rft_core.buffer.experience import Experience
+from rft_core.experience import Experience
 
 
 def _stats(prefix: str, values: list[float]) -> dict[str, float]:
