@@ -47,8 +47,7 @@ from typing import Any
 import torch
 
 from rft_core.errors import DataError
-from rft_core.rollout.base import Generation, SamplingParams
-from rft_core.rollout.hf import PromptEncoding
+from rft_core.rollout.base import Generation, PromptEncoding, SamplingParams
 
 WORKER_EXTENSION = "rft_core.rollout.vllm.WorkerExtension"
 LOGPROBS_MODE = "processed_logprobs"

@@ -7,10 +7,13 @@ import contextlib
 import pytest
 import torch
 from tiny_lm import build_tiny_model, build_tokenizer
+from transformers import AttentionInterface
 
+from rft_core import modeling
 from rft_core.errors import ConfigError, DataError, EngineUnavailable
-from rft_core.rollout import SamplingParams, build_engine, decode_step, hf
-from rft_core.rollout.hf import HFRolloutEngine, filter_logits, token_logprobs
+from rft_core.modeling import token_logprobs
+from rft_core.rollout import SamplingParams, build_engine, decode_step, hf, shared_prefix
+from rft_core.rollout.hf import HFRolloutEngine, filter_logits
 
 CONVERSATIONS = [
     [{"role": "user", "content": "1+2=?"}],
@@ -271,7 +274,7 @@ def test_decode_step_is_the_models_own_forward(engine, monkeypatch, fused):
     # a model type it does not know keeps the generic forward
     engine.model.config.model_type = "gemma"
     try:
-        assert of(engine.model, 64, hf.shared_prefix_attention) is None
+        assert of(engine.model, 64, shared_prefix.shared_prefix_attention) is None
     finally:
         engine.model.config.model_type = "qwen2"
 
@@ -284,18 +287,18 @@ def test_grouped_sdpa_attention_is_transformers_sdpa(engine):
     ids = torch.tensor([[0, 0, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14]])
     mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])  # left padding: a real mask
     used = []
-    grouped = hf.grouped_sdpa_attention
+    grouped = modeling.grouped_sdpa_attention
 
     def spy(*args, **kwargs):
         used.append(True)
         return grouped(*args, **kwargs)
 
-    hf.AttentionInterface.register(hf.GROUPED_SDPA_ATTENTION, spy)
+    AttentionInterface.register(modeling.GROUPED_SDPA_ATTENTION, spy)
     results = []
     try:
         for swap in (False, True):
             model.zero_grad()
-            with hf.cpu_attention(model) if swap else contextlib.nullcontext():
+            with modeling.cpu_attention(model) if swap else contextlib.nullcontext():
                 logits = model(input_ids=ids, attention_mask=mask).logits
             (
                 logits[:, 2:] * torch.linspace(-1, 1, logits[:, 2:].numel()).view_as(logits[:, 2:])
@@ -303,7 +306,7 @@ def test_grouped_sdpa_attention_is_transformers_sdpa(engine):
             grads = {n: p.grad.clone() for n, p in model.named_parameters()}
             results.append((logits.detach(), grads))
     finally:
-        hf.AttentionInterface.register(hf.GROUPED_SDPA_ATTENTION, grouped)
+        AttentionInterface.register(modeling.GROUPED_SDPA_ATTENTION, grouped)
     assert used and model.config._attn_implementation == "sdpa"  # restored after the block
     (logits_sdpa, grads_sdpa), (logits_grouped, grads_grouped) = results
     torch.testing.assert_close(logits_grouped[:, 2:], logits_sdpa[:, 2:], atol=1e-6, rtol=0)
