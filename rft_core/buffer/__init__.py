@@ -15,7 +15,6 @@ from rft_core.buffer.base import (
     mirror_storage_type,
     resolve_buffer_path,
 )
-from rft_core.buffer.experience import Experience
 from rft_core.errors import ConfigError
 from rft_core.registry import Registry
 
@@ -93,7 +92,6 @@ __all__ = [
     "BUFFERS",
     "QUEUE_BETWEEN_JOBS_NEEDS_PATH",
     "BufferTimeout",
-    "Experience",
     "ExperienceBuffer",
     "build_buffer",
     "resolve_buffer_path",

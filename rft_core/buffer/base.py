@@ -13,8 +13,8 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
-from rft_core.buffer.experience import Experience
 from rft_core.errors import RFTError
+from rft_core.experience import Experience
 
 POLL_SECONDS = 0.05
 

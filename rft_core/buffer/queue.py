@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rft_core.buffer.base import ExperienceBuffer, mirror_storage_type
-from rft_core.buffer.experience import Experience
+from rft_core.experience import Experience
 
 QUEUE_ACTOR_THREADS = 32
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from rft_core.buffer.base import POLL_SECONDS, ExperienceBuffer
-from rft_core.buffer.experience import Experience
 from rft_core.errors import DataError
+from rft_core.experience import Experience
 
 
 def table_name(name: str) -> str:

@@ -9,8 +9,9 @@ import time
 
 import pytest
 
-from rft_core.buffer import BufferTimeout, Experience, build_buffer, resolve_buffer_path
+from rft_core.buffer import BufferTimeout, build_buffer, resolve_buffer_path
 from rft_core.errors import ConfigError, DataError
+from rft_core.experience import Experience
 
 
 def exps(start: int, count: int) -> list[Experience]:

@@ -7,7 +7,8 @@ import sqlite3
 import pytest
 import ray
 
-from rft_core.buffer import Experience, build_buffer
+from rft_core.buffer import build_buffer
+from rft_core.experience import Experience
 
 
 @pytest.fixture(scope="module")
