@@ -1,18 +1,23 @@
 """Rollout engines behind one interface (``rft_core.rollout.base.RolloutEngine``).
 
 ``build_engine("hf" | "vllm" | "auto", model_path, ...)`` is the one entry point; the engine
-type comes from ``explorer.rollout_model.engine_type``.
+type comes from ``explorer.rollout_model.engine_type``. Each type is a factory in the
+``ENGINES`` registry that imports its engine only when called (vLLM is absent on CPU machines),
+so a new engine is one decorated function here; the config's choices come from the registry.
 """
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from typing import Any
 
-from rft_core.errors import ConfigError, EngineUnavailable
+from rft_core.errors import EngineUnavailable
+from rft_core.registry import Registry
 from rft_core.rollout.base import Generation, RolloutEngine, SamplingParams
 
-ENGINE_TYPES = ("hf", "vllm", "auto")
+EngineFactory = Callable[..., RolloutEngine]
+ENGINES: Registry[EngineFactory] = Registry("engine type", "explorer.rollout_model.engine_type")
 
 VLLM_MISSING = (
     "vLLM is not installed; install rft-studio[vllm] on a GPU node or set "
@@ -52,6 +57,30 @@ def engine_settings(cfg: Any) -> dict[str, Any]:
     return settings
 
 
+@ENGINES.register("hf")
+def _hf(model_path: str, **settings: Any) -> RolloutEngine:
+    from rft_core.rollout.hf import HFRolloutEngine
+
+    return HFRolloutEngine(model_path, **settings)
+
+
+@ENGINES.register("vllm")
+def _vllm(model_path: str, *, device: str | None = None, **settings: Any) -> RolloutEngine:
+    try:
+        import vllm  # noqa: F401
+    except ImportError as err:
+        raise EngineUnavailable(VLLM_MISSING) from err
+    from rft_core.rollout.vllm import VLLMRolloutEngine
+
+    return VLLMRolloutEngine(model_path, **settings)  # vLLM places itself: no device
+
+
+@ENGINES.register("auto")
+def _auto(model_path: str, **settings: Any) -> RolloutEngine:
+    """vLLM when it is importable and CUDA is available, else hf."""
+    return ENGINES.get("vllm" if vllm_usable() else "hf")(model_path, **settings)
+
+
 def build_engine(
     engine_type: str,
     model_path: str,
@@ -62,42 +91,21 @@ def build_engine(
     max_model_len: int | None = None,
     **engine_kwargs: Any,
 ) -> RolloutEngine:
-    """Build the rollout engine named by ``engine_type`` ("hf", "vllm", or "auto": vLLM when it
-    is importable and CUDA is available, else hf)."""
-    kind = (engine_type or "auto").lower()
-    if kind == "auto":
-        kind = "vllm" if vllm_usable() else "hf"
-    if kind == "hf":
-        from rft_core.rollout.hf import HFRolloutEngine
-
-        return HFRolloutEngine(
-            model_path,
-            dtype=dtype,
-            device=device,
-            seed=seed,
-            max_model_len=max_model_len,
-            **engine_kwargs,
-        )
-    if kind == "vllm":
-        try:
-            import vllm  # noqa: F401
-        except ImportError as err:
-            raise EngineUnavailable(VLLM_MISSING) from err
-        from rft_core.rollout.vllm import VLLMRolloutEngine
-
-        return VLLMRolloutEngine(
-            model_path, dtype=dtype, seed=seed, max_model_len=max_model_len, **engine_kwargs
-        )
-    raise ConfigError(
-        "explorer.rollout_model.engine_type",
-        f"unknown engine type {engine_type!r}; choose one of {', '.join(ENGINE_TYPES)}",
-        value=engine_type,
-        allowed=list(ENGINE_TYPES),
+    """Build the rollout engine named by ``engine_type`` (an ``ENGINES`` name: "hf", "vllm", or
+    "auto": vLLM when it is importable and CUDA is available, else hf)."""
+    factory = ENGINES.get((engine_type or "auto").lower())
+    return factory(
+        model_path,
+        dtype=dtype,
+        device=device,
+        seed=seed,
+        max_model_len=max_model_len,
+        **engine_kwargs,
     )
 
 
 __all__ = [
-    "ENGINE_TYPES",
+    "ENGINES",
     "Generation",
     "RolloutEngine",
     "SamplingParams",
