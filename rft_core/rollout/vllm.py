@@ -46,14 +46,12 @@ from typing import Any
 
 import torch
 
-from rft_core.errors import DataError
+from rft_core import dtypes
+from rft_core.errors import DataError, RFTError
 from rft_core.rollout.base import Generation, PromptEncoding, SamplingParams
 
 WORKER_EXTENSION = "rft_core.rollout.vllm.WorkerExtension"
 LOGPROBS_MODE = "processed_logprobs"
-# our dtype names -> vLLM's; "auto" is bfloat16 as on the trainer (vLLM's own "auto" turns an
-# fp32 checkpoint into fp16)
-VLLM_DTYPES = {"auto": "bfloat16", "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 HF_ONLY_OPTIONS = ("device", "num_threads", "attn_implementation", "model", "tokenizer")
 
 
@@ -65,6 +63,18 @@ class WorkerExtension:
         device = next(model.parameters()).device
         loaded = model.load_weights(weights=((n, t.to(device)) for n, t in named_tensors))
         return len(loaded) if loaded is not None else len(named_tensors)
+
+
+def vllm_dtype(dtype: str) -> str:
+    """Our dtype name as vLLM's: "auto" is bfloat16 as on the trainer (vLLM's own "auto" turns
+    an fp32 checkpoint into fp16), an alias its canonical name (``rft_core.dtypes``); any other
+    value goes to vLLM as it is, whose error lists the dtypes it takes."""
+    if dtype == dtypes.AUTO:
+        return "bfloat16"
+    try:
+        return dtypes.canonical(dtype)
+    except RFTError:
+        return dtype
 
 
 def sampling_kwargs(params: SamplingParams, seed: int) -> dict[str, Any]:
@@ -141,7 +151,7 @@ class VLLMRolloutEngine(PromptEncoding):
         self.llm = vllm.LLM(
             model=model_path,
             tensor_parallel_size=tensor_parallel_size,
-            dtype=VLLM_DTYPES.get(dtype, dtype),
+            dtype=vllm_dtype(dtype),
             seed=seed,
             gpu_memory_utilization=gpu_memory_utilization,
             enforce_eager=enforce_eager,
