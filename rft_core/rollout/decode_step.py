@@ -13,8 +13,8 @@ that step from the model's own weights:
   no q/k norms), each layer is a few fused ops: one matrix multiply for q, k and v, one for the
   MLP's gate and up projections (weights concatenated once per call, since the trainer's new
   weights arrive between calls), ``rms_norm``; otherwise each decoder layer module is called;
-- attention goes to the engine's ``shared_prefix_attention`` through the KV cache, as in the
-  model's forward.
+- attention goes to ``shared_prefix_attention`` (``rft_core.rollout.shared_prefix``) through
+  the KV cache, as in the model's forward.
 
 The result is the model's arithmetic up to float rounding (tested against ``model(...)`` and a
 teacher-forced forward in ``tests/core/test_rollout_hf.py``); ``DecodeStep.of`` returns None for

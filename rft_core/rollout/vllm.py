@@ -29,8 +29,9 @@ sampled from. ``LLM.chat`` would render inside vLLM and hide them.
 
 Log-probs: ``logprobs_mode="processed_logprobs"`` gives them after temperature and
 top-k/top-p. With the defaults (top_p = 1, top_k off) that is exactly the hf engine's
-convention (``log_softmax(logits / temperature)``, see ``rft_core.rollout.hf``); with top-k/top-p
-filtering vLLM renormalises over the kept tokens, so the trainer's first ratio is not exactly 1.
+convention (``log_softmax(logits / temperature)``, ``rft_core.modeling.token_logprobs``); with
+top-k/top-p filtering vLLM renormalises over the kept tokens, so the trainer's first ratio is not
+exactly 1.
 
 Weights: the synchronizer calls ``load_weights(state_dict, version)``; the tensors go (on CPU:
 vLLM serialises RPC arguments to its worker processes) to every worker through
