@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from rft_core.actor_setup import RunActor
 from rft_core.checkpoint.layout import write_explorer_meta
 from rft_core.data.task import Task
 from rft_core.experience import Experience
@@ -124,18 +125,11 @@ def apply_group_advantages(
     return kept
 
 
-class Explorer:
+class Explorer(RunActor):
     """Rollouts, advantages and evaluation for one job (stage)."""
 
     def __init__(self, cfg: Any, synchronizer: Any = None, role: str = "explorer"):
-        from rft_core.launcher import setup_actor_logging  # one log file per actor
-
-        self.cfg = cfg
-        self.role = role
-        self.job_dir = Path(cfg.job_dir)
-        self.monitor = setup_actor_logging(cfg, role)
-        self.synchronizer = synchronizer
-        self.step = 0
+        super().__init__(cfg, synchronizer, role)
         self.model_versions: list[tuple[int, int]] = []  # (explorer step, model version)
         self.eval_results: dict[int, dict[str, float]] = {}
         self._progress = {"step": 0, "total": None}

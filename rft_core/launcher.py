@@ -30,6 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from rft_core.actor_setup import run_name
 from rft_core.checkpoint.layout import (
     RUN_CONFIG,
     STAGE_META,
@@ -70,50 +71,6 @@ class RunResult:
         return self.stages[-1]
 
 
-# -- actor-side helpers -----------------------------------------------------------------------
-
-
-def setup_actor_logging(cfg: Any, role: str, logger_name: str = "rft_core") -> Any:
-    """``job_dir/log/<role>.log`` for this actor's logger, and its monitor (metrics, status,
-    log lines for the dashboard). Returns the monitor."""
-    from rft_core.actor_log import log_to_file
-    from rft_core.monitor import build_monitor
-    from rft_core.monitor.monitor import MonitorLogHandler
-
-    job_dir = Path(cfg.job_dir)
-    log_to_file(job_dir / "log" / f"{role}.log", logger_name)
-    logger = logging.getLogger(logger_name)
-    monitor = build_monitor(
-        cfg.monitor.monitor_type,
-        cfg.monitor.monitor_args,
-        job_dir,
-        role,
-        _run_name(cfg),
-        stage=cfg.stage_name or "",
-    )
-    logger.addHandler(MonitorLogHandler(monitor))
-    from rft_core.config.trinity_compat import warn_unimplemented
-
-    warn_unimplemented(cfg)  # Trinity keys this run accepts but ignores, in the run's own log
-    _use_all_cores(cfg)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # "Loading weights" bars from every actor drown the log
-    return monitor
-
-
-def _run_name(cfg: Any) -> str:
-    return f"{cfg.project}/{cfg.name}" + (f"/{cfg.stage_name}" if cfg.stage_name else "")
-
-
-def _use_all_cores(cfg: Any) -> None:
-    # Ray sets OMP_NUM_THREADS=1 in workers; a CPU run wants torch on every core it has
-    if cfg.cluster.gpu_per_node == 0:
-        import torch
-
-        torch.set_num_threads(max(1, os.cpu_count() or 1))
-
-
 # -- checks before any actor starts -----------------------------------------------------------
 
 
@@ -122,7 +79,7 @@ def preflight(cfg: Any, check_model: bool = True) -> None:
     (``check_model=False`` for a later stage, whose model the stage before it writes)."""
     from rft_core.monitor.monitor import check_monitor
 
-    check_monitor(cfg.monitor.monitor_type, _run_name(cfg))  # what the actors' monitors need
+    check_monitor(cfg.monitor.monitor_type, run_name(cfg))  # what the actors' monitors need
     problems: list[tuple[str, str]] = []
     model_path = cfg.model.model_path
     if check_model and not (Path(model_path).expanduser() / "config.json").is_file():
@@ -621,5 +578,4 @@ __all__ = [
     "preflight",
     "run_experiment",
     "run_stage",
-    "setup_actor_logging",
 ]

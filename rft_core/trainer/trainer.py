@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from rft_core.actor_setup import RunActor
 from rft_core.checkpoint.layout import (
     prune_checkpoints,
     read_trainer_meta,
@@ -68,16 +68,11 @@ class DatasetExperiences:
         return {"step": self.step, "offset": self.step * self.batch_size}
 
 
-class Trainer:
-    def __init__(self, cfg: Any, synchronizer: Any = None, role: str = "trainer"):
-        from rft_core.launcher import setup_actor_logging
+class Trainer(RunActor):
+    """Policy updates, weight publishing and checkpoints for one job (stage)."""
 
-        self.cfg = cfg
-        self.role = role
-        self.job_dir = Path(cfg.job_dir)
-        self.monitor = setup_actor_logging(cfg, role)
-        self.synchronizer = synchronizer
-        self.step = 0
+    def __init__(self, cfg: Any, synchronizer: Any = None, role: str = "trainer"):
+        super().__init__(cfg, synchronizer, role)
         self.saved_steps: list[int] = []
         self.last_metrics: dict[str, float] = {}
         self.policy = None

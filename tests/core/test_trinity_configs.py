@@ -400,7 +400,7 @@ def test_a_stage_section_trinity_accepts_is_warned_about_with_its_stage_path(tri
 def test_unimplemented_keys_are_in_the_run_log_of_each_actor(trinity_env, monkeypatch, tmp_path):
     """The actors' logs (job_dir/log/<role>.log, also streamed to the dashboard) say which keys
     of the config this run ignores, not only the terminal that loaded it."""
-    from rft_core.launcher import setup_actor_logging
+    from rft_core.actor_setup import setup_actor_logging
 
     monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path))
     cfg = load_config(CORPUS / "grpo_lora_gsm8k.yaml")

@@ -1,0 +1,70 @@
+"""What every actor of a run (the explorer, the trainer) does when it starts, in one place.
+
+``RunActor.__init__`` holds the attributes both share (config, role, job dir, monitor,
+synchronizer, step) and calls :func:`setup_actor_logging`: the actor's log file
+``job_dir/log/<role>.log`` (``rft_core.actor_log``), its monitor (metrics, status and log lines
+for the dashboard), the Trinity keys the run ignores said again in that log, torch on every core
+of a CPU run, and no download progress bars. Actors import this module, never the launcher that
+starts them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+
+def run_name(cfg: Any) -> str:
+    """``project/name[/stage_name]``: the name a run's monitors report under."""
+    return f"{cfg.project}/{cfg.name}" + (f"/{cfg.stage_name}" if cfg.stage_name else "")
+
+
+def setup_actor_logging(cfg: Any, role: str, logger_name: str = "rft_core") -> Any:
+    """``job_dir/log/<role>.log`` for this actor's logger, and its monitor (metrics, status,
+    log lines for the dashboard). Returns the monitor."""
+    from rft_core.actor_log import log_to_file
+    from rft_core.monitor import build_monitor
+    from rft_core.monitor.monitor import MonitorLogHandler
+
+    job_dir = Path(cfg.job_dir)
+    log_to_file(job_dir / "log" / f"{role}.log", logger_name)
+    logger = logging.getLogger(logger_name)
+    monitor = build_monitor(
+        cfg.monitor.monitor_type,
+        cfg.monitor.monitor_args,
+        job_dir,
+        role,
+        run_name(cfg),
+        stage=cfg.stage_name or "",
+    )
+    logger.addHandler(MonitorLogHandler(monitor))
+    from rft_core.config.trinity_compat import warn_unimplemented
+
+    warn_unimplemented(cfg)  # Trinity keys this run accepts but ignores, in the run's own log
+    _use_all_cores(cfg)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Loading weights" bars from every actor drown the log
+    return monitor
+
+
+def _use_all_cores(cfg: Any) -> None:
+    # Ray sets OMP_NUM_THREADS=1 in workers; a CPU run wants torch on every core it has
+    if cfg.cluster.gpu_per_node == 0:
+        import torch
+
+        torch.set_num_threads(max(1, os.cpu_count() or 1))
+
+
+class RunActor:
+    """The start every run actor shares; ``Explorer`` and ``Trainer`` build on it."""
+
+    def __init__(self, cfg: Any, synchronizer: Any = None, role: str = "actor"):
+        self.cfg = cfg
+        self.role = role
+        self.job_dir = Path(cfg.job_dir)
+        self.monitor = setup_actor_logging(cfg, role)
+        self.synchronizer = synchronizer
+        self.step = 0
