@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "core"))
 from tiny_lm import build_tiny_model  # noqa: E402
 from transformers import Qwen2ForCausalLM  # noqa: E402
 
-from rft_core.buffer.experience import Experience  # noqa: E402
+from rft_core.experience import Experience  # noqa: E402
 from rft_core.rollout import SamplingParams, build_engine  # noqa: E402
 from rft_core.trainer.policy import PolicyTrainer  # noqa: E402
 
