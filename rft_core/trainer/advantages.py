@@ -22,8 +22,8 @@ import torch
 from rft_core.algorithms import advantages as adv
 from rft_core.algorithms.kl import apply_kl_penalty, kl_penalized_rewards
 from rft_core.algorithms.settings import AlgorithmSettings, accepted_args
-from rft_core.buffer.experience import Experience
 from rft_core.errors import ConfigError
+from rft_core.experience import Experience
 from rft_core.trainer.batching import MicroBatch
 from rft_core.trainer.collectives import StepRanks, sum_tensor_across_ranks
 from rft_core.trainer.critic import Critic

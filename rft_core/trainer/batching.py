@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rft_core.buffer.experience import Experience
+from rft_core.experience import Experience
 
 
 @dataclass

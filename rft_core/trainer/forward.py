@@ -1,8 +1,8 @@
 """The trainer's forwards: a step's experiences cut into micro-batches, and the log-probs of
 their response tokens under a model.
 
-Log-probs are ``log_softmax(logits / temperature)`` in fp32, the same convention as the
-rollout engines (``rft_core.rollout.hf``), so that an on-policy importance ratio is 1 up to
+Log-probs are ``log_softmax(logits / temperature)`` in fp32, the rollout engines' convention
+(``rft_core.modeling.token_logprobs``), so that an on-policy importance ratio is 1 up to
 numerics. Only the logits predicting the response tokens are computed (``logits_to_keep``, see
 ``rft_core.trainer.batching`` for the padding layout); when prompts repeat in a micro-batch each
 distinct prompt runs once and its KV cache serves every response to it (``SharedPrefix``).
@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from rft_core.buffer.experience import Experience
-from rft_core.rollout.hf import cpu_attention, full_attention_cache, token_logprobs
+from rft_core.experience import Experience
+from rft_core.modeling import cpu_attention, full_attention_cache, token_logprobs
 from rft_core.trainer.batching import (
     MicroBatch,
     SharedPrefix,

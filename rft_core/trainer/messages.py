@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from rft_core.buffer.experience import Experience
 from rft_core.errors import DataError
+from rft_core.experience import Experience
 
 log = logging.getLogger(__name__)
 

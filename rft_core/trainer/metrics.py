@@ -8,7 +8,7 @@ A sharded rank reports its own share of every global mean; ``rft_core.trainer.ra
 
 from __future__ import annotations
 
-from rft_core.buffer.experience import Experience
+from rft_core.experience import Experience
 from rft_core.trainer.batching import is_trained
 from rft_core.trainer.collectives import StepRanks
 

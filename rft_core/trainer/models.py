@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from rft_core.rollout.hf import resolve_dtype
+from rft_core.modeling import resolve_dtype
 from rft_core.trainer.critic import Critic
 
 

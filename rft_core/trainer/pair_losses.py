@@ -16,7 +16,7 @@ import torch
 
 from rft_core.algorithms.policy_losses import PolicyLoss
 from rft_core.algorithms.settings import AlgorithmSettings, accepted_args
-from rft_core.buffer.experience import Experience
+from rft_core.experience import Experience
 from rft_core.trainer.batching import collate, is_trained, micro_batches
 from rft_core.trainer.forward import PolicyForward
 from rft_core.trainer.metrics import add_weighted

@@ -31,8 +31,8 @@ import torch
 
 from rft_core.algorithms.policy_losses import POLICY_LOSSES
 from rft_core.algorithms.settings import AlgorithmSettings
-from rft_core.buffer.experience import Experience
-from rft_core.rollout.hf import resolve_device
+from rft_core.experience import Experience
+from rft_core.modeling import resolve_device
 from rft_core.trainer.batching import MicroBatch
 from rft_core.trainer.collectives import StepRanks
 from rft_core.trainer.forward import PolicyForward

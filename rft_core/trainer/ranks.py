@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from rft_core.buffer.experience import Experience
+from rft_core.experience import Experience
 from rft_core.trainer.policy import PolicyTrainer
 
 log = logging.getLogger("rft_core.trainer.ranks")

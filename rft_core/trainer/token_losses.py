@@ -25,7 +25,7 @@ from rft_core.algorithms.entropy import entropy_from_logits
 from rft_core.algorithms.kl import kl_loss
 from rft_core.algorithms.policy_losses import PolicyLoss
 from rft_core.algorithms.settings import AlgorithmSettings, accepted_args
-from rft_core.buffer.experience import Experience
+from rft_core.experience import Experience
 from rft_core.trainer.advantages import step_advantages
 from rft_core.trainer.batching import MicroBatch, loss_weight, right_aligned
 from rft_core.trainer.critic import Critic

@@ -139,7 +139,7 @@ def test_registry_entries_and_errors():
 
 
 def test_filtered_groups_are_dropped_or_kept_masked_for_a_waiting_trainer():
-    from rft_core.buffer.experience import Experience
+    from rft_core.experience import Experience
     from rft_core.explorer import apply_group_advantages
 
     def batch():

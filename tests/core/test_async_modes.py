@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rft_core.buffer import BufferTimeout, Experience, build_buffer
+from rft_core.buffer import BufferTimeout, build_buffer
 from rft_core.buffer.file import FileBuffer
 from rft_core.buffer.sql import SQLBuffer
 from rft_core.checkpoint.layout import FULL_CHECKPOINT_MARKER, LATEST_STATE_DICT, step_dir
@@ -29,6 +29,7 @@ from rft_core.checkpoint.store import save_state_dict_for_sync
 from rft_core.config import load_config, load_config_from_dict
 from rft_core.demo import build_demo
 from rft_core.errors import ConfigError
+from rft_core.experience import Experience
 from rft_core.launcher import preflight
 from rft_core.sync.checkpoint_watch import CheckpointWatch
 from tests.core.test_orchestration import _taskset

@@ -9,8 +9,8 @@ import pytest
 import torch
 from tiny_lm import build_tiny_model
 
-from rft_core.buffer.experience import Experience
 from rft_core.config.schema import AlgorithmConfig, OptimizerConfig
+from rft_core.experience import Experience
 from rft_core.rollout import SamplingParams, build_engine
 from rft_core.trainer.batching import response_blocks
 from rft_core.trainer.forward import shares_prefix

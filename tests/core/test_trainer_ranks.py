@@ -13,8 +13,8 @@ import torch
 from test_policy_update import algorithm, rollout
 from tiny_lm import build_tiny_model
 
-from rft_core.buffer.experience import Experience
 from rft_core.checkpoint.store import load_checkpoint
+from rft_core.experience import Experience
 from rft_core.trainer.policy import PolicyTrainer
 from rft_core.trainer.ranks import PolicyGroup, merge_metrics, shard_experiences
 
