@@ -18,7 +18,7 @@ import math
 import re
 from fractions import Fraction
 
-from rft_core.rewards import register
+from rft_core.rewards.base import register
 
 FORMAT_SCORE = 0.1
 

@@ -12,11 +12,15 @@ scores it by default (``default_reward_fn``); :meth:`Workflow.run_batch` does th
 - grouping: every response to one task shares ``group_id = "<taskset>:<index>"`` (``#2``,
   ``#3``... appended when the same task occurs again in the batch). Ids are unique within one
   call; the explorer prefixes its step number to make them unique across steps.
+
+Subclasses are registered by name in ``WORKFLOWS`` (``@register("name")``), the registry
+``default_workflow_type`` (or a row's ``format.workflow_key``) picks from.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import asdict, astuple, is_dataclass
 from typing import Any, ClassVar
 
@@ -24,6 +28,7 @@ from rft_core import rewards
 from rft_core.data.task import Task
 from rft_core.errors import ConfigError
 from rft_core.experience import Experience
+from rft_core.registry import Registry
 from rft_core.rollout.base import Generation, RolloutEngine, SamplingParams
 
 _SAMPLING_KEYS = ("temperature", "top_p", "top_k", "max_tokens", "seed")
@@ -144,6 +149,26 @@ class Workflow(ABC):
             for i, gens in zip(positions, outputs, strict=True):
                 results[i] = gens
         return results  # type: ignore[return-value]
+
+
+WORKFLOW_PATH = "buffer.explorer_input.taskset.default_workflow_type"
+
+WORKFLOWS: Registry[type[Workflow]] = Registry("workflow", WORKFLOW_PATH)
+
+
+def register(name: str) -> Callable[[type[Workflow]], type[Workflow]]:
+    """Class decorator registering a Workflow subclass under ``name``."""
+    return WORKFLOWS.register(name)
+
+
+def get(name: str, *, path: str | None = None) -> type[Workflow]:
+    """The workflow class registered as ``name``; unknown names raise a ConfigError listing the
+    registered ones."""
+    return WORKFLOWS.get(name, path=path)
+
+
+def names() -> list[str]:
+    return WORKFLOWS.names()
 
 
 def _group_ids(tasks: list[Task]) -> list[str]:

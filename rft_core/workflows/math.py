@@ -5,8 +5,7 @@ another reward function."""
 from __future__ import annotations
 
 from rft_core.data.task import Task
-from rft_core.workflows import register
-from rft_core.workflows.base import Workflow
+from rft_core.workflows.base import Workflow, register
 
 THINK_ANSWER_SYSTEM_PROMPT = (
     "A conversation between User and Assistant. The User asks a question and the Assistant "

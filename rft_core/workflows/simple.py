@@ -4,8 +4,7 @@ scored by the reward function the task names (required)."""
 from __future__ import annotations
 
 from rft_core.data.task import Task
-from rft_core.workflows import register
-from rft_core.workflows.base import Workflow
+from rft_core.workflows.base import Workflow, register
 
 
 @register("simple_workflow")
