@@ -40,9 +40,10 @@ def setup_actor_logging(cfg: Any, role: str, logger_name: str = "rft_core") -> A
         stage=cfg.stage_name or "",
     )
     logger.addHandler(MonitorLogHandler(monitor))
-    from rft_core.config.trinity_compat import warn_unimplemented
+    from rft_core.config.trinity_compat import log_unimplemented
 
-    warn_unimplemented(cfg)  # Trinity keys this run accepts but ignores, in the run's own log
+    # Trinity keys this run accepts but ignores, in the run's own log (the validator's list)
+    log_unimplemented(cfg._unimplemented)
     _use_all_cores(cfg)
     from transformers.utils import logging as hf_logging
 

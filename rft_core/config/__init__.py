@@ -29,8 +29,7 @@ from rft_core.config.schema import (
     TrainerInput,
     job_dir,
 )
-from rft_core.config.stages import resolve_stages
-from rft_core.config.validate import validate
+from rft_core.config.validate import resolve_stages, validate
 
 __all__ = [
     "AlgorithmConfig",

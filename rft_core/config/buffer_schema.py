@@ -10,7 +10,7 @@ from typing import Any
 from rft_core.config.meta import BEGINNER
 from rft_core.config.meta import config_field as _field
 from rft_core.config.registered import registered_choices
-from rft_core.config.trinity_compat import ReplayBufferConfig
+from rft_core.config.trinity_sections import ReplayBufferConfig
 
 # ---------------------------------------------------------------- buffer: tasksets and experiences
 

@@ -33,7 +33,7 @@ from rft_core.config.buffer_schema import TrainerInput as TrainerInput
 from rft_core.config.meta import BEGINNER
 from rft_core.config.meta import config_field as _field
 from rft_core.config.registered import registered_choices
-from rft_core.config.trinity_compat import (
+from rft_core.config.trinity_sections import (
     DataProcessorConfig,
     DynamicTimeoutConfig,
     ExternalModelConfig,
@@ -232,7 +232,7 @@ class RolloutModelConfig:
     engine_type: str = _field(
         "auto",
         "rollout engine: hf (transformers, CPU or GPU), vllm (GPU); auto = vllm when vLLM is installed and cluster.gpu_per_node > 0, else hf",
-        choices=["auto", "hf", "vllm"],
+        choices=registered_choices("engine_types"),
         aliases={"transformers": "hf", "vllm_async": "vllm"},
         level=BEGINNER,
     )

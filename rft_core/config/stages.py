@@ -4,7 +4,8 @@ Each stage is a full Config: the global config with every section that the stage
 *replacing* the global one (Trinity's rule: a stage's ``buffer`` is the whole buffer of that
 stage, not a patch), ``name`` kept and ``stage_name`` set, so its job dir is
 ``<root>/<project>/<name>/<stage_name>``. Derived values are computed per stage from what the
-user wrote, never carried over from the global config.
+user wrote, never carried over from the global config: ``rft_core.config.validate`` validates
+each stage this module builds (``resolve_stages`` is there).
 """
 
 from __future__ import annotations
@@ -36,12 +37,3 @@ def stage_config(base: Config, stage: StageConfig) -> Config:
     out.stage_name = stage.stage_name
     out.stages = []
     return out
-
-
-def resolve_stages(cfg: Config) -> list[Config]:
-    """A validated full Config per stage, in order; ``[cfg]`` when the config has no stages."""
-    from rft_core.config.validate import validate_stage
-
-    if not cfg.stages:
-        return [cfg]
-    return [validate_stage(cfg, i) for i in range(len(cfg.stages))]

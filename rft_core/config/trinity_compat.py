@@ -3,9 +3,10 @@
 Three kinds, each said out loud at run time (never silently ignored):
 
 - sections and settings we do not implement (LoRA, Megatron parallelism, Tinker, data
-  processors, over-rollout, ...): the dataclasses below and the fields flagged
-  ``unimplemented`` in ``rft_core.config.schema``; :func:`warn_unimplemented` logs one warning
-  per key a config sets to anything but Trinity's default;
+  processors, over-rollout, ...): the dataclasses of ``rft_core.config.trinity_sections`` and
+  the fields flagged ``unimplemented`` in ``rft_core.config.schema``;
+  :func:`warn_unimplemented` logs one warning per key a config sets to anything but Trinity's
+  default;
 - deprecated spellings Trinity-RFT 0.6 still accepts (``explorer.runner_num``,
   ``algorithm.optimizer.warmup_style``, ``taskset.task_selector``) and two older ones
   (``trainer.ppo_max_token_len_per_gpu``, ``buffer.max_retry_times``): :func:`apply_deprecated`
@@ -14,150 +15,20 @@ Three kinds, each said out loud at run time (never silently ignored):
   :func:`fold_rollout_model_overrides` moves them into ``model`` when ``model`` leaves them unset
   (one engine serves both, so they cannot differ) and warns when both are set and differ.
 
-Field names, types and defaults follow Trinity-RFT's ``trinity/common/config.py``.
+These functions act on a loaded config (``rft_core.config.validate`` calls them); the schema
+does not import them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
 from typing import Any
 
-from rft_core.config.meta import config_field as _field
+from rft_core.config.buffer_schema import DataSelectorConfig
 from rft_core.errors import ConfigError
 
 log = logging.getLogger(__name__)
-
-
-# ---------------------------------------------------------------- sections we accept but do not implement
-
-
-@dataclass
-class ReplayBufferConfig:
-    """Priority replay of queue experiences (Trinity's ``replay_buffer``)."""
-
-    enable: bool = _field(False, "reuse experiences from the queue by priority")
-    priority_fn: str = _field("linear_decay", "priority function of replayed experiences")
-    reuse_cooldown_time: float | None = _field(None, "seconds before an experience is reused")
-    priority_fn_args: dict[str, Any] = _field(
-        help="free-form arguments of the priority function", factory=lambda: {"decay": 2.0}
-    )
-
-
-@dataclass
-class OverRolloutConfig:
-    ratio: float = _field(
-        0.0, "the explorer waits for only (1 - ratio) x batch_size tasks per step"
-    )
-    wait_after_min: float = _field(30.0, "seconds to wait after the minimum is reached")
-    return_partial_tasks: bool = _field(False, "keep tasks with some runs finished")
-
-
-@dataclass
-class DynamicTimeoutConfig:
-    enable: bool = _field(False, "per-step timeout from the average task time")
-    warmup_min_steps: int = _field(1, "fully observed steps before it applies")
-    ratio: float = _field(3.0, "timeout = min(max_timeout, average task time x ratio)")
-
-
-@dataclass
-class MegatronParallelConfig:
-    """Megatron-Core parallelism of the trainer (``trainer.trainer_strategy: megatron``)."""
-
-    tensor_model_parallel_size: int = _field(1, "tensor parallel size")
-    pipeline_model_parallel_size: int = _field(1, "pipeline parallel size")
-    virtual_pipeline_model_parallel_size: int | None = _field(None, "virtual pipeline size")
-    expert_model_parallel_size: int = _field(1, "expert parallel size")
-    expert_tensor_parallel_size: int | None = _field(None, "expert tensor parallel size")
-    context_parallel_size: int = _field(1, "context parallel size")
-    sequence_parallel: bool = _field(True, "sequence parallelism")
-
-
-@dataclass
-class LoRAConfig:
-    name: str | None = _field(None, "adapter name")
-    path: str | None = _field(None, "existing adapter to start from")
-    base_model_name: str | None = _field(None, "base model of the adapter")
-    lora_rank: int = _field(32, "LoRA rank")
-    lora_alpha: int = _field(32, "LoRA alpha")
-    lora_dtype: str = _field("auto", "adapter dtype")
-    target_modules: str = _field("all-linear", "modules that get adapters")
-    exclude_modules: str | None = _field(None, "modules that get none")
-
-
-@dataclass
-class TinkerConfig:
-    enable: bool = _field(False, "train through the Tinker service")
-    rank: int = _field(16, "LoRA rank on Tinker")
-    seed: int | None = _field(None, "seed")
-    train_mlp: bool = _field(True, "train MLP layers")
-    train_attn: bool = _field(True, "train attention layers")
-    train_unembed: bool = _field(True, "train the unembedding")
-    base_url: str | None = _field(None, "Tinker service URL")
-
-
-@dataclass
-class ExternalModelConfig:
-    enable: bool = _field(False, "roll out with an OpenAI-compatible API instead of a local engine")
-    base_url_env: str = _field("OPENAI_BASE_URL", "environment variable holding the API URL")
-    api_key_env: str = _field("OPENAI_API_KEY", "environment variable holding the API key")
-    model_name: str | None = _field(None, "model name at the API")
-
-
-@dataclass
-class LogConfig:
-    level: str = _field("INFO", "log level of the actors (DEBUG, INFO, WARNING, ERROR)")
-    group_by_node: bool = _field(False, "one log directory per Ray node")
-
-
-@dataclass
-class DataJuicerServiceConfig:
-    server_url: str | None = _field(None, "URL of a running Data-Juicer server")
-    auto_start: bool = _field(False, "start a Data-Juicer server")
-    port: int | None = _field(None, "port of the started server (None: random)")
-
-
-@dataclass
-class ServiceConfig:
-    data_juicer: DataJuicerServiceConfig | None = _field(None, "Data-Juicer service")
-
-
-@dataclass
-class OperatorConfig:
-    name: str = _field("", "operator name")
-    args: dict[str, Any] = _field(help="free-form operator arguments", factory=dict)
-
-
-@dataclass
-class TaskPipelineConfig:
-    operators: list[OperatorConfig] = _field(help="Data-Juicer operators, in order", factory=list)
-    num_process: int = _field(4, "worker processes")
-    config_path: str | None = _field(None, "Data-Juicer config file (replaces operators)")
-    inputs: list[str] = _field(help="raw task files", factory=list)
-    output: dict[str, Any] | None = _field(
-        None, "output taskset (None: buffer.explorer_input.taskset)"
-    )
-    target_fields: list[str] = _field(help="fields processed into the output", factory=list)
-    priority_weights: dict[str, float] = _field(help="weights of priority terms", factory=dict)
-    top_k: int = _field(-1, "tasks kept after the pipeline (-1: all)")
-
-
-@dataclass
-class ExperiencePipelineConfig:
-    operators: list[OperatorConfig] = _field(help="experience operators, in order", factory=list)
-    save_input: bool = _field(True, "save the experiences entering the pipeline")
-    input_save_path: str | None = _field(None, "where they are saved (.jsonl or sqlite)")
-    inputs: dict[str, Any] = _field(help="extra input buffers by name", factory=dict)
-    output: dict[str, Any] | None = _field(None, "output buffer (None: the trainer input)")
-
-
-@dataclass
-class DataProcessorConfig:
-    task_pipeline: TaskPipelineConfig | None = _field(None, "task preprocessing")
-    experience_pipeline: ExperiencePipelineConfig = _field(
-        help="experience processing", factory=ExperiencePipelineConfig
-    )
 
 
 # ---------------------------------------------------------------- warnings
@@ -185,6 +56,13 @@ def unimplemented_settings(cfg: Any, prefix: str = "") -> list[tuple[str, Any]]:
 def warn_unimplemented(cfg: Any) -> list[tuple[str, Any]]:
     """Log one warning per setting of :func:`unimplemented_settings`; returns them."""
     found = unimplemented_settings(cfg)
+    log_unimplemented(found)
+    return found
+
+
+def log_unimplemented(found: list[tuple[str, Any]]) -> None:
+    """One warning per ``(yaml path, value)`` of :func:`unimplemented_settings`: the load says
+    them, and each actor again in its own log from the list the validator recorded."""
     for path, value in found:
         log.warning(
             "%s = %s: accepted for Trinity-RFT compatibility, but RFT Studio does not implement "
@@ -192,13 +70,10 @@ def warn_unimplemented(cfg: Any) -> list[tuple[str, Any]]:
             path,
             _short(value),
         )
-    return found
 
 
 def apply_deprecated(cfg: Any) -> None:
     """Map deprecated spellings onto their current keys (or warn that they have no effect)."""
-    from rft_core.config.schema import DataSelectorConfig
-
     e, o, t, b = cfg.explorer, cfg.algorithm.optimizer, cfg.trainer, cfg.buffer
     if e.runner_num is not None:
         log.warning(

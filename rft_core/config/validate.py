@@ -16,8 +16,13 @@ path. Decisions (where Trinity is silent or where TRINITY_COMPAT.md asks for a f
 - ``explorer.rollout_model.engine_type: auto`` -> vllm when vLLM is installed and the job has
   GPUs (``cluster.gpu_per_node > 0``), else hf. Decided from the config, not from the machine
   that loads it, so a CPU head node launching a GPU job decides the same way.
-- With ``stages``, each stage is validated as a full config (``resolve_stages``); the global
-  sections only serve as what stages inherit.
+- With ``stages``, each stage is validated as a full config; the global sections only serve
+  as what stages inherit. ``validate`` does it once, at load, and keeps the stages;
+  ``resolve_stages`` hands out copies of them, so the name check and the launcher of a run
+  read the stages the load validated instead of validating again.
+- What a config sets that is not implemented is recorded by the validator (``_unimplemented``
+  beside ``_written``, the config as written) and logged once at load; each actor repeats the
+  recorded list in its own log (``rft_core.actor_setup``) without scanning the config again.
 - Trinity-RFT keys we accept without implementing them log a warning when set; deprecated
   spellings are mapped onto their current keys (``rft_core.config.trinity_compat``).
 """
@@ -42,6 +47,7 @@ from rft_core.config.stages import stage_config
 from rft_core.config.trinity_compat import (
     apply_deprecated,
     fold_rollout_model_overrides,
+    unimplemented_settings,
     warn_unimplemented,
 )
 from rft_core.errors import ConfigError
@@ -53,17 +59,28 @@ DEFAULT_HALF_LEN = 1024
 
 
 def validate(cfg: Config) -> Config:
-    """Check ``cfg`` and fill its derived values in place; returns it."""
+    """Check ``cfg`` and fill its derived values in place; returns it. A config with stages has
+    every stage validated and kept for :func:`resolve_stages`."""
     if "_written" not in cfg.__dict__:
         cfg._written = copy.deepcopy(cfg)
         warn_unimplemented(cfg._written)
     if cfg.stages:
         _check_stage_list(cfg)
-        for i in range(len(cfg.stages)):
-            validate_stage(cfg, i)
+        cfg._stages = [validate_stage(cfg, i) for i in range(len(cfg.stages))]
         return cfg
     _derive(cfg)
     return cfg
+
+
+def resolve_stages(cfg: Config) -> list[Config]:
+    """A validated full Config per stage, in order; ``[cfg]`` when the config has no stages.
+    The stages :func:`validate` kept are handed out as copies (a run sets a later stage's
+    model path on its own); a config whose stages it never saw has them validated here."""
+    if not cfg.stages:
+        return [cfg]
+    if "_stages" in cfg.__dict__:
+        return copy.deepcopy(cfg._stages)
+    return [validate_stage(cfg, i) for i in range(len(cfg.stages))]
 
 
 def validate_stage(cfg: Config, index: int) -> Config:
@@ -158,6 +175,7 @@ def _derive(cfg: Config) -> None:
     _check_cluster(cfg)
     _derive_synchronizer(cfg)
     _derive_trainer(cfg)
+    cfg._unimplemented = unimplemented_settings(cfg)  # what each actor's log repeats
 
 
 def _check_top(cfg: Config) -> None:
