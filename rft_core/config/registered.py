@@ -1,17 +1,17 @@
 """Names and arguments a config hands to the registries (workflows, rewards, advantage fns,
-policy losses, KL fns, experience buffers), checked before a run starts.
+policy losses, KL fns, experience buffers, rollout engines), checked before a run starts.
 
 Kept out of ``validate`` because the registries import torch (seconds, and memory the web
 process should not pay for a form); ``run_experiment`` and ``trinity run --dry-run`` call it.
 
-The check reads a *table* of what is registered: the workflow, reward, KL fn and buffer
-storage-type names, and per advantage fn / policy loss the arguments a config may set with
+The check reads a *table* of what is registered: the workflow, reward, KL fn, buffer
+storage-type and engine-type names, and per advantage fn / policy loss the arguments a config may set with
 their defaults. ``registered_names_table()`` builds it from the live registries (imports torch;
 this is what ``trinity run`` uses, so plug-ins a user registered count). ``registered_names.json``
 beside this file is that table committed, for the web process, which checks web-submitted
 configs against the built-in names without importing torch (a web user cannot register code, so
 the built-ins are the whole truth there), and for the schema: the ``choices`` of the fields
-that pick a KL fn or a storage type are ``registered_choices(...)`` of it, so the config loader,
+that pick a KL fn, a storage type or an engine type are ``registered_choices(...)`` of it, so the config loader,
 the reference YAML and the web forms list what the registries hold.
 ``tests/core/test_registered_names.py`` fails when it is stale:
 
@@ -46,14 +46,15 @@ _KL_ARGS_IGNORED = ["adaptive", "target_kl", "horizon"]
 
 
 def registered_names_table() -> dict[str, Any]:
-    """What is registered now: ``workflows``, ``reward_fns``, ``kl_fns``, ``storage_types``
-    (names), ``advantage_fns`` and ``policy_loss_fns`` (name -> {settable argument: default}).
+    """What is registered now: ``workflows``, ``reward_fns``, ``kl_fns``, ``storage_types``,
+    ``engine_types`` (names), ``advantage_fns`` and ``policy_loss_fns`` (name -> {settable argument: default}).
     Imports the registries (torch)."""
     from rft_core import rewards, workflows
     from rft_core.algorithms.advantages import ADVANTAGE_FNS
     from rft_core.algorithms.kl import KL_FNS
     from rft_core.algorithms.policy_losses import POLICY_LOSSES
     from rft_core.buffer import BUFFERS
+    from rft_core.rollout import ENGINES
 
     return {
         "workflows": workflows.names(),
@@ -62,6 +63,7 @@ def registered_names_table() -> dict[str, Any]:
         "policy_loss_fns": {n: _settable(POLICY_LOSSES.get(n).fn) for n in POLICY_LOSSES.names()},
         "kl_fns": KL_FNS.names(),
         "storage_types": BUFFERS.names(),
+        "engine_types": ENGINES.names(),
     }
 
 
@@ -72,7 +74,8 @@ def committed_registered_names() -> dict[str, Any]:
 
 
 def registered_choices(key: str) -> list[str]:
-    """The committed names under ``key`` ("kl_fns", "storage_types"), as a field's ``choices``."""
+    """The committed names under ``key`` ("kl_fns", "storage_types", "engine_types"), as a
+    field's ``choices``."""
     return list(committed_registered_names()[key])
 
 
@@ -90,7 +93,7 @@ def check_registered_names(cfg: Config, table: dict[str, Any] | None = None) -> 
     """Every workflow, reward function, advantage function and policy loss the config names is
     registered, and their ``*_fn_args`` hold no misspelt argument. ``table``: what counts as
     registered (default: the live registries, ``registered_names_table()``)."""
-    from rft_core.config.stages import resolve_stages
+    from rft_core.config.validate import resolve_stages
 
     table = table if table is not None else registered_names_table()
     advantage_fns = _registry(

@@ -20,8 +20,9 @@ from rft_core.config.registered import (
     registered_names_table,
     registered_names_text,
 )
-from rft_core.config.schema import AlgorithmConfig, ExperienceBufferConfig
+from rft_core.config.schema import AlgorithmConfig, ExperienceBufferConfig, RolloutModelConfig
 from rft_core.errors import ConfigError
+from rft_core.rollout import ENGINES
 
 
 def test_the_committed_table_matches_the_live_registries():
@@ -46,6 +47,7 @@ def test_the_plug_in_fields_choices_are_the_registries_names():
     assert _choices(AlgorithmConfig, "kl_loss_fn") == KL_FNS.names()
     assert _choices(AlgorithmConfig, "kl_penalty_fn") == KL_FNS.names()
     assert _choices(ExperienceBufferConfig, "storage_type") == BUFFERS.names()
+    assert _choices(RolloutModelConfig, "engine_type") == ENGINES.names()
     assert KL_FNS.names() == ["none", "k1", "k2", "k3", "low_var_kl"]  # the order stated
     assert BUFFERS.names() == ["queue", "file", "sql"]
 
