@@ -5,14 +5,16 @@ Kept out of ``validate`` because the registries import torch (seconds, and memor
 process should not pay for a form); ``run_experiment`` and ``trinity run --dry-run`` call it.
 
 The check reads a *table* of what is registered: the workflow, reward, KL fn, buffer
-storage-type and engine-type names, and per advantage fn / policy loss the arguments a config may set with
-their defaults. ``registered_names_table()`` builds it from the live registries (imports torch;
-this is what ``trinity run`` uses, so plug-ins a user registered count). ``registered_names.json``
-beside this file is that table committed, for the web process, which checks web-submitted
-configs against the built-in names without importing torch (a web user cannot register code, so
-the built-ins are the whole truth there), and for the schema: the ``choices`` of the fields
-that pick a KL fn, a storage type or an engine type are ``registered_choices(...)`` of it, so the config loader,
-the reference YAML and the web forms list what the registries hold.
+storage-type and engine-type names, and per advantage fn / policy loss the arguments a config
+may set with their defaults. ``registered_names_table()`` builds it from the live registries
+(imports torch; this is what ``trinity run`` uses, so plug-ins a user registered count).
+``registered_names.json`` beside this file is that table committed, for the web process, which
+checks web-submitted configs against the built-in names without importing torch (a web user
+cannot register code, so the built-ins are the whole truth there), and for the schema: the
+``choices`` of the fields that pick a KL fn, a storage type or an engine type are
+``registered_choices(...)`` of it, so the config loader, the reference YAML and the web forms
+list what the registries hold. A new plug-in point's key goes into the JSON by hand once
+before the schema asks for it (the generator imports the schema).
 ``tests/core/test_registered_names.py`` fails when it is stale:
 
     python -m rft_core.config.registered   # rewrites rft_core/config/registered_names.json
@@ -47,8 +49,8 @@ _KL_ARGS_IGNORED = ["adaptive", "target_kl", "horizon"]
 
 def registered_names_table() -> dict[str, Any]:
     """What is registered now: ``workflows``, ``reward_fns``, ``kl_fns``, ``storage_types``,
-    ``engine_types`` (names), ``advantage_fns`` and ``policy_loss_fns`` (name -> {settable argument: default}).
-    Imports the registries (torch)."""
+    ``engine_types`` (names), ``advantage_fns`` and ``policy_loss_fns`` (name -> {settable
+    argument: default}). Imports the registries (torch)."""
     from rft_core import rewards, workflows
     from rft_core.algorithms.advantages import ADVANTAGE_FNS
     from rft_core.algorithms.kl import KL_FNS
