@@ -30,6 +30,7 @@ import torch
 from rft_core.actor_setup import RunActor
 from rft_core.checkpoint.layout import write_explorer_meta
 from rft_core.data.task import Task
+from rft_core.data.taskset import ExplorerTasksets
 from rft_core.experience import Experience
 from rft_core.monitor.events import ENV_SAMPLES_PER_STEP, SAMPLES_PER_STEP
 from rft_core.sync.schedule import explorer_syncs_after, trainer_version_for_explorer_sync
@@ -128,8 +129,15 @@ def apply_group_advantages(
 class Explorer(RunActor):
     """Rollouts, advantages and evaluation for one job (stage)."""
 
-    def __init__(self, cfg: Any, synchronizer: Any = None, role: str = "explorer"):
+    def __init__(
+        self,
+        cfg: Any,
+        synchronizer: Any = None,
+        role: str = "explorer",
+        tasksets: ExplorerTasksets | None = None,
+    ):
         super().__init__(cfg, synchronizer, role)
+        self._tasksets = tasksets  # as the launcher's preflight read them (None: read here)
         self.model_versions: list[tuple[int, int]] = []  # (explorer step, model version)
         self.eval_results: dict[int, dict[str, float]] = {}
         self._progress = {"step": 0, "total": None}
@@ -184,7 +192,7 @@ class Explorer(RunActor):
 
     def _build(self, start_step: int, start_version: int, weights_from: str | None) -> None:
         from rft_core.buffer import build_buffer
-        from rft_core.data import TasksetReader, load_training_tasksets
+        from rft_core.data import TasksetReader
         from rft_core.sync.synchronizer import WeightReceiver
 
         cfg = self.cfg
@@ -196,7 +204,7 @@ class Explorer(RunActor):
         self._engine.model_version = start_version
         buf = cfg.buffer
         self._reader = TasksetReader(
-            load_training_tasksets(buf.explorer_input.all_tasksets),
+            self.tasksets().training_tasks(),
             batch_size=buf.batch_size,
             total_epochs=buf.total_epochs,
             total_steps=buf.total_steps,
@@ -227,6 +235,15 @@ class Explorer(RunActor):
         self.step = start_step
         if self._watch is not None:
             self.load_published_weights()  # a rerun starts from the train job's newest weights
+
+    def tasksets(self) -> ExplorerTasksets:
+        """Every taskset this explorer reads, read once: handed over by the launcher, else read
+        at first use (an explorer started outside ``run_experiment``)."""
+        if self._tasksets is None:
+            from rft_core.data.taskset import read_explorer_tasksets
+
+            self._tasksets = read_explorer_tasksets(self.cfg.buffer.explorer_input)
+        return self._tasksets
 
     # -- one step ----------------------------------------------------------------------------
 
@@ -341,12 +358,12 @@ class Explorer(RunActor):
 
     def evaluate(self, step: int, prefix: str = "eval") -> dict[str, float]:
         from rft_core import workflows
-        from rft_core.data import TasksetReader, load_taskset
+        from rft_core.data import TasksetReader
 
         start = time.perf_counter()
         metrics: dict[str, float] = {}
-        for ts_cfg in self.cfg.buffer.explorer_input.eval_tasksets:
-            taskset = load_taskset(ts_cfg, is_eval=True)
+        for taskset in self.tasksets().evals:
+            ts_cfg = taskset.cfg
             tasks = (
                 TasksetReader(
                     taskset, batch_size=len(taskset), total_epochs=1, total_steps=None

@@ -14,7 +14,9 @@ order, each in its own job dir; stage i+1 starts from stage i's last
 
 Everything a run needs that the machine lacks (the model directory, the datasets, the GPUs) is
 checked before any actor starts, so a config written for a GPU cluster fails in a second on a
-laptop with one message instead of hanging.
+laptop with one message instead of hanging. The datasets that check reads are handed to the
+stage's actors (``rft_core.data.run_datasets``): each is read once per run. The config is
+validated once, when it is loaded; the stages it resolved are reused here.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rft_core.actor_setup import run_name
 from rft_core.checkpoint.layout import (
@@ -41,6 +43,9 @@ from rft_core.checkpoint.layout import (
 )
 from rft_core.errors import ActorFailed, ConfigError, RFTError, ServiceUnavailable
 from rft_core.monitor.events import ENV_REDIS_URL, ENV_RUN_ID
+
+if TYPE_CHECKING:  # read by the preflight, imported there (pyarrow)
+    from rft_core.data.run_datasets import RunDatasets
 
 # env vars the dashboard sets for the monitor's Redis sink; actors need them too
 FORWARDED_ENV = (ENV_REDIS_URL, ENV_RUN_ID, "RFT_DEMO_DIR", "HF_HUB_OFFLINE")
@@ -74,9 +79,11 @@ class RunResult:
 # -- checks before any actor starts -----------------------------------------------------------
 
 
-def preflight(cfg: Any, check_model: bool = True) -> None:
+def preflight(cfg: Any, check_model: bool = True) -> RunDatasets:
     """Raise one clear error when the model, the datasets or the GPUs of ``cfg`` are missing
-    (``check_model=False`` for a later stage, whose model the stage before it writes)."""
+    (``check_model=False`` for a later stage, whose model the stage before it writes). Returns
+    the datasets it read, for the stage's actors."""
+    from rft_core.data.run_datasets import read_run_datasets
     from rft_core.monitor.monitor import check_monitor
 
     check_monitor(cfg.monitor.monitor_type, run_name(cfg))  # what the actors' monitors need
@@ -94,7 +101,9 @@ def preflight(cfg: Any, check_model: bool = True) -> None:
                 "or run `trinity init-demo` for the tiny demo model",
             )
         )
-    problems.extend(_dataset_problems(cfg))
+    datasets, data_problems = read_run_datasets(cfg)
+    problems.extend(("", message) for message in data_problems)  # messages name the YAML path
+    problems.extend(_experience_buffer_problems(cfg))
     gpus_needed = cfg.cluster.gpu_per_node
     if gpus_needed > 0:
         import torch
@@ -123,39 +132,19 @@ def preflight(cfg: Any, check_model: bool = True) -> None:
                 )
             )
     if not problems:
-        return
+        return datasets
     if len(problems) == 1:
         raise ConfigError(*problems[0])
     raise ConfigError("", "; ".join(f"{p}: {m}" if p else m for p, m in problems))
 
 
-def _dataset_problems(cfg: Any) -> list[tuple[str, str]]:
-    from rft_core.algorithms.presets import get_preset
-    from rft_core.data import load_taskset
-
-    out: list[tuple[str, str]] = []
-    preset = get_preset(cfg.algorithm.algorithm_type)
-    if cfg.mode in ("both", "explore", "colocate", "bench") and preset.use_rollout:
-        ei = cfg.buffer.explorer_input
-        checks = [(ts, False) for ts in cfg.tasksets] + [(ts, True) for ts in ei.eval_tasksets]
-        for ts, is_eval in checks:
-            try:
-                load_taskset(ts, is_eval=is_eval)
-            except RFTError as err:
-                out.append(("", str(err)))  # the data layer's message names the YAML path
+def _experience_buffer_problems(cfg: Any) -> list[tuple[str, str]]:
     eb = cfg.buffer.trainer_input.experience_buffer
     if cfg.mode == "explore" and eb is not None and eb.storage_type == "queue" and not eb.path:
         from rft_core.buffer import QUEUE_BETWEEN_JOBS_NEEDS_PATH
 
-        out.append(("buffer.trainer_input.experience_buffer.path", QUEUE_BETWEEN_JOBS_NEEDS_PATH))
-    if not preset.use_rollout and eb is not None and eb.storage_type == "file" and eb.path:
-        from rft_core.data.sft import check_sft_dataset
-
-        try:  # the file and the columns its format names, before the trainer reads it
-            check_sft_dataset(eb, schema=preset.schema)
-        except RFTError as err:
-            out.append(("", str(err)))
-    return out
+        return [("buffer.trainer_input.experience_buffer.path", QUEUE_BETWEEN_JOBS_NEEDS_PATH)]
+    return []
 
 
 # -- Ray --------------------------------------------------------------------------------------
@@ -335,10 +324,11 @@ def _progress_bar(cfg: Any, start: int, role: str = "explorer") -> Any:
     )
 
 
-def run_stage(cfg: Any) -> StageResult:
-    """Run one stage (or a config without stages) to the end of its data."""
+def run_stage(cfg: Any, datasets: RunDatasets | None = None) -> StageResult:
+    """Run one stage (or a config without stages) to the end of its data; ``datasets``: what
+    its preflight read, handed to the actors (else they read their datasets themselves)."""
     try:
-        return _run_stage(cfg)
+        return _run_stage(cfg, datasets)
     finally:
         _kill_queue(cfg)
 
@@ -358,7 +348,7 @@ def _kill_queue(cfg: Any) -> None:
         pass  # never started
 
 
-def _run_stage(cfg: Any) -> StageResult:
+def _run_stage(cfg: Any, datasets: RunDatasets | None) -> StageResult:
     import ray
 
     from rft_core.checkpoint.layout import actor_dir, read_explorer_meta, step_dir
@@ -382,21 +372,27 @@ def _run_stage(cfg: Any) -> StageResult:
     rank0_gpus = (
         1 if trainer_world_size(cfg) > 1 and cfg.cluster.gpu_per_node else trainer_gpus(cfg)
     )
+    tasksets = datasets.tasksets if datasets else None
+    rows = datasets.dataset_rows if datasets else None
     actors: dict[str, Any] = {}
     refs: dict[str, Any] = {}
     bar = None
     if mode == "bench":
-        actors["explorer"] = _actor(Explorer, f"{prefix}/explorer", cfg).remote(cfg, None)
+        actors["explorer"] = _actor(Explorer, f"{prefix}/explorer", cfg).remote(
+            cfg, None, tasksets=tasksets
+        )
         refs["explorer"] = actors["explorer"].bench.remote()
     elif mode == "train":
-        actors["trainer"] = _actor(Trainer, f"{prefix}/trainer", cfg, rank0_gpus).remote(cfg, None)
+        actors["trainer"] = _actor(Trainer, f"{prefix}/trainer", cfg, rank0_gpus).remote(
+            cfg, None, dataset_rows=rows
+        )
         refs["trainer"] = actors["trainer"].run.remote(None, resume)
         bar = _progress_bar(cfg, resume or 0, "trainer")
     elif mode == "explore":
         meta = read_explorer_meta(job_dir) if cfg.continue_from_checkpoint else None
         first = int(meta["latest_iteration"]) if meta else 0
         actors["explorer"] = _actor(Explorer, f"{prefix}/explorer", cfg, explorer_gpus).remote(
-            cfg, None
+            cfg, None, tasksets=tasksets
         )
         refs["explorer"] = actors["explorer"].run.remote(first, 0, None)
         bar = _progress_bar(cfg, first)
@@ -411,9 +407,11 @@ def _run_stage(cfg: Any) -> StageResult:
             str(job_dir / "log" / "synchronizer.log"),
         )
         actors["synchronizer"] = sync
-        actors["trainer"] = _actor(Trainer, f"{prefix}/trainer", cfg, rank0_gpus).remote(cfg, sync)
+        actors["trainer"] = _actor(Trainer, f"{prefix}/trainer", cfg, rank0_gpus).remote(
+            cfg, sync, dataset_rows=rows
+        )
         actors["explorer"] = _actor(Explorer, f"{prefix}/explorer", cfg, explorer_gpus).remote(
-            cfg, sync
+            cfg, sync, tasksets=tasksets
         )
         refs["trainer"] = actors["trainer"].run.remote(None, resume)
         first = _explorer_resume_step(cfg, resume)
@@ -482,14 +480,15 @@ def run_experiment(cfg: Any, on_job_dir: Callable[[Any], None] | None = None) ->
     result = RunResult()
     result.renamed_from = _rename_if_occupied(cfg)
     stages = resolve_stages(cfg)
-    for i, stage in enumerate(stages):
-        preflight(stage, check_model=i == 0)
+    # each stage's datasets, read once here and handed to its actors
+    datasets = [preflight(stage, check_model=i == 0) for i, stage in enumerate(stages)]
     if on_job_dir is not None:
         on_job_dir(cfg)
     own_ray = False
     try:
         previous_hf: Path | None = None
-        for stage in stages:
+        for i, stage in enumerate(stages):
+            stage_datasets, datasets[i] = datasets[i], None  # the driver keeps no stage's data
             job_dir = Path(stage.job_dir)
             if previous_hf is not None:
                 stage.model.model_path = str(previous_hf)
@@ -506,7 +505,7 @@ def run_experiment(cfg: Any, on_job_dir: Callable[[Any], None] | None = None) ->
             else:
                 # Ray only once a stage has work: a rerun of a finished run starts none
                 own_ray = start_ray(cfg, min_cpus=_engine_pool_cpus(stages)) or own_ray
-                result.stages.append(run_stage(stage))
+                result.stages.append(run_stage(stage, stage_datasets))
             if stage.stage_name:
                 previous_hf = _latest_hf_dir(job_dir) or previous_hf
                 meta = {

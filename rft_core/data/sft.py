@@ -25,27 +25,32 @@ DEFAULT_PATH = "buffer.trainer_input.experience_buffer"
 
 
 def load_sft_dataset(
-    cfg: BufferConfig | ExperienceBufferConfig, *, schema: str = "sft"
+    cfg: BufferConfig | ExperienceBufferConfig, *, schema: str = "sft", rows: Rows | None = None
 ) -> list[dict[str, Any]]:
-    """Every row of the SFT (or DPO) dataset named by the experience buffer config."""
-    eb, rows, where = _open(cfg, schema)
+    """Every row of the SFT (or DPO) dataset named by the experience buffer config; ``rows``:
+    the file's rows as :func:`check_sft_dataset` read them (else it is read here)."""
+    eb, rows, where = _open(cfg, schema, rows)
     if schema == "dpo":
         return _dpo_rows(rows, eb.format, where)
     return _sft_rows(rows, eb.format, where)
 
 
-def check_sft_dataset(cfg: BufferConfig | ExperienceBufferConfig, *, schema: str = "sft") -> None:
+def check_sft_dataset(cfg: BufferConfig | ExperienceBufferConfig, *, schema: str = "sft") -> Rows:
     """What ``load_sft_dataset`` needs of the file and its columns, without converting the
-    rows: ``trinity run`` calls it before any actor starts."""
+    rows: ``trinity run`` calls it before any actor starts and hands the rows it returns to
+    the trainer."""
     eb, rows, where = _open(cfg, schema)
     if schema == "dpo":
         _dpo_columns(rows, eb.format, where)
         _layout(rows, eb.format, where, [("prompt_key", eb.format.prompt_key)])
     else:
         _sft_layout(rows, eb.format, where)
+    return rows
 
 
-def _open(cfg: BufferConfig | ExperienceBufferConfig, schema: str) -> tuple[Any, Rows, str]:
+def _open(
+    cfg: BufferConfig | ExperienceBufferConfig, schema: str, rows: Rows | None = None
+) -> tuple[Any, Rows, str]:
     eb = cfg.trainer_input.experience_buffer if isinstance(cfg, BufferConfig) else cfg
     where = config_path(eb, DEFAULT_PATH)
     if eb is None:
@@ -56,7 +61,9 @@ def _open(cfg: BufferConfig | ExperienceBufferConfig, schema: str) -> tuple[Any,
         raise DataError(
             f"{where}.storage_type: {schema.upper()} data is read from files; got {eb.storage_type!r}, use storage_type: file"
         )
-    return eb, read_config_rows(eb, where, f"{schema.upper()} dataset"), where
+    if rows is None:
+        rows = read_config_rows(eb, where, f"{schema.upper()} dataset")
+    return eb, rows, where
 
 
 def _layout(

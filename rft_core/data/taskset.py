@@ -5,16 +5,19 @@
 
 Rows are read once (``rft_core.data.source``) and turned into a Task on access. Missing
 ``prompt_key`` / ``response_key`` columns are reported at load time with the columns present.
+``read_explorer_tasksets`` reads all of an explorer's tasksets at once (``ExplorerTasksets``):
+the launcher's preflight does, and hands them to the explorer actor.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
-from rft_core.config.schema import TasksetConfig
+from rft_core.config.schema import ExplorerInput, TasksetConfig
 from rft_core.data.source import Rows, read_config_rows
 from rft_core.data.task import Task
-from rft_core.errors import DataError
+from rft_core.errors import DataError, RFTError
 
 DEFAULT_WORKFLOW = "math_workflow"
 
@@ -145,10 +148,47 @@ class TasksetChain:
         return (self[i] for i in range(len(self)))
 
 
-def load_training_tasksets(ts_cfgs: list[TasksetConfig]) -> Taskset | TasksetChain:
+def chain_tasksets(tasksets: list[Taskset]) -> Taskset | TasksetChain:
     """The explorer's training tasks: one taskset, or several chained in order."""
-    tasksets = [load_taskset(c, is_eval=False) for c in ts_cfgs]
     return tasksets[0] if len(tasksets) == 1 else TasksetChain(tasksets)
+
+
+def load_training_tasksets(ts_cfgs: list[TasksetConfig]) -> Taskset | TasksetChain:
+    """Read the training tasksets ``ts_cfgs`` and chain them (:func:`chain_tasksets`)."""
+    return chain_tasksets([load_taskset(c, is_eval=False) for c in ts_cfgs])
+
+
+@dataclass
+class ExplorerTasksets:
+    """Every taskset one explorer reads, each read once: the training ones in config order
+    (``taskset`` or ``tasksets``) and one per ``eval_tasksets`` entry."""
+
+    training: list[Taskset] = field(default_factory=list)
+    evals: list[Taskset] = field(default_factory=list)
+
+    def training_tasks(self) -> Taskset | TasksetChain:
+        return chain_tasksets(self.training)
+
+
+def read_explorer_tasksets(
+    explorer_input: ExplorerInput, problems: list[str] | None = None
+) -> ExplorerTasksets:
+    """Read every training and eval taskset of ``explorer_input``. With ``problems``, each
+    taskset's error (its message names the YAML path) is added there and the rest are still
+    read; without, the first error is raised."""
+    out = ExplorerTasksets()
+    checks = [(ts, False) for ts in explorer_input.all_tasksets]
+    checks += [(ts, True) for ts in explorer_input.eval_tasksets]
+    for ts_cfg, is_eval in checks:
+        try:
+            taskset = load_taskset(ts_cfg, is_eval=is_eval)
+        except RFTError as err:
+            if problems is None:
+                raise
+            problems.append(str(err))
+            continue
+        (out.evals if is_eval else out.training).append(taskset)
+    return out
 
 
 def load_taskset(

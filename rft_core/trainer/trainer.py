@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -28,6 +28,9 @@ from rft_core.checkpoint.layout import (
 )
 from rft_core.errors import ConfigError
 from rft_core.sync.schedule import trainer_syncs_after
+
+if TYPE_CHECKING:
+    from rft_core.data.source import Rows
 
 log = logging.getLogger("rft_core.trainer")
 
@@ -71,8 +74,15 @@ class DatasetExperiences:
 class Trainer(RunActor):
     """Policy updates, weight publishing and checkpoints for one job (stage)."""
 
-    def __init__(self, cfg: Any, synchronizer: Any = None, role: str = "trainer"):
+    def __init__(
+        self,
+        cfg: Any,
+        synchronizer: Any = None,
+        role: str = "trainer",
+        dataset_rows: Rows | None = None,
+    ):
         super().__init__(cfg, synchronizer, role)
+        self._dataset_rows = dataset_rows  # train mode's SFT/DPO file as the preflight read it
         self.saved_steps: list[int] = []
         self.last_metrics: dict[str, float] = {}
         self.policy = None
@@ -210,7 +220,8 @@ class Trainer(RunActor):
 
         cfg = self.cfg
         eb = cfg.buffer.trainer_input.experience_buffer
-        rows = load_sft_dataset(eb, schema=schema)
+        rows = load_sft_dataset(eb, schema=schema, rows=self._dataset_rows)
+        self._dataset_rows = None  # converted: the file's rows are no longer needed
         max_len = cfg.model.max_model_len or 2048
         experiences = experiences_from_messages(rows, self.policy.tokenizer, max_len)
         return DatasetExperiences(

@@ -168,3 +168,73 @@ def test_a_resumed_explorer_restarts_after_the_experiences_the_checkpoint_traine
         cfg = load_config(DEMO, [f"buffer.train_batch_size={train_batch}"])
         rft = resolve_stages(cfg)[1]
         assert _explorer_resume_step(rft, trainer_step) == explorer_step, train_batch
+
+
+def test_a_staged_config_is_validated_once_per_run(tmp_path, monkeypatch, caplog):
+    """Load, the registered-names check and the launcher all read the stages the load
+    validated: the inherited save_hf_checkpoint fix is warned about once, not three times."""
+    import logging
+
+    from rft_core.config import check_registered_names, resolve_stages
+
+    monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path))
+    with caplog.at_level(logging.WARNING, logger="rft_core.config"):
+        cfg = load_config(DEMO, ["trainer.save_hf_checkpoint=never"])
+        check_registered_names(cfg)
+        sft, rft = resolve_stages(cfg)
+    fixed = [r for r in caplog.records if "save_hf_checkpoint never -> last" in r.getMessage()]
+    assert len(fixed) == 1 and "'sft_warmup'" in fixed[0].getMessage()
+    assert sft.trainer.save_hf_checkpoint == "last" and rft.trainer.save_hf_checkpoint == "never"
+    sft.model.model_path = "/elsewhere"  # a run sets a later stage's model on its own copy
+    assert resolve_stages(cfg)[0].model.model_path != "/elsewhere"
+
+
+def test_the_preflight_reads_each_taskset_once_for_the_whole_run(tmp_path, monkeypatch):
+    """The tasksets the preflight reads are the explorer's: rollout steps and evals read no
+    file again (the explorer used to re-read the training taskset, and each eval taskset at
+    every eval)."""
+    from rft_core.config import load_config_from_dict
+    from rft_core.data import source
+    from rft_core.demo import build_demo
+    from rft_core.explorer import Explorer
+    from tests.core.test_orchestration import _config, _taskset
+
+    demo = build_demo(tmp_path / "demo")
+    buffer = {
+        "explorer_input": {
+            "taskset": _taskset(demo, "train", "arithmetic"),
+            "eval_tasksets": [_taskset(demo, "test", "held-out")],
+        },
+        "trainer_input": {
+            "experience_buffer": {
+                "name": "exp",
+                "storage_type": "file",
+                "path": str(tmp_path / "exp.jsonl"),
+            }
+        },
+    }
+    cfg = load_config_from_dict(
+        {**_config(demo, tmp_path, "read-once", buffer=buffer), "monitor": {"monitor_type": "none"}}
+    )
+    reads: list[str] = []
+    read_rows = source.read_rows
+    monkeypatch.setattr(
+        source, "read_rows", lambda path, *a, **k: reads.append(path) or read_rows(path, *a, **k)
+    )
+    datasets = preflight(cfg)
+    assert len(reads) == 2  # the training taskset and the eval taskset
+    assert [len(t) for t in datasets.tasksets.training] == [
+        len(read_rows(demo.dataset_dir, "main", "train"))
+    ]
+    explorer = Explorer(cfg, tasksets=datasets.tasksets)
+    try:
+        explorer._build(0, 0, None)
+        for _ in range(2):
+            explorer.explore_step(explorer._reader.next_batch())
+            explorer.evaluate(explorer.step)
+    finally:
+        explorer.close_engine()
+        explorer._buffer.close()
+        explorer.close()
+    assert sorted(explorer.eval_results) == [1, 2] and explorer.step == 2
+    assert len(reads) == 2

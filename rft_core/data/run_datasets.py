@@ -1,0 +1,46 @@
+"""The datasets one stage of a run reads, read once, before any actor starts.
+
+``read_run_datasets(cfg)`` reads what the stage's explorer rolls out and evaluates on (its
+tasksets) and, for an algorithm without rollouts, the SFT/DPO dataset its trainer reads in their
+place, and returns them with every problem found (each message names its YAML path, so the
+launcher's preflight reports them all in one error). The launcher hands the result to the
+actors (``Explorer(tasksets=...)``, ``Trainer(dataset_rows=...)``), so no dataset is read twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rft_core.algorithms.presets import get_preset
+from rft_core.data.sft import check_sft_dataset
+from rft_core.data.source import Rows
+from rft_core.data.taskset import ExplorerTasksets, read_explorer_tasksets
+from rft_core.errors import RFTError
+
+# modes whose explorer reads tasksets (bench evaluates on the eval ones)
+EXPLORING_MODES = ("both", "explore", "colocate", "bench")
+
+
+@dataclass
+class RunDatasets:
+    """What one stage's actors read, as read before they start."""
+
+    tasksets: ExplorerTasksets | None = None  # the explorer's; None: read none here
+    dataset_rows: Rows | None = None  # the trainer's SFT/DPO file, checked for its columns
+
+
+def read_run_datasets(cfg: Any) -> tuple[RunDatasets, list[str]]:
+    """The datasets of stage ``cfg`` and the problems found reading them (none: all read)."""
+    out = RunDatasets()
+    problems: list[str] = []
+    preset = get_preset(cfg.algorithm.algorithm_type)
+    if cfg.mode in EXPLORING_MODES and preset.use_rollout:
+        out.tasksets = read_explorer_tasksets(cfg.buffer.explorer_input, problems)
+    eb = cfg.buffer.trainer_input.experience_buffer
+    if not preset.use_rollout and eb is not None and eb.storage_type == "file" and eb.path:
+        try:  # the file and the columns its format names, before the trainer reads it
+            out.dataset_rows = check_sft_dataset(eb, schema=preset.schema)
+        except RFTError as err:
+            problems.append(str(err))
+    return out, problems
