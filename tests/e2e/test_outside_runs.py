@@ -11,7 +11,6 @@ in the browser console fail the test, as in test_live_run.py.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -61,7 +60,7 @@ def api_runs(stack, token: str) -> list[dict]:
 
 
 def test_a_terminal_run_appears_live_and_its_job_dir_imports_with_its_history(
-    browser, stack, tmp_path: Path
+    browser, stack, ray_head, tmp_path: Path
 ):
     shots = tmp_path / "screenshots"
     shots.mkdir()
@@ -82,6 +81,11 @@ def test_a_terminal_run_appears_live_and_its_job_dir_imports_with_its_history(
     page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: console_errors.append(f"pageerror: {e}"))
     terminal = None
+
+    def terminal_log() -> str:
+        path = tmp_path / "terminal.log"
+        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
     try:
         # ---- a token from the account page, as the README says
         page.goto(f"{stack.url}/login/")
@@ -98,8 +102,11 @@ def test_a_terminal_run_appears_live_and_its_job_dir_imports_with_its_history(
         # ---- trinity run from a terminal, pointed at the dashboard
         config = short_demo_config(tmp_path / "my.yaml")
         checkpoints = Path(stack.env["RFT_RUNS_DIR"]) / "terminal"
+        # the terminal joins the stack's Ray cluster by its GCS address, as a user on the
+        # cluster does (RAY_ADDRESS=<head>:<port>; the head has Ray's token auth on)
         env = {**stack.env, "RFT_DASHBOARD_URL": stack.url, "RFT_API_TOKEN": token,
-               "TRINITY_CHECKPOINT_ROOT_DIR": str(checkpoints)}  # fmt: skip
+               "TRINITY_CHECKPOINT_ROOT_DIR": str(checkpoints),
+               "RAY_ADDRESS": f"127.0.0.1:{ray_head.gcs_port}", "RAY_AUTH_MODE": "token"}  # fmt: skip
         for name in ("RFT_RUN_ID", "RFT_EVENTS_REDIS_URL"):
             env.pop(name, None)
         out = open(tmp_path / "terminal.log", "wb")  # noqa: SIM115 - the child writes it
@@ -108,9 +115,6 @@ def test_a_terminal_run_appears_live_and_its_job_dir_imports_with_its_history(
             cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
         out.close()
-
-        def terminal_log() -> str:
-            return (tmp_path / "terminal.log").read_text(errors="replace")[-4000:]
 
         deadline = time.monotonic() + RUN_GUARD_S
         runs = []
@@ -122,61 +126,13 @@ def test_a_terminal_run_appears_live_and_its_job_dir_imports_with_its_history(
             time.sleep(0.5)
         run = runs[0]
         assert run["experiment_name"] == "from_my_terminal" and run["status"] == "running"
-
-        # ---- its page fills live; the experiment list shows it too
-        page.goto(f"{stack.url}/runs/{run['id']}/")
-        page.evaluate("() => { window.__notReloaded = true; }")
-        assert page.locator("#run-origin").inner_text() == "from a terminal"
-        assert page.locator("#cancel-button").is_hidden()
-        seen = wait_page(
-            page, stack, "reward points while running",
-            lambda s: s["status"] == "running" and s["reward"].get(REWARD, 0) >= 1,
-        )  # fmt: skip
-        wait_page(
-            page, stack, "more reward points and log lines while running",
-            lambda s: s["status"] == "running" and s["logLines"] > 0
-            and s["reward"].get(REWARD, 0) > seen["reward"][REWARD],
-            guard_s=STEP_GUARD_S,
-        )  # fmt: skip
-        keep_screenshot(page, shots, "terminal-1-running")
-        assert terminal.wait(timeout=RUN_GUARD_S) == 0, terminal_log()
-        done = wait_page(page, stack, "succeeded", lambda s: s["status"] == "succeeded")
-        assert done["marker"] and done["reward"][REWARD] == RFT_STEPS, done
-        assert "exited 0 in its terminal" in page.locator("#run-error").inner_text()
-        keep_screenshot(page, shots, "terminal-2-succeeded")
-
-        # ---- the same job dir imported from the import page: its whole history
-        job_dir = checkpoints / "demo" / "from_my_terminal"
-        assert (job_dir / "config.yaml").is_file()  # trinity run wrote its config there
-        page.goto(f"{stack.url}/experiments/")
-        page.click("text=Import a job dir")
-        page.fill("#import-job-dir", str(job_dir))
-        page.click("#import-form button[type=submit]")
-        page.wait_for_url(f"{stack.url}/runs/*/")
-        assert page.locator("#run-origin").inner_text() == "imported"
-        imported = wait_page(
-            page, stack, "the imported run's history",
-            lambda s: s["status"] == "succeeded" and s["reward"].get(REWARD, 0) == RFT_STEPS
-            and s["logLines"] > 0,
-            guard_s=STEP_GUARD_S,
-        )  # fmt: skip
-        assert "#2" in page.locator("h1").inner_text()  # run 2 of the same experiment
-        convert = page.locator("#checkpoint-rows button.convert").first
-        convert.wait_for(state="visible")
-        checkpoint_id = convert.get_attribute("data-id")
-        convert.click()
-        page.wait_for_function(
-            """(id) => {
-              const row = document.querySelector(`#checkpoint-rows tr[data-checkpoint="${id}"]`);
-              return row && ["ready", "failed"].includes(row.dataset.hfStatus);
-            }""",
-            arg=checkpoint_id,
-            timeout=RUN_GUARD_S * 1000,
-        )
-        row = page.locator(f"#checkpoint-rows tr[data-checkpoint='{checkpoint_id}']")
-        assert row.get_attribute("data-hf-status") == "ready", stack.logs_tail()
-        keep_screenshot(page, shots, "import-converted")
-        print(f"terminal run {run['id']}: {done}; imported: {imported}")
+        _watch_and_import(page, stack, run, terminal, terminal_log, checkpoints, shots)
+    except AssertionError as failure:
+        log = terminal_log() if terminal is not None else ""
+        raise AssertionError(
+            f"{failure}\n--- terminal\n{log}\nconsole errors: {console_errors}\n"
+            f"foreign requests: {foreign}"
+        ) from failure
     finally:
         if terminal is not None and terminal.poll() is None:
             terminal.terminate()
@@ -184,4 +140,61 @@ def test_a_terminal_run_appears_live_and_its_job_dir_imports_with_its_history(
         context.close()
     assert foreign == [], f"requests left the site: {foreign}"
     assert console_errors == [], f"errors in the browser console: {console_errors}"
-    assert os.path.isdir(job_dir)
+
+
+def _watch_and_import(page, stack, run, terminal, terminal_log, checkpoints, shots) -> None:
+    """The terminal run's page fills live and ends succeeded; its job dir then imports."""
+    # ---- its page fills live
+    page.goto(f"{stack.url}/runs/{run['id']}/")
+    page.evaluate("() => { window.__notReloaded = true; }")
+    assert page.locator("#run-origin").inner_text() == "from a terminal"
+    assert page.locator("#cancel-button").is_hidden()
+    seen = wait_page(
+        page, stack, "reward points while running",
+        lambda s: s["status"] == "running" and s["reward"].get(REWARD, 0) >= 1,
+    )  # fmt: skip
+    wait_page(
+        page, stack, "more reward points and log lines while running",
+        lambda s: s["status"] == "running" and s["logLines"] > 0
+        and s["reward"].get(REWARD, 0) > seen["reward"][REWARD],
+        guard_s=STEP_GUARD_S,
+    )  # fmt: skip
+    keep_screenshot(page, shots, "terminal-1-running")
+    assert terminal.wait(timeout=RUN_GUARD_S) == 0, terminal_log()
+    done = wait_page(page, stack, "succeeded", lambda s: s["status"] == "succeeded")
+    assert done["marker"] and done["reward"][REWARD] == RFT_STEPS, done
+    assert "exited 0 in its terminal" in page.locator("#run-error").inner_text()
+    keep_screenshot(page, shots, "terminal-2-succeeded")
+
+    # ---- the same job dir imported from the import page: its whole history
+    job_dir = checkpoints / "demo" / "from_my_terminal"
+    assert (job_dir / "config.yaml").is_file()  # trinity run wrote its config there
+    page.goto(f"{stack.url}/experiments/")
+    page.click("text=Import a job dir")
+    page.fill("#import-job-dir", str(job_dir))
+    page.click("#import-form button[type=submit]")
+    page.wait_for_url(f"{stack.url}/runs/*/")
+    assert page.locator("#run-origin").inner_text() == "imported"
+    imported = wait_page(
+        page, stack, "the imported run's history (succeeded)",
+        lambda s: s["status"] == "succeeded" and s["reward"].get(REWARD, 0) == RFT_STEPS
+        and s["logLines"] > 0,
+        guard_s=STEP_GUARD_S,
+    )  # fmt: skip
+    assert "#2" in page.locator("h1").inner_text()  # run 2 of the same experiment
+    convert = page.locator("#checkpoint-rows button.convert").first
+    convert.wait_for(state="visible")
+    checkpoint_id = convert.get_attribute("data-id")
+    convert.click()
+    page.wait_for_function(
+        """(id) => {
+          const row = document.querySelector(`#checkpoint-rows tr[data-checkpoint="${id}"]`);
+          return row && ["ready", "failed"].includes(row.dataset.hfStatus);
+        }""",
+        arg=checkpoint_id,
+        timeout=RUN_GUARD_S * 1000,
+    )
+    row = page.locator(f"#checkpoint-rows tr[data-checkpoint='{checkpoint_id}']")
+    assert row.get_attribute("data-hf-status") == "ready", stack.logs_tail()
+    keep_screenshot(page, shots, "import-converted")
+    print(f"terminal run {run['id']}: {done}; imported: {imported}")
