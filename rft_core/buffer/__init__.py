@@ -6,29 +6,22 @@ here. ``build_buffer`` is the one entry point; the semantics shared by all kinds
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from rft_core.buffer.base import (
+    BUFFERS,
     BufferTimeout,
     ExperienceBuffer,
     mirror_storage_type,
     resolve_buffer_path,
 )
 from rft_core.errors import ConfigError
-from rft_core.registry import Registry
 
 _CONFIG_PATH = "buffer.trainer_input.experience_buffer"
 QUEUE_BETWEEN_JOBS_NEEDS_PATH = (
     "a queue without a path cannot reach another job: the explore job and the train job "
     "share experiences through the queue's path (e.g. sqlite:///experiences.db, the same in "
     "both YAMLs), or use storage_type sql / file"
-)
-
-BufferFactory = Callable[..., ExperienceBuffer]
-# in the order the config's choices list them (the default first)
-BUFFERS: Registry[BufferFactory] = Registry(
-    "storage_type", f"{_CONFIG_PATH}.storage_type", sort_names=False
 )
 
 

@@ -10,11 +10,13 @@ returns what remains once the writer closed (an empty list = nothing more will c
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rft_core.errors import RFTError
 from rft_core.experience import Experience
+from rft_core.registry import Registry
 
 POLL_SECONDS = 0.05
 
@@ -82,3 +84,12 @@ def mirror_storage_type(path: str) -> str:
     """The ``storage_type`` that holds a queue's ``path`` mirror: ``sql`` for a SQLite path,
     else ``file``."""
     return "sql" if is_sqlite_path(path) else "file"
+
+
+BufferFactory = Callable[..., ExperienceBuffer]
+# the storage types, registered in rft_core.buffer (the package the kinds are imported by);
+# here so that a kind that builds another (the queue's mirror) reaches it without a cycle
+# in the order the config's choices list them (the default first)
+BUFFERS: Registry[BufferFactory] = Registry(
+    "storage_type", "buffer.trainer_input.experience_buffer.storage_type", sort_names=False
+)

@@ -20,7 +20,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from rft_core.buffer.base import ExperienceBuffer, mirror_storage_type
+from rft_core.buffer.base import BUFFERS, ExperienceBuffer, mirror_storage_type
 from rft_core.experience import Experience
 
 QUEUE_ACTOR_THREADS = 32
@@ -80,8 +80,6 @@ def actor_name(name: str, job_dir: Path) -> str:
 def _build_mirror(path: str | None, job_dir: Path, name: str) -> ExperienceBuffer | None:
     if not path:
         return None
-    from rft_core.buffer import BUFFERS
-
     build = BUFFERS.get(mirror_storage_type(path))
     return build(name=name, path=path, job_dir=job_dir, role="writer")
 

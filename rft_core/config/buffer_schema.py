@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rft_core.config.committed_names import registered_choices
 from rft_core.config.meta import BEGINNER
 from rft_core.config.meta import config_field as _field
-from rft_core.config.registered import registered_choices
 from rft_core.config.trinity_sections import ReplayBufferConfig
 
 # ---------------------------------------------------------------- buffer: tasksets and experiences

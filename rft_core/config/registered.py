@@ -12,7 +12,8 @@ may set with their defaults. ``registered_names_table()`` builds it from the liv
 checks web-submitted configs against the built-in names without importing torch (a web user
 cannot register code, so the built-ins are the whole truth there), and for the schema: the
 ``choices`` of the fields that pick a KL fn, a storage type or an engine type are
-``registered_choices(...)`` of it, so the config loader, the reference YAML and the web forms
+``committed_names.registered_choices(...)`` of it (a module of its own: the schema imports it,
+and this one imports the validator), so the config loader, the reference YAML and the web forms
 list what the registries hold. A new plug-in point's key goes into the JSON by hand once
 before the schema asks for it (the generator imports the schema).
 ``tests/core/test_registered_names.py`` fails when it is stale:
@@ -26,10 +27,10 @@ import difflib
 import inspect
 import json
 import logging
-from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rft_core.config.committed_names import REGISTERED_NAMES_FILE
 from rft_core.errors import ConfigError
 from rft_core.registry import Registry
 
@@ -37,8 +38,6 @@ if TYPE_CHECKING:  # the schema reads this module's table for its choices
     from rft_core.config.schema import Config
 
 log = logging.getLogger(__name__)
-
-REGISTERED_NAMES_FILE = Path(__file__).with_name("registered_names.json")
 
 # arguments the trainer passes itself, never from the config
 _INTERNAL_ARGS = {"horizon", "loss_agg_mode", "sum_across_ranks"}
@@ -67,18 +66,6 @@ def registered_names_table() -> dict[str, Any]:
         "storage_types": BUFFERS.names(),
         "engine_types": ENGINES.names(),
     }
-
-
-@cache
-def committed_registered_names() -> dict[str, Any]:
-    """The table as committed in ``registered_names.json`` (torch-free; see the module doc)."""
-    return json.loads(REGISTERED_NAMES_FILE.read_text())
-
-
-def registered_choices(key: str) -> list[str]:
-    """The committed names under ``key`` ("kl_fns", "storage_types", "engine_types"), as a
-    field's ``choices``."""
-    return list(committed_registered_names()[key])
 
 
 def registered_names_text() -> str:

@@ -30,9 +30,9 @@ from rft_core.config.buffer_schema import ExplorerInput as ExplorerInput
 from rft_core.config.buffer_schema import FormatConfig as FormatConfig
 from rft_core.config.buffer_schema import GenerationConfig as GenerationConfig
 from rft_core.config.buffer_schema import TrainerInput as TrainerInput
+from rft_core.config.committed_names import registered_choices
 from rft_core.config.meta import BEGINNER
 from rft_core.config.meta import config_field as _field
-from rft_core.config.registered import registered_choices
 from rft_core.config.trinity_sections import (
     DataProcessorConfig,
     DynamicTimeoutConfig,

@@ -14,12 +14,8 @@ import pytest
 from rft_core.algorithms.kl import KL_FNS
 from rft_core.buffer import BUFFERS
 from rft_core.config import check_registered_names, load_config_from_dict
-from rft_core.config.registered import (
-    REGISTERED_NAMES_FILE,
-    committed_registered_names,
-    registered_names_table,
-    registered_names_text,
-)
+from rft_core.config.committed_names import REGISTERED_NAMES_FILE, committed_registered_names
+from rft_core.config.registered import registered_names_table, registered_names_text
 from rft_core.config.schema import AlgorithmConfig, ExperienceBufferConfig, RolloutModelConfig
 from rft_core.errors import ConfigError
 from rft_core.rollout import ENGINES
@@ -55,7 +51,7 @@ def test_the_plug_in_fields_choices_are_the_registries_names():
 def test_reading_the_committed_table_imports_no_torch():
     code = (
         "import sys\n"
-        "from rft_core.config.registered import committed_registered_names\n"
+        "from rft_core.config.committed_names import committed_registered_names\n"
         "t = committed_registered_names()\n"
         "assert 'math_workflow' in t['workflows'] and 'grpo' in t['advantage_fns']\n"
         "print('torch' in sys.modules)\n"

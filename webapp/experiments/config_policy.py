@@ -48,8 +48,9 @@ from django.conf import settings
 from omegaconf._yaml import get_yaml_loader
 
 from rft_core.config import Config, load_config_from_dict
+from rft_core.config.committed_names import committed_registered_names
 from rft_core.config.fields import strip_optional
-from rft_core.config.registered import check_registered_names, committed_registered_names
+from rft_core.config.registered import check_registered_names
 from rft_core.errors import ConfigError
 from webapp.errors import ActionError
 

@@ -40,7 +40,7 @@ import yaml
 
 from rft_core.algorithms.presets import PRESETS
 from rft_core.config import json_schema
-from rft_core.config.registered import committed_registered_names
+from rft_core.config.committed_names import committed_registered_names
 from webapp.errors import ActionError
 from webapp.experiments.config_policy import parse_yaml
 

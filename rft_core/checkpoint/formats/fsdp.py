@@ -10,8 +10,8 @@ import functools
 import os
 from pathlib import Path
 
-from rft_core.checkpoint.formats import LazyStateDict, TensorSpec
 from rft_core.checkpoint.formats.hf_safetensors import FileRange
+from rft_core.checkpoint.formats.lazy import LazyStateDict, TensorSpec
 from rft_core.checkpoint.shards import (
     MODEL_FILE_RE,
     load_model_shards,

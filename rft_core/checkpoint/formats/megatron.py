@@ -43,7 +43,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rft_core.checkpoint.formats import LazyStateDict, TensorSpec
+from rft_core.checkpoint.formats.lazy import LazyStateDict, TensorSpec
 from rft_core.checkpoint.shards import load_torch_file
 from rft_core.errors import ConvertError
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from safetensors import SafetensorError, safe_open
 
-from rft_core.checkpoint.formats import LazyStateDict, TensorSpec
+from rft_core.checkpoint.formats.lazy import LazyStateDict, TensorSpec
 from rft_core.checkpoint.layout import SAFETENSORS_FILE, SAFETENSORS_INDEX
 from rft_core.dtypes import from_safetensors_code
 from rft_core.errors import CheckpointError
