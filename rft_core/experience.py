@@ -20,8 +20,10 @@ class Experience:
     # Empty for SFT/DPO data, where the trainer computes what it needs.
     logprobs: list[float] = field(default_factory=list)
     reward: float = 0.0
-    # Sequence-level advantage, filled by the explorer's advantage step for group algorithms
-    # (grpo/rloo/reinforce++). None means the trainer computes token-level advantages (ppo/gae).
+    # Sequence-level advantage, filled by the explorer for a group advantage function (grpo,
+    # rloo) unless it runs over KL-penalized rewards (rloo with kl_penalty_fn: those need the
+    # reference model, so the trainer computes them, as it does token-level ones, ppo/gae);
+    # None: the trainer computes it (AlgorithmSettings.advantages_in_explorer decides).
     advantage: float | None = None
     # All responses sampled for one task in one explorer step share a group_id.
     group_id: str = ""
