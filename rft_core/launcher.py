@@ -488,7 +488,7 @@ def run_experiment(cfg: Any, on_job_dir: Callable[[Any], None] | None = None) ->
     try:
         previous_hf: Path | None = None
         for i, stage in enumerate(stages):
-            stage_datasets, datasets[i] = datasets[i], None  # the driver keeps no stage's data
+            stage_datasets, datasets[i] = datasets[i], None  # not kept past its stage
             job_dir = Path(stage.job_dir)
             if previous_hf is not None:
                 stage.model.model_path = str(previous_hf)
