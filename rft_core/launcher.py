@@ -459,6 +459,8 @@ def _rename_if_occupied(cfg: Any) -> str | None:
         return None
     old = cfg.name
     cfg.name = f"{old}_{datetime.now().strftime('%Y%m%d%H%M%S')}"
+    for stage in cfg.__dict__.get("_stages", []):  # the stages validated at load: renamed too
+        stage.name = cfg.name
     message = (
         f"continue_from_checkpoint is false and {job_dir} is not empty: this run is named "
         f"{cfg.name!r} (job dir {cfg.job_dir}); the old job dir is left untouched"

@@ -154,6 +154,20 @@ def test_continue_from_checkpoint_false_renames_loudly_never_silently(tmp_path, 
     assert "continue_from_checkpoint is false" in capsys.readouterr().err
 
 
+def test_a_renamed_staged_run_writes_its_stages_under_the_new_name(tmp_path):
+    from rft_core.config import resolve_stages
+
+    cfg = load_config(DEMO, [f"checkpoint_root_dir={tmp_path}", "continue_from_checkpoint=false"])
+    old_dir = Path(cfg.job_dir)
+    old_dir.mkdir(parents=True)
+    (old_dir / "run_meta.json").write_text("{}")
+    assert _rename_if_occupied(cfg) == "grpo_demo"
+    stages = resolve_stages(cfg)
+    assert len(stages) == 2
+    for stage in stages:  # not into the old job dir the message says is left untouched
+        assert Path(stage.job_dir).parent == Path(cfg.job_dir), stage.job_dir
+
+
 def test_a_resumed_explorer_restarts_after_the_experiences_the_checkpoint_trained_on():
     from rft_core.config import resolve_stages
     from rft_core.launcher import _explorer_resume_step
