@@ -65,3 +65,16 @@ def wait_page(page, stack, what: str, ok, guard_s: float = RUN_GUARD_S) -> dict:
         if time.monotonic() > deadline:
             raise AssertionError(f"no {what} within {guard_s:.0f} s: {state}\n{stack.logs_tail()}")
         page.wait_for_timeout(250)
+
+
+def wait_converted(page, checkpoint_id: str) -> None:
+    """Until the checkpoint's row in the run page's table is ready or failed (the convert task
+    ended); the caller asserts which."""
+    page.wait_for_function(
+        """(id) => {
+          const row = document.querySelector(`#checkpoint-rows tr[data-checkpoint="${id}"]`);
+          return row && ["ready", "failed"].includes(row.dataset.hfStatus);
+        }""",
+        arg=checkpoint_id,
+        timeout=RUN_GUARD_S * 1000,
+    )

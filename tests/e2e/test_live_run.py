@@ -21,7 +21,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.e2e.live_page import PAGE_STATE_JS, RUN_GUARD_S, STEP_GUARD_S, keep_screenshot, wait_page
+from tests.e2e.live_page import (
+    PAGE_STATE_JS,
+    STEP_GUARD_S,
+    keep_screenshot,
+    wait_converted,
+    wait_page,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -157,14 +163,7 @@ def _drive(page, stack, shots: Path) -> None:
         }""",
         arg=checkpoint_id,
     )
-    page.wait_for_function(
-        """(id) => {
-          const row = document.querySelector(`#checkpoint-rows tr[data-checkpoint="${id}"]`);
-          return row && ["ready", "failed"].includes(row.dataset.hfStatus);
-        }""",
-        arg=checkpoint_id,
-        timeout=RUN_GUARD_S * 1000,
-    )
+    wait_converted(page, checkpoint_id)
     assert row.get_attribute("data-hf-status") == "ready", (
         f"{row.inner_text()}\n{stack.logs_tail()}"
     )

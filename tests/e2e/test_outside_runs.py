@@ -20,7 +20,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.e2e.live_page import RUN_GUARD_S, STEP_GUARD_S, keep_screenshot, wait_page
+from tests.e2e.live_page import (
+    RUN_GUARD_S,
+    STEP_GUARD_S,
+    keep_screenshot,
+    wait_converted,
+    wait_page,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -186,14 +192,7 @@ def _watch_and_import(page, stack, run, terminal, terminal_log, checkpoints, sho
     convert.wait_for(state="visible")
     checkpoint_id = convert.get_attribute("data-id")
     convert.click()
-    page.wait_for_function(
-        """(id) => {
-          const row = document.querySelector(`#checkpoint-rows tr[data-checkpoint="${id}"]`);
-          return row && ["ready", "failed"].includes(row.dataset.hfStatus);
-        }""",
-        arg=checkpoint_id,
-        timeout=RUN_GUARD_S * 1000,
-    )
+    wait_converted(page, checkpoint_id)
     row = page.locator(f"#checkpoint-rows tr[data-checkpoint='{checkpoint_id}']")
     assert row.get_attribute("data-hf-status") == "ready", stack.logs_tail()
     keep_screenshot(page, shots, "import-converted")
