@@ -78,3 +78,11 @@ def wait_converted(page, checkpoint_id: str) -> None:
         arg=checkpoint_id,
         timeout=RUN_GUARD_S * 1000,
     )
+
+
+def log_in(page, stack) -> None:
+    """Fill the login form the page shows with the stack's demo user; lands on the list."""
+    page.fill("input[name=username]", stack.username)
+    page.fill("input[name=password]", stack.password)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{stack.url}/experiments/")

@@ -25,6 +25,7 @@ from tests.e2e.live_page import (
     PAGE_STATE_JS,
     STEP_GUARD_S,
     keep_screenshot,
+    log_in,
     wait_converted,
     wait_page,
 )
@@ -80,10 +81,7 @@ def _drive(page, stack, shots: Path) -> None:
     # ---- log in
     page.goto(f"{stack.url}/experiments/")
     assert "/login/" in page.url
-    page.fill("input[name=username]", stack.username)
-    page.fill("input[name=password]", stack.password)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{stack.url}/experiments/")
+    log_in(page, stack)
 
     # ---- an experiment from the form with the demo config, shortened through its fields
     page.goto(f"{stack.url}/experiments/new/")

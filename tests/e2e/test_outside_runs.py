@@ -24,6 +24,7 @@ from tests.e2e.live_page import (
     RUN_GUARD_S,
     STEP_GUARD_S,
     keep_screenshot,
+    log_in,
     wait_converted,
     wait_page,
 )
@@ -95,10 +96,7 @@ def test_a_terminal_run_appears_live_and_its_job_dir_imports_with_its_history(
     try:
         # ---- a token from the account page, as the README says
         page.goto(f"{stack.url}/login/")
-        page.fill("input[name=username]", stack.username)
-        page.fill("input[name=password]", stack.password)
-        page.click("button[type=submit]")
-        page.wait_for_url(f"{stack.url}/experiments/")
+        log_in(page, stack)
         page.goto(f"{stack.url}/account/")
         page.fill("#token-name", "my terminal")
         page.click("#token-create button[type=submit]")

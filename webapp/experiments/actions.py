@@ -136,17 +136,16 @@ def create_experiment(
     """A new experiment of ``actor`` (``owner``: only the system actor may give another user)."""
     user = _owner_of(actor, owner)
     checked = _checked(config_yaml, config)
+    return _create_audited(
+        actor, user, name=name, checked=checked, project=project, description=description,
+        tags=tags, note="created",
+    )  # fmt: skip
+
+
+def _create_audited(actor: Actor, owner: Any, **fields: Any) -> Experiment:
+    """``_create`` and its ``experiment.create`` audit row, in one transaction."""
     with transaction.atomic():
-        experiment = _create(
-            actor,
-            user,
-            name=name,
-            checked=checked,
-            project=project,
-            description=description,
-            tags=tags,
-            note="created",
-        )
+        experiment = _create(actor, owner, **fields)
         record(actor, "experiment.create", experiment, after=_summary(experiment))
     return experiment
 
@@ -160,19 +159,10 @@ def experiment_for_outside_run(actor: Actor, checked: CheckedConfig) -> Experime
     existing = Experiment.objects.filter(owner=user, name=name).first()
     if existing is not None:
         return existing
-    with transaction.atomic():
-        experiment = _create(
-            actor,
-            user,
-            name=name,
-            checked=checked,
-            project=checked.config.project or "",
-            description="",
-            tags=(),
-            note="created for a run started outside the dashboard",
-        )
-        record(actor, "experiment.create", experiment, after=_summary(experiment))
-    return experiment
+    return _create_audited(
+        actor, user, name=name, checked=checked, project=checked.config.project or "",
+        description="", tags=(), note="created for a run started outside the dashboard",
+    )  # fmt: skip
 
 
 def update_experiment(
