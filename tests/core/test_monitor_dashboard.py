@@ -5,6 +5,7 @@ in tests/webapp/test_external_runs.py and end to end in tests/e2e/test_outside_r
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -41,6 +42,20 @@ class FakeDashboard(BaseHTTPRequestHandler):
         pass
 
 
+@pytest.fixture(autouse=True)
+def stream_env_restored():
+    """register() sets the stream's env in this process, as it must in the CLI; monkeypatch's
+    delenv records nothing for an absent variable, so restore by hand or later tests in the
+    session (the orchestration tests) would send their events to this test's fake Redis."""
+    saved = {name: os.environ.get(name) for name in (ENV_RUN_ID, ENV_REDIS_URL)}
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @pytest.fixture
 def site(monkeypatch):
     FakeDashboard.requests, FakeDashboard.refuse = [], None
@@ -60,8 +75,6 @@ def test_register_sets_the_stream_env_and_the_exit_is_reported(site, tmp_path):
     with dashboard.reporting(registered):
         registration = dashboard.register("name: x\n", tmp_path / "job")
         registered.append(registration)
-        import os
-
         assert (os.environ[ENV_RUN_ID], os.environ[ENV_REDIS_URL]) == (
             "rkey7", "redis://elsewhere:6379/3",
         )  # fmt: skip
