@@ -239,7 +239,9 @@ class RolloutModelConfig:
     engine_num: int = _field(1, "rollout engines", level=BEGINNER)
     tensor_parallel_size: int = _field(1, "GPUs per rollout engine")
     gpu_memory_utilization: float = _field(0.9, "vLLM GPU memory fraction")
-    enforce_eager: bool = _field(False, "vLLM: disable CUDA graphs")
+    enforce_eager: bool = _field(
+        False, "no CUDA graphs: vLLM's, and the hf engine's captured decoding step on CUDA"
+    )
     enable_prefix_caching: bool = _field(True, "vLLM prefix caching")
     enable_chunked_prefill: bool = _field(True, "vLLM chunked prefill")
     use_v1: bool = _field(True, "accepted for Trinity compatibility (vLLM's v1 engine is used)")

@@ -26,6 +26,7 @@ class SamplingParams:
     top_k: int = -1  # -1 = off
     max_tokens: int = 64
     seed: int | None = None
+    ignore_eos: bool = False  # sample max_tokens whatever comes (vLLM's name; benchmarks)
     # Greedy decoding when temperature == 0.
 
 

@@ -39,6 +39,7 @@ from rft_core.modeling import (
 )
 from rft_core.rollout.base import Generation, PromptEncoding, SamplingParams
 from rft_core.rollout.decode_step import DecodeStep
+from rft_core.rollout.sampling import filter_logits
 from rft_core.rollout.shared_prefix import (
     PrefixRows,
     SharedPrefixLayer,
@@ -46,24 +47,11 @@ from rft_core.rollout.shared_prefix import (
     shared_prefix_attention,
     shared_prefix_decoding,
 )
+from rft_core.rollout.static_decode import Sampling, StaticDecoder
+
+__all__ = ["HFRolloutEngine", "filter_logits"]
 
 log = logging.getLogger(__name__)
-
-
-def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Mask (to -inf) tokens outside the top-k and outside the top-p nucleus; keeps ≥ 1 token."""
-    vocab = logits.shape[-1]
-    if 0 < top_k < vocab:
-        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if 0.0 < top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-        probs = torch.softmax(sorted_logits, dim=-1)
-        # drop a token when the mass before it already reaches top_p (the first always stays)
-        drop_sorted = (probs.cumsum(-1) - probs) >= top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
-    return logits
 
 
 @dataclass
@@ -97,6 +85,8 @@ class HFRolloutEngine(PromptEncoding):
         chat_template_kwargs: dict[str, Any] | None = None,
         num_threads: int | None = None,
         attn_implementation: str | None = "sdpa",
+        static_cache: bool | None = None,
+        enforce_eager: bool = False,
         model: Any = None,
         tokenizer: Any = None,
         **unused: Any,
@@ -131,6 +121,15 @@ class HFRolloutEngine(PromptEncoding):
         self.eos_token_ids = self._eos_ids()
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = pad if pad is not None else sorted(self.eos_token_ids)[0]
+        # static KV cache + captured decoding step (rft_core.rollout.static_decode): on CUDA by
+        # default, CUDA graphs unless enforce_eager; None for a model it does not cover
+        if static_cache is None:
+            static_cache = self.device.type == "cuda"
+        self.static_decoder = (
+            StaticDecoder.of(self.model, self.eos_token_ids, use_graphs=not enforce_eager)
+            if static_cache
+            else None
+        )
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -166,6 +165,12 @@ class HFRolloutEngine(PromptEncoding):
     def state_dict(self) -> dict[str, torch.Tensor]:
         return self.model.state_dict()
 
+    def release_memory(self) -> None:
+        """Free the static decoding path's KV buffers and graphs (colocate calls this while the
+        trainer steps); the next call allocates them again."""
+        if self.static_decoder is not None:
+            self.static_decoder.release_memory()
+
     @torch.inference_mode()
     def generate_ids(
         self, prompt_ids: list[list[int]], params: SamplingParams
@@ -180,7 +185,9 @@ class HFRolloutEngine(PromptEncoding):
             for _ in range(params.n)
         ]
         max_new = max(row.limit for row in rows)
-        if max_new > 0:
+        if max_new > 0 and self.static_decoder is not None:
+            self._decode_static(rows, params)
+        elif max_new > 0:
             self._decode(rows, params, max_new)
         out: list[list[Generation]] = [[] for _ in prompt_ids]
         texts = self.tokenizer.batch_decode([r.tokens for r in rows], skip_special_tokens=True)
@@ -221,6 +228,30 @@ class HFRolloutEngine(PromptEncoding):
         self._calls += 1
         return gen
 
+    def _decode_static(self, rows: list[_Row], params: SamplingParams) -> None:
+        """Decode through ``StaticDecoder`` (same tokens as ``_decode`` under greedy decoding)."""
+        assert self.static_decoder is not None
+        distinct: dict[tuple[int, ...], int] = {}
+        prompt_of_row = [distinct.setdefault(tuple(r.prompt_ids), len(distinct)) for r in rows]
+        sampling = Sampling(
+            greedy=params.temperature <= 0,
+            top_k=params.top_k,
+            top_p=params.top_p,
+            ignore_eos=params.ignore_eos,
+        )
+        results = self.static_decoder.decode(
+            [list(p) for p in distinct],
+            prompt_of_row,
+            [row.limit for row in rows],
+            sampling,
+            params.temperature,
+            self._generator(params.seed),
+            self.pad_token_id,
+        )
+        for row, result in zip(rows, results, strict=True):
+            row.tokens, row.logprobs = result.tokens, result.logprobs
+            row.finish_reason = result.finish_reason
+
     def _decode(self, rows: list[_Row], params: SamplingParams, max_new: int) -> None:
         gen = self._generator(params.seed)
         greedy = params.temperature <= 0
@@ -245,7 +276,7 @@ class HFRolloutEngine(PromptEncoding):
                     probs = torch.softmax(filtered, dim=-1)
                     tokens = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
                     logps = token_logprobs(scaled, tokens, 1.0)
-                finished = torch.isin(tokens, eos)
+                finished = torch.isin(tokens, eos) & (not params.ignore_eos)
                 tok_list, lp_list, fin_list = tokens.tolist(), logps.tolist(), finished.tolist()
                 for b, row_index in enumerate(alive):
                     if row_index is None:

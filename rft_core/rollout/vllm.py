@@ -88,6 +88,7 @@ def sampling_kwargs(params: SamplingParams, seed: int) -> dict[str, Any]:
         "max_tokens": params.max_tokens,
         "logprobs": 0,  # only the sampled token's log-prob
         "seed": seed,
+        "ignore_eos": params.ignore_eos,
     }
 
 
