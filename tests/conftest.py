@@ -180,6 +180,9 @@ class RayHead:
             "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
             "RAY_worker_niceness": "0",
             "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+            # on a loaded 2-core machine a worker process can take over Ray's default 60 s to
+            # register; the actor it was for is then cancelled before it starts
+            "RAY_worker_register_timeout_seconds": "300",
         }
         env.pop("RAY_ADDRESS", None)
         self.proc = subprocess.Popen(
