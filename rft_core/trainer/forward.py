@@ -3,7 +3,9 @@ their response tokens under a model.
 
 Log-probs are ``log_softmax(logits / temperature)`` in fp32, the rollout engines' convention
 (``rft_core.modeling.token_logprobs``), so that an on-policy importance ratio is 1 up to
-numerics. Only the logits predicting the response tokens are computed (``logits_to_keep``, see
+numerics; they and the entropies come from the LM head a chunk of tokens at a time
+(``rft_core.trainer.token_head``), never as whole ``[tokens x vocab]`` logits. Only the
+positions predicting the response tokens reach the head (``logits_to_keep``, see
 ``rft_core.trainer.batching`` for the padding layout); when prompts repeat in a micro-batch each
 distinct prompt runs once and its KV cache serves every response to it (``SharedPrefix``).
 """
@@ -15,7 +17,7 @@ from typing import Any
 import torch
 
 from rft_core.experience import Experience
-from rft_core.modeling import cpu_attention, full_attention_cache, token_logprobs
+from rft_core.modeling import cpu_attention, full_attention_cache
 from rft_core.trainer.batching import (
     MicroBatch,
     SharedPrefix,
@@ -25,6 +27,7 @@ from rft_core.trainer.batching import (
     response_mask,
 )
 from rft_core.trainer.collectives import StepRanks
+from rft_core.trainer.token_head import DEFAULT_CHUNK_TOKENS, token_head
 
 
 class PolicyForward:
@@ -40,6 +43,7 @@ class PolicyForward:
         micro_batch_size: int | None,
         max_token_len: int | None,
         share_prompt_prefix: bool,
+        chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     ) -> None:
         self.ranks = ranks
         self.device = ranks.device
@@ -48,6 +52,7 @@ class PolicyForward:
         self.pad_token_id = pad_token_id
         self.micro_batch_size = micro_batch_size
         self.max_token_len = max_token_len
+        self.chunk_tokens = chunk_tokens  # tokens per chunk of the LM head's outputs
         # run a prompt shared by several rows once (batching.SharedPrefix); off: the plain
         # layout. Sharded ranks keep the plain layout: one forward per micro-batch on every rank
         self.share_prompt_prefix = share_prompt_prefix and not ranks.sharded
@@ -62,10 +67,14 @@ class PolicyForward:
         mbs = [collate([seqs[i] for i in g], g, self.pad_token_id, self.device) for g in groups]
         return mbs + [padding_micro_batch(mbs[0]) for _ in range(padding)]
 
-    def logprobs(self, model: Any, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """[B, R] log-probs of the response tokens, and the [B, R, V] logits they come from."""
-        logits = self.logits_tail(model, mb)
-        return token_logprobs(logits, mb.targets, self.temperature), logits
+    def logprobs(
+        self, model: Any, mb: MicroBatch, *, entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """[B, R] log-probs of the response tokens, and (``entropy``) the [B, R] entropies of
+        the distributions they were drawn from; the logits are never held whole
+        (``rft_core.trainer.token_head``)."""
+        outputs = self.token_outputs(model, mb)
+        return outputs[..., 0], outputs[..., 1] if entropy else None
 
     @torch.no_grad()
     def logprobs_of(self, model: Any, experiences: list[Experience]) -> list[list[float]]:
@@ -81,8 +90,8 @@ class PolicyForward:
                 out[row] = logp[b, mb.response_width - n :].tolist() if n else []
         return out
 
-    def logits_tail(self, model: Any, mb: MicroBatch) -> torch.Tensor:
-        """Logits predicting the last ``R`` tokens of each row: [B, R, V]."""
+    def token_outputs(self, model: Any, mb: MicroBatch) -> torch.Tensor:
+        """[B, R, 2]: each response token's log-prob and the entropy at its position."""
         with (
             torch.autocast(
                 self.device.type,
@@ -90,10 +99,12 @@ class PolicyForward:
                 enabled=self.autocast_dtype is not None,
             ),
             cpu_attention(model),
+            token_head(model, self.temperature, self.chunk_tokens) as set_targets,
         ):
             prefix = mb.shared_prefix
             if prefix is not None and self.share_prompt_prefix and shares_prefix(model):
-                return self._shared_prefix_logits(model, prefix, mb.response_width)
+                return self._shared_prefix_outputs(model, prefix, mb, set_targets)
+            set_targets(mb.targets)
             out = model(
                 input_ids=mb.input_ids,
                 attention_mask=mb.attention_mask,
@@ -101,15 +112,19 @@ class PolicyForward:
                 use_cache=False,
                 logits_to_keep=mb.response_width + 1,
             )
-        return out.logits[:, :-1]
+        return out.logits
 
-    def _shared_prefix_logits(self, model: Any, prefix: SharedPrefix, width: int) -> torch.Tensor:
-        """``logits_tail`` on the shared-prefix layout: each distinct prompt runs once; its KV
-        cache (not detached: every row's gradient flows back into it) is expanded to the rows of
-        each response block, which run on top of it."""
+    def _shared_prefix_outputs(
+        self, model: Any, prefix: SharedPrefix, mb: MicroBatch, set_targets: Any
+    ) -> torch.Tensor:
+        """``token_outputs`` on the shared-prefix layout: each distinct prompt runs once; its
+        KV cache (not detached: every row's gradient flows back into it) is expanded to the rows
+        of each response block, which run on top of it."""
         from transformers import DynamicCache
 
+        width = mb.response_width
         cache = DynamicCache(config=model.config)
+        set_targets(None)
         model(
             input_ids=prefix.input_ids,
             attention_mask=prefix.attention_mask,
@@ -128,6 +143,8 @@ class PolicyForward:
                 for source, target in zip(cache.layers, block_cache.layers, strict=True):
                     index = block.prefix_of_row
                     target.update(source.keys[index], source.values[index])
+            rows = torch.tensor(block.rows, device=mb.targets.device)
+            set_targets(mb.targets[rows][:, width - block.response_width :])
             out = model(
                 input_ids=block.input_ids,
                 attention_mask=block.attention_mask,
@@ -135,9 +152,10 @@ class PolicyForward:
                 past_key_values=block_cache,
                 use_cache=True,
             )
-            logits = out.logits[:, :-1]
             # right-align into the micro-batch's width; the zeros sit under mask 0
-            parts.append(torch.nn.functional.pad(logits, (0, 0, width - logits.shape[1], 0)))
+            parts.append(
+                torch.nn.functional.pad(out.logits, (0, 0, width - block.response_width, 0))
+            )
         if len(parts) == 1:
             return parts[0]
         order = [row for block in prefix.blocks for row in block.rows]

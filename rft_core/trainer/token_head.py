@@ -1,0 +1,112 @@
+"""The LM head's per-token outputs without the ``[tokens x vocab]`` logits held whole: the
+log-prob of each target token (``rft_core.modeling.token_logprobs``'s convention: fp32,
+``log_softmax(logits / temperature)``) and the entropy of the next-token distribution (at
+temperature 1, as ``rft_core.algorithms.entropy.entropy_from_logits``), a chunk of tokens at a
+time. Under autograd each chunk is recomputed in the backward pass (``torch.utils.checkpoint``),
+so the backward, too, holds one chunk's logits at a time: for Qwen2.5's 151,936-token
+vocabulary a 64k-token step would otherwise keep ~40 GB of fp32 logits alive.
+
+``token_head(model, targets, ...)`` swaps the model's output-embedding forward for the duration
+of one model call, so the head's weight is read inside the model's own forward: FSDP2 has it
+unsharded there, a tied embedding is the same tensor, and autocast applies as it does to the
+plain head.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from rft_core.algorithms.entropy import entropy_from_logits
+
+DEFAULT_CHUNK_TOKENS = 4096
+
+
+def _chunk_outputs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    temperature: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = F.linear(hidden, weight, bias).float()
+    scaled = logits / temperature if temperature > 0 and temperature != 1.0 else logits
+    logsumexp = torch.logsumexp(scaled, dim=-1)
+    logprobs = scaled.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logsumexp
+    return logprobs, entropy_from_logits(logits)
+
+
+def head_outputs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    temperature: float,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-probs [N], entropies [N]) of ``targets`` [N] under ``hidden`` [N, H] @ ``weight``."""
+    keep_graph = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    logprobs, entropies = [], []
+    for start in range(0, hidden.shape[0], chunk_tokens):
+        args = (hidden[start : start + chunk_tokens], weight, bias,
+                targets[start : start + chunk_tokens], temperature)  # fmt: skip
+        if keep_graph:
+            lp, ent = checkpoint(_chunk_outputs, *args, use_reentrant=False)
+        else:
+            lp, ent = _chunk_outputs(*args)
+        logprobs.append(lp)
+        entropies.append(ent)
+    if not logprobs:
+        empty = hidden.new_zeros(0, dtype=torch.float32)
+        return empty, empty
+    return torch.cat(logprobs), torch.cat(entropies)
+
+
+class _Targets:
+    """What the swapped head computes for the model call in progress (None: plain logits)."""
+
+    def __init__(self) -> None:
+        self.targets: torch.Tensor | None = None
+
+
+@contextlib.contextmanager
+def token_head(
+    model: Any, temperature: float, chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+) -> Iterator[Any]:
+    """While in the block, a model call made after ``set_targets(targets [B, R])`` returns, in
+    place of its logits over ``R + 1`` positions, a [B, R, 2] tensor: each position's log-prob
+    of the next target token and its entropy (the last position predicts nothing and is
+    dropped). Calls with no targets set get plain logits."""
+    head = model.get_output_embeddings()
+    state = _Targets()
+
+    def forward(hidden: torch.Tensor) -> torch.Tensor:
+        targets = state.targets
+        if targets is None:
+            return F.linear(hidden, head.weight, head.bias)
+        rows, width = targets.shape
+        if hidden.shape[1] != width + 1:
+            raise ValueError(f"head got {hidden.shape[1]} positions for {width} targets")
+        logprobs, entropy = head_outputs(
+            hidden[:, :-1].reshape(rows * width, -1),
+            head.weight,
+            head.bias,
+            targets.reshape(-1),
+            temperature,
+            chunk_tokens,
+        )
+        return torch.stack([logprobs.view(rows, width), entropy.view(rows, width)], dim=-1)
+
+    def set_targets(targets: torch.Tensor | None) -> None:
+        state.targets = targets
+
+    head.forward = forward  # an instance attribute: the class's forward is untouched
+    try:
+        yield set_targets
+    finally:
+        del head.forward
