@@ -290,30 +290,60 @@ def train_and_step(model_dir: Path, groups: list[list], args, out: dict) -> None
     experiences = experiences_of(groups, 3)
     tokens = sum(len(e.prompt_ids) + len(e.response_ids) for e in experiences)
     algo = types.SimpleNamespace(algorithm_type="grpo", optimizer=types.SimpleNamespace(lr=1e-6))
-    reset_peak()
-    policy = PolicyTrainer(
-        str(model_dir),
-        algo,
-        device=DEVICE,
-        micro_batch_size=args.micro_batch,
-        gradient_checkpointing=args.gradient_checkpointing,
-        loss_horizon=args.response_len,
-    )
-    params = sum(p.numel() for p in policy.model.parameters())
-    step = functools.partial(policy.train_step, experiences)
-    step()  # warm-up
-    times = [timed(step)[0] for _ in range(args.steps)]
-    best = min(times)
+
+    def trainer(micro_batch: int, checkpointing: bool, dtype: str) -> PolicyTrainer:
+        return PolicyTrainer(
+            str(model_dir),
+            algo,
+            device=DEVICE,
+            dtype=dtype,
+            micro_batch_size=micro_batch,
+            gradient_checkpointing=checkpointing,
+            loss_horizon=args.response_len,
+        )
+
+    # each variant "rows per micro-batch:gradient checkpointing 0/1:dtype" ("auto": fp32
+    # master weights with bf16 autocast; "bfloat16": bf16 weights and optimizer, for scale)
+    variants, best_variant = [], None
+    for spec in args.trainer_variants.split(","):
+        micro, checkpointing, dtype = spec.split(":")
+        reset_peak()
+        policy = trainer(int(micro), checkpointing == "1", dtype)
+        params = sum(p.numel() for p in policy.model.parameters())
+        step = functools.partial(policy.train_step, experiences)
+        try:
+            step()  # warm-up
+            times = [timed(step)[0] for _ in range(args.steps)]
+        except torch.OutOfMemoryError:
+            variants.append({"variant": spec, "error": "out of memory"})
+            del policy, step
+            free()
+            continue
+        best = min(times)
+        figures = {
+            "variant": spec,
+            "seconds": [round(t, 3) for t in times],
+            "tokens_per_s": round(tokens / best, 1),
+            "mfu": round(6 * params * tokens / best / PEAK_BF16_FLOPS, 3),
+            "peak_memory_gib": peak_memory(),
+        }
+        variants.append(figures)
+        if dtype == "auto" and (
+            best_variant is None or figures["tokens_per_s"] > best_variant["tokens_per_s"]
+        ):
+            best_variant = figures
+        del policy, step
+        free()
     out["trainer"] = {
         "parameters": params,
         "tokens_per_step": tokens,
-        "micro_batch_size": args.micro_batch,
-        "gradient_checkpointing": args.gradient_checkpointing,
-        "seconds": [round(t, 3) for t in times],
-        "tokens_per_s": round(tokens / best, 1),
-        "mfu": round(6 * params * tokens / best / PEAK_BF16_FLOPS, 3),
-        "peak_memory_gib": peak_memory(),
+        "mfu_formula": "6 * parameters * tokens / seconds / 790e12 (the reference model's "
+        "forward, 2 * parameters * tokens more, is not counted)",
+        "variants": variants,
+        "best_fp32_master": best_variant,
     }
+    micro, checkpointing, dtype = best_variant["variant"].split(":")
+    policy = trainer(int(micro), checkpointing == "1", dtype)
     # the colocated step: engine and trainer on the one GPU, weights handed over in memory
     engine = build_engine("hf", str(model_dir), dtype="bfloat16", device=DEVICE, seed=5)
     prompts = [list(g[0].prompt_ids) for g in groups]
@@ -435,8 +465,13 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--response-len", type=int, default=256)
     parser.add_argument("--steps", type=int, default=3, help="measured steps after a warm-up")
-    parser.add_argument("--micro-batch", type=int, default=32, help="trainer rows per forward")
-    parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--micro-batch", type=int, default=32, help="TRL's rows per forward")
+    parser.add_argument("--gradient-checkpointing", action="store_true", help="TRL's setting")
+    parser.add_argument(
+        "--trainer-variants",
+        default="32:0:auto,64:0:auto,128:0:auto,64:1:auto,64:0:bfloat16",
+        help="rft_core trainer settings measured, each micro-batch rows:checkpointing:dtype",
+    )
     parser.add_argument(
         "--release-kv", action="store_true", help="colocate: free the engine's KV while training"
     )
