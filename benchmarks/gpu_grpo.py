@@ -344,6 +344,10 @@ def train_and_step(model_dir: Path, groups: list[list], args, out: dict) -> None
     }
     micro, checkpointing, dtype = best_variant["variant"].split(":")
     policy = trainer(int(micro), checkpointing == "1", dtype)
+    if args.profile:
+        out["trainer"]["profile_top_kernels"] = profile_step(
+            functools.partial(policy.train_step, experiences)
+        )
     # the colocated step: engine and trainer on the one GPU, weights handed over in memory
     engine = build_engine("hf", str(model_dir), dtype="bfloat16", device=DEVICE, seed=5)
     prompts = [list(g[0].prompt_ids) for g in groups]
@@ -374,6 +378,27 @@ def train_and_step(model_dir: Path, groups: list[list], args, out: dict) -> None
     }
     del engine, policy
     free()
+
+
+def profile_step(step) -> list[dict]:
+    """One trainer step under torch.profiler: the 25 kernels (by name) with the most GPU time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step()  # warm
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        sync()
+    rows = sorted(prof.key_averages(), key=lambda e: e.device_time_total, reverse=True)
+    total = sum(e.device_time_total for e in rows) or 1.0
+    return [
+        {
+            "kernel": e.key[:90],
+            "ms": round(e.device_time_total / 1000, 1),
+            "share": round(e.device_time_total / total, 3),
+            "calls": e.count,
+        }
+        for e in rows[:25]
+    ]
 
 
 def run_trl(model_dir: Path, args, out: dict) -> None:
@@ -476,6 +501,7 @@ def main() -> None:
         "--release-kv", action="store_true", help="colocate: free the engine's KV while training"
     )
     parser.add_argument("--tiny", action="store_true", help="a smoke run's model (and CPU)")
+    parser.add_argument("--profile", action="store_true", help="profile one trainer step")
     parser.add_argument("--skip-checks", action="store_true")
     parser.add_argument("--skip-generate", action="store_true")
     parser.add_argument("--skip-trl", action="store_true")
