@@ -384,19 +384,24 @@ def profile_step(step) -> list[dict]:
     """One trainer step under torch.profiler: the 25 kernels (by name) with the most GPU time."""
     from torch.profiler import ProfilerActivity, profile
 
+    cuda = DEVICE == "cuda"
     step()  # warm
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
         step()
         sync()
-    rows = sorted(prof.key_averages(), key=lambda e: e.device_time_total, reverse=True)
-    total = sum(e.device_time_total for e in rows) or 1.0
+
+    def spent(e) -> float:
+        return e.device_time_total if cuda else e.self_cpu_time_total
+
+    rows = sorted(prof.key_averages(), key=spent, reverse=True)
+    total = sum(spent(e) for e in rows) or 1.0
     return [
         {
             "kernel": e.key[:90],
-            "ms": round(e.device_time_total / 1000, 1),
-            "share": round(e.device_time_total / total, 3),
+            "ms": round(spent(e) / 1000, 1),
+            "share": round(spent(e) / total, 3),
             "calls": e.count,
-        }
+        }  # fmt: skip
         for e in rows[:25]
     ]
 
