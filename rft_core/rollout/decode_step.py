@@ -43,6 +43,27 @@ def _cat(tensors: list[torch.Tensor | None]) -> torch.Tensor | None:
     return torch.cat(tensors)  # type: ignore[arg-type]
 
 
+def plain_layer(layer: Any) -> tuple[Any, Any, Any, Any] | None:
+    """(attention, MLP, input norm, post-attention norm) of a plain Llama/Qwen2 decoder layer
+    (q/k/v/o projections, gated MLP, RMSNorms, no q/k norms), or None for any other layer."""
+    attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+    needs = {
+        attn: ("q_proj", "k_proj", "v_proj", "o_proj", "scaling"),
+        mlp: ("gate_proj", "up_proj", "down_proj", "act_fn"),
+        layer: ("input_layernorm", "post_attention_layernorm"),
+    }
+    if attn is None or mlp is None:
+        return None
+    if any(not hasattr(owner, name) for owner, names in needs.items() for name in names):
+        return None
+    if hasattr(attn, "q_norm") or hasattr(attn, "k_norm"):
+        return None
+    norms = (layer.input_layernorm, layer.post_attention_layernorm)
+    if any(getattr(n, "variance_epsilon", None) is None for n in norms):
+        return None
+    return attn, mlp, *norms
+
+
 @dataclass
 class _FusedLayer:
     """A plain decoder layer's weights, q/k/v and gate/up concatenated."""
@@ -63,23 +84,10 @@ class _FusedLayer:
 
     @classmethod
     def of(cls, layer: Any) -> _FusedLayer | None:
-        attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
-        names = {
-            attn: ("q_proj", "k_proj", "v_proj", "o_proj"),
-            mlp: ("gate_proj", "up_proj", "down_proj", "act_fn"),
-            layer: ("input_layernorm", "post_attention_layernorm"),
-        }
-        if (
-            attn is None
-            or mlp is None
-            or any(not hasattr(owner, n) for owner, ns in names.items() for n in ns)
-        ):
+        parts = plain_layer(layer)
+        if parts is None:
             return None
-        if hasattr(attn, "q_norm") or hasattr(attn, "k_norm"):
-            return None
-        norms = (layer.input_layernorm, layer.post_attention_layernorm)
-        if any(getattr(n, "variance_epsilon", None) is None for n in norms):
-            return None
+        attn, mlp, *norms = parts
         try:
             qkv_bias = _cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias])
             gate_up_bias = _cat([mlp.gate_proj.bias, mlp.up_proj.bias])
@@ -102,7 +110,7 @@ class _FusedLayer:
         )
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """RoPE as transformers' ``apply_rotary_pos_emb`` (``rotate_half``): x [B, H, D]."""
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -183,8 +191,8 @@ class DecodeStep:
         for index, layer in enumerate(self.fused or ()):
             h = F.rms_norm(x, x.shape[-1:], layer.input_norm, layer.eps)
             q, k, v = F.linear(h, layer.qkv, layer.qkv_bias).split(split, dim=-1)
-            q = _rotate(q.view(batch, heads, dim), cos, sin)
-            k = _rotate(k.view(batch, kv_heads, dim), cos, sin)
+            q = apply_rope(q.view(batch, heads, dim), cos, sin)
+            k = apply_rope(k.view(batch, kv_heads, dim), cos, sin)
             keys, values = cache.layers[index].update(
                 k.unsqueeze(2), v.view(batch, kv_heads, 1, dim)
             )

@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from transformers.cache_utils import DynamicCache
 
 from rft_core.modeling import full_attention_cache, token_logprobs
+from rft_core.rollout.decode_step import apply_rope, plain_layer
 from rft_core.rollout.sampling import filter_logits
 
 log = logging.getLogger(__name__)
@@ -102,28 +103,8 @@ class _Layer:
 
     @classmethod
     def of(cls, layer: Any) -> _Layer | None:
-        attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
-        needs = {
-            attn: ("q_proj", "k_proj", "v_proj", "o_proj", "scaling"),
-            mlp: ("gate_proj", "up_proj", "down_proj", "act_fn"),
-            layer: ("input_layernorm", "post_attention_layernorm"),
-        }
-        if attn is None or mlp is None:
-            return None
-        if any(not hasattr(owner, name) for owner, names in needs.items() for name in names):
-            return None
-        if hasattr(attn, "q_norm") or hasattr(attn, "k_norm"):
-            return None
-        norms = (layer.input_layernorm, layer.post_attention_layernorm)
-        if any(getattr(n, "variance_epsilon", None) is None for n in norms):
-            return None
-        return cls(attn, mlp, *norms)
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE as transformers' ``apply_rotary_pos_emb`` (``rotate_half``)."""
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+        parts = plain_layer(layer)
+        return None if parts is None else cls(*parts)
 
 
 class _Buffers:
@@ -395,8 +376,8 @@ class StaticDecoder:
         for layer, keys, values in zip(self.layers, buf.keys, buf.values, strict=True):
             attn, mlp = layer.attn, layer.mlp
             h = _norm(x, layer.input_norm)
-            q = _rotate(attn.q_proj(h).view(rows, heads, dim), cos, sin)
-            k = _rotate(attn.k_proj(h).view(rows, kv_heads, dim), cos, sin)
+            q = apply_rope(attn.q_proj(h).view(rows, heads, dim), cos, sin)
+            k = apply_rope(attn.k_proj(h).view(rows, kv_heads, dim), cos, sin)
             v = attn.v_proj(h).view(rows, kv_heads, 1, dim)
             layer_keys, layer_values = keys[:rows], values[:rows]
             layer_keys.index_copy_(2, buf.column, k[:, :, None])
