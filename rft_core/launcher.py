@@ -296,8 +296,14 @@ def _wait_all(refs: dict[str, Any], actors: dict[str, Any], progress: Any) -> di
     return results
 
 
+_RAY_NEVER_RAN = "The actor never ran"
+
+
 def _one_line(err: BaseException) -> str:
-    lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
+    """The error's last line; for an actor that never started, Ray's reason before its note."""
+    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+    if len(lines) > 1 and lines[-1].startswith(_RAY_NEVER_RAN):
+        return f"{type(err).__name__}: {lines[-2]} ({lines[-1]})"
     return f"{type(err).__name__}: {lines[-1] if lines else ''}"
 
 

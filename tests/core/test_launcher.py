@@ -252,3 +252,20 @@ def test_the_preflight_reads_each_taskset_once_for_the_whole_run(tmp_path, monke
         explorer.close()
     assert sorted(explorer.eval_results) == [1, 2] and explorer.step == 2
     assert len(reads) == 2
+
+
+def test_an_actor_that_never_ran_is_reported_with_rays_reason():
+    from rft_core.launcher import _one_line
+
+    message = (
+        "The actor died unexpectedly before finishing this task.\n"
+        "\tclass_name: Trainer\n\tactor_id: 1f2e\n"
+        "The actor died because its worker process failed to register within 60 s.\n"
+        "The actor never ran - it was cancelled before it started running."
+    )
+    line = _one_line(RuntimeError(message))
+    assert line == (
+        "RuntimeError: The actor died because its worker process failed to register within "
+        "60 s. (The actor never ran - it was cancelled before it started running.)"
+    )
+    assert _one_line(ValueError("first\nlast")) == "ValueError: last"
