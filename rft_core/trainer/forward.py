@@ -73,7 +73,7 @@ class PolicyForward:
         """[B, R] log-probs of the response tokens, and (``entropy``) the [B, R] entropies of
         the distributions they were drawn from; the logits are never held whole
         (``rft_core.trainer.token_head``)."""
-        outputs = self.token_outputs(model, mb)
+        outputs = self.token_outputs(model, mb, entropy)
         return outputs[..., 0], outputs[..., 1] if entropy else None
 
     @torch.no_grad()
@@ -90,8 +90,9 @@ class PolicyForward:
                 out[row] = logp[b, mb.response_width - n :].tolist() if n else []
         return out
 
-    def token_outputs(self, model: Any, mb: MicroBatch) -> torch.Tensor:
-        """[B, R, 2]: each response token's log-prob and the entropy at its position."""
+    def token_outputs(self, model: Any, mb: MicroBatch, entropy: bool = True) -> torch.Tensor:
+        """[B, R, 2]: each response token's log-prob and the entropy at its position ([B, R,
+        1]: the log-probs alone, without ``entropy``)."""
         with (
             torch.autocast(
                 self.device.type,
@@ -103,8 +104,8 @@ class PolicyForward:
         ):
             prefix = mb.shared_prefix
             if prefix is not None and self.share_prompt_prefix and shares_prefix(model):
-                return self._shared_prefix_outputs(model, prefix, mb, set_targets)
-            set_targets(mb.targets)
+                return self._shared_prefix_outputs(model, prefix, mb, set_targets, entropy)
+            set_targets(mb.targets, entropy)
             out = model(
                 input_ids=mb.input_ids,
                 attention_mask=mb.attention_mask,
@@ -115,7 +116,7 @@ class PolicyForward:
         return out.logits
 
     def _shared_prefix_outputs(
-        self, model: Any, prefix: SharedPrefix, mb: MicroBatch, set_targets: Any
+        self, model: Any, prefix: SharedPrefix, mb: MicroBatch, set_targets: Any, entropy: bool
     ) -> torch.Tensor:
         """``token_outputs`` on the shared-prefix layout: each distinct prompt runs once; its
         KV cache (not detached: every row's gradient flows back into it) is expanded to the rows
@@ -144,7 +145,7 @@ class PolicyForward:
                     index = block.prefix_of_row
                     target.update(source.keys[index], source.values[index])
             rows = torch.tensor(block.rows, device=mb.targets.device)
-            set_targets(mb.targets[rows][:, width - block.response_width :])
+            set_targets(mb.targets[rows][:, width - block.response_width :], entropy)
             out = model(
                 input_ids=block.input_ids,
                 attention_mask=block.attention_mask,

@@ -22,8 +22,6 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from rft_core.algorithms.entropy import entropy_from_logits
-
 DEFAULT_CHUNK_TOKENS = 4096
 
 
@@ -33,12 +31,18 @@ def _chunk_outputs(
     bias: torch.Tensor | None,
     targets: torch.Tensor,
     temperature: float,
+    with_entropy: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     logits = F.linear(hidden, weight, bias).float()
     scaled = logits / temperature if temperature > 0 and temperature != 1.0 else logits
     logsumexp = torch.logsumexp(scaled, dim=-1)
     logprobs = scaled.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logsumexp
-    return logprobs, entropy_from_logits(logits)
+    if not with_entropy:
+        return logprobs, logprobs.new_zeros(0)
+    # -sum(p log p) at temperature 1, reusing the logsumexp (a linear layer's logits are finite)
+    raw_logsumexp = logsumexp if scaled is logits else torch.logsumexp(logits, dim=-1)
+    log_probs = logits - raw_logsumexp.unsqueeze(-1)
+    return logprobs, -(torch.exp(log_probs) * log_probs).sum(-1)
 
 
 def head_outputs(
@@ -48,13 +52,15 @@ def head_outputs(
     targets: torch.Tensor,
     temperature: float,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log-probs [N], entropies [N]) of ``targets`` [N] under ``hidden`` [N, H] @ ``weight``."""
+    with_entropy: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(log-probs [N], entropies [N] or None) of ``targets`` [N] under ``hidden`` [N, H] @
+    ``weight``."""
     keep_graph = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
     logprobs, entropies = [], []
     for start in range(0, hidden.shape[0], chunk_tokens):
         args = (hidden[start : start + chunk_tokens], weight, bias,
-                targets[start : start + chunk_tokens], temperature)  # fmt: skip
+                targets[start : start + chunk_tokens], temperature, with_entropy)  # fmt: skip
         if keep_graph:
             lp, ent = checkpoint(_chunk_outputs, *args, use_reentrant=False)
         else:
@@ -63,8 +69,8 @@ def head_outputs(
         entropies.append(ent)
     if not logprobs:
         empty = hidden.new_zeros(0, dtype=torch.float32)
-        return empty, empty
-    return torch.cat(logprobs), torch.cat(entropies)
+        return empty, empty if with_entropy else None
+    return torch.cat(logprobs), torch.cat(entropies) if with_entropy else None
 
 
 class _Targets:
@@ -72,6 +78,7 @@ class _Targets:
 
     def __init__(self) -> None:
         self.targets: torch.Tensor | None = None
+        self.with_entropy = True
 
 
 @contextlib.contextmanager
@@ -81,7 +88,8 @@ def token_head(
     """While in the block, a model call made after ``set_targets(targets [B, R])`` returns, in
     place of its logits over ``R + 1`` positions, a [B, R, 2] tensor: each position's log-prob
     of the next target token and its entropy (the last position predicts nothing and is
-    dropped). Calls with no targets set get plain logits."""
+    dropped); [B, R, 1] after ``set_targets(targets, with_entropy=False)``. Calls with no
+    targets set get plain logits."""
     head = model.get_output_embeddings()
     state = _Targets()
 
@@ -99,11 +107,13 @@ def token_head(
             targets.reshape(-1),
             temperature,
             chunk_tokens,
+            state.with_entropy,
         )
-        return torch.stack([logprobs.view(rows, width), entropy.view(rows, width)], dim=-1)
+        parts = [logprobs] if entropy is None else [logprobs, entropy]
+        return torch.stack([p.view(rows, width) for p in parts], dim=-1)
 
-    def set_targets(targets: torch.Tensor | None) -> None:
-        state.targets = targets
+    def set_targets(targets: torch.Tensor | None, with_entropy: bool = True) -> None:
+        state.targets, state.with_entropy = targets, with_entropy
 
     head.forward = forward  # an instance attribute: the class's forward is untouched
     try:
