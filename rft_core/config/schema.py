@@ -462,7 +462,7 @@ class MonitorConfig:
     monitor_type: str = _field(
         "tensorboard",
         "metrics sink besides the JSONL file (wandb/mlflow when installed)",
-        choices=["tensorboard", "wandb", "mlflow", "none"],
+        choices=registered_choices("monitor_types"),
     )
     monitor_args: dict[str, Any] = _field(help="free-form arguments for the sink", factory=dict)
     detailed_stats: bool = _field(False, "also log std of eval metrics")
