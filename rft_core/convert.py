@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import time
@@ -46,12 +45,11 @@ from rft_core import dtypes
 from rft_core.checkpoint.formats import check_against_architecture, open_actor_weights
 from rft_core.checkpoint.formats.hf_safetensors import (
     DEFAULT_MAX_SHARD_BYTES,
-    WEIGHTS_TMP_INFIX,
     drop_tied_weights,
+    remove_dead_temp_dirs,
     write_hf_weights,
 )
 from rft_core.checkpoint.layout import (
-    HF_DIR,
     actor_dir,
     find_step_dirs,
     hf_dir,
@@ -112,25 +110,6 @@ class ConvertReport:
         return "\n".join(lines)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _remove_dead_temp_dirs(actor: Path) -> None:
-    prefix = f".{HF_DIR}{WEIGHTS_TMP_INFIX}"
-    for entry in actor.iterdir():
-        if entry.name.startswith(prefix):
-            pid = entry.name[len(prefix) :]
-            if not pid.isdigit() or int(pid) == os.getpid() or not _pid_alive(int(pid)):
-                shutil.rmtree(entry, ignore_errors=True)
-
-
 def _copy_model_metadata(base: Path, hf: Path) -> None:
     """Copy config, generation config and tokenizer files (not weights) from a base model dir;
     each file through a temporary name, config.json last."""
@@ -183,7 +162,7 @@ def convert_step(
     if not actor.is_dir():
         raise ConvertError(f"{step_path} has no actor/ directory")
     hf = hf_dir(step_path)
-    _remove_dead_temp_dirs(actor)
+    remove_dead_temp_dirs(hf)
     if not force and hf_weights_complete(hf):
         outcome.reason = "already converted; --force converts again"
         return outcome

@@ -20,6 +20,6 @@ def committed_registered_names() -> dict[str, Any]:
 
 
 def registered_choices(key: str) -> list[str]:
-    """The committed names under ``key`` ("kl_fns", "storage_types", "engine_types"), as a
-    field's ``choices``."""
+    """The committed names under ``key`` ("kl_fns", "storage_types", "engine_types",
+    "monitor_types"), as a field's ``choices``."""
     return list(committed_registered_names()[key])

@@ -1,18 +1,19 @@
 """Names and arguments a config hands to the registries (workflows, rewards, advantage fns,
-policy losses, KL fns, experience buffers, rollout engines), checked before a run starts.
+policy losses, KL fns, experience buffers, rollout engines, monitors), checked before a run
+starts.
 
 Kept out of ``validate`` because the registries import torch (seconds, and memory the web
 process should not pay for a form); ``run_experiment`` and ``trinity run --dry-run`` call it.
 
 The check reads a *table* of what is registered: the workflow, reward, KL fn, buffer
-storage-type and engine-type names, and per advantage fn / policy loss the arguments a config
-may set with their defaults. ``registered_names_table()`` builds it from the live registries
+storage-type, engine-type and monitor-type names, and per advantage fn / policy loss the
+arguments a config may set with their defaults. ``registered_names_table()`` builds it from the live registries
 (imports torch; this is what ``trinity run`` uses, so plug-ins a user registered count).
 ``registered_names.json`` beside this file is that table committed, for the web process, which
 checks web-submitted configs against the built-in names without importing torch (a web user
 cannot register code, so the built-ins are the whole truth there), and for the schema: the
-``choices`` of the fields that pick a KL fn, a storage type or an engine type are
-``committed_names.registered_choices(...)`` of it (a module of its own: the schema imports it,
+``choices`` of the fields that pick a KL fn, a storage type, an engine type or a monitor type
+are ``committed_names.registered_choices(...)`` of it (a module of its own: the schema imports it,
 and this one imports the validator), so the config loader, the reference YAML and the web forms
 list what the registries hold. A new plug-in point's key goes into the JSON by hand once
 before the schema asks for it (the generator imports the schema).
@@ -48,13 +49,14 @@ _KL_ARGS_IGNORED = ["adaptive", "target_kl", "horizon"]
 
 def registered_names_table() -> dict[str, Any]:
     """What is registered now: ``workflows``, ``reward_fns``, ``kl_fns``, ``storage_types``,
-    ``engine_types`` (names), ``advantage_fns`` and ``policy_loss_fns`` (name -> {settable
+    ``engine_types``, ``monitor_types`` (names), ``advantage_fns`` and ``policy_loss_fns`` (name -> {settable
     argument: default}). Imports the registries (torch)."""
     from rft_core import rewards, workflows
     from rft_core.algorithms.advantages import ADVANTAGE_FNS
     from rft_core.algorithms.kl import KL_FNS
     from rft_core.algorithms.policy_losses import POLICY_LOSSES
     from rft_core.buffer import BUFFERS
+    from rft_core.monitor import MONITORS
     from rft_core.rollout import ENGINES
 
     return {
@@ -65,6 +67,7 @@ def registered_names_table() -> dict[str, Any]:
         "kl_fns": KL_FNS.names(),
         "storage_types": BUFFERS.names(),
         "engine_types": ENGINES.names(),
+        "monitor_types": MONITORS.names(),
     }
 
 

@@ -47,6 +47,7 @@ from rft_core.config.trinity_sections import (
 from rft_core.dtypes import AUTO, SHORT_ALIASES, WEIGHT_DTYPES
 
 MODES = ["both", "explore", "train", "bench", "serve", "colocate"]
+LR_SCHEDULES = ["constant", "cosine", "linear"]  # also what the deprecated warmup_style may say
 ALGORITHM_TYPES = list(PRESETS)
 LOSS_AGG_MODES = [
     "token-mean",
@@ -65,7 +66,7 @@ class OptimizerConfig:
     lr_warmup_steps: int = _field(-1, "linear warmup steps (-1: use lr_warmup_steps_ratio)")
     lr_warmup_steps_ratio: float = _field(0.0, "warmup as a fraction of total steps")
     lr_scheduler_type: str = _field(
-        "constant", "learning-rate schedule after warmup", choices=["constant", "cosine", "linear"]
+        "constant", "learning-rate schedule after warmup", choices=LR_SCHEDULES
     )
     min_lr_ratio: float = _field(0.0, "final lr / lr for cosine and linear schedules")
     optimizer_type: str = _field(
@@ -464,7 +465,7 @@ class MonitorConfig:
     monitor_type: str = _field(
         "tensorboard",
         "metrics sink besides the JSONL file (wandb/mlflow when installed)",
-        choices=["tensorboard", "wandb", "mlflow", "none"],
+        choices=registered_choices("monitor_types"),
     )
     monitor_args: dict[str, Any] = _field(help="free-form arguments for the sink", factory=dict)
     detailed_stats: bool = _field(False, "also log std of eval metrics")

@@ -26,6 +26,7 @@ import logging
 from typing import Any
 
 from rft_core.config.buffer_schema import DataSelectorConfig
+from rft_core.config.schema import LR_SCHEDULES
 from rft_core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -86,10 +87,12 @@ def apply_deprecated(cfg: Any) -> None:
     if o.warmup_style is not None:
         path = "algorithm.optimizer.warmup_style"
         style = o.warmup_style.strip().lower()
-        choices = ["constant", "cosine", "linear"]
-        if style not in choices:
+        if style not in LR_SCHEDULES:
             raise ConfigError(
-                path, f"{o.warmup_style!r} is not one of {', '.join(choices)}", value=o.warmup_style
+                path,
+                f"{o.warmup_style!r} is not one of {', '.join(LR_SCHEDULES)}",
+                value=o.warmup_style,
+                allowed=list(LR_SCHEDULES),
             )
         if o.lr_scheduler_type not in ("constant", style):
             raise ConfigError(

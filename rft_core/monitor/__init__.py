@@ -21,7 +21,7 @@ from rft_core.monitor.events import (
     stream_key,
 )
 from rft_core.monitor.monitor import (
-    MONITOR_TYPES,
+    MONITORS,
     Monitor,
     MonitorLogHandler,
     build_monitor,
@@ -33,7 +33,7 @@ __all__ = [
     "ENV_RUN_ID",
     "ENV_SAMPLES_PER_STEP",
     "KINDS",
-    "MONITOR_TYPES",
+    "MONITORS",
     "RUNS_SET",
     "RUN_ID_RE",
     "STREAM_PREFIX",

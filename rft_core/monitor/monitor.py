@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,34 @@ from rft_core.monitor.sinks import (
     WandbSink,
     backend_missing,
 )
+from rft_core.registry import Registry
 
-MONITOR_TYPES = ("tensorboard", "wandb", "mlflow", "none")
+# ``monitor.monitor_type``: the sinks a type adds to the JSONL file (always written) and the
+# event stream (when the dashboard launched the run), built from (monitor_dir, role, run_name,
+# monitor_args). The config's choices are these names (``rft_core.config.registered``); in
+# registration order, the default first.
+SinkFactory = Callable[[Path, str, str, dict[str, Any]], list[Sink]]
+MONITORS: Registry[SinkFactory] = Registry("monitor type", "monitor.monitor_type", sort_names=False)
+
+
+@MONITORS.register("tensorboard")
+def _tensorboard(monitor_dir: Path, role: str, run_name: str, args: dict[str, Any]) -> list[Sink]:
+    return [TensorBoardSink(monitor_dir, role)]
+
+
+@MONITORS.register("wandb")
+def _wandb(monitor_dir: Path, role: str, run_name: str, args: dict[str, Any]) -> list[Sink]:
+    return [TensorBoardSink(monitor_dir, role), WandbSink(monitor_dir, role, run_name, args)]
+
+
+@MONITORS.register("mlflow")
+def _mlflow(monitor_dir: Path, role: str, run_name: str, args: dict[str, Any]) -> list[Sink]:
+    return [TensorBoardSink(monitor_dir, role), MlflowSink(role, run_name, args)]
+
+
+@MONITORS.register("none")
+def _none(monitor_dir: Path, role: str, run_name: str, args: dict[str, Any]) -> list[Sink]:
+    return []
 
 
 class Monitor:
@@ -122,23 +149,10 @@ def build_monitor(
     run_name: str,
     stage: str = "",
 ) -> Monitor:
-    monitor_type = (monitor_type or "tensorboard").lower()
-    if monitor_type not in MONITOR_TYPES:
-        raise ConfigError(
-            "monitor.monitor_type",
-            f"unknown monitor type {monitor_type!r}; choose one of {', '.join(MONITOR_TYPES)}",
-            value=monitor_type,
-            allowed=list(MONITOR_TYPES),
-        )
-    monitor_args = dict(monitor_args or {})
+    extra_sinks = MONITORS.get((monitor_type or "tensorboard").lower())
     monitor_dir = Path(job_dir) / "monitor"
     sinks: list[Sink] = [JsonlSink(monitor_dir, role)]
-    if monitor_type != "none":
-        sinks.append(TensorBoardSink(monitor_dir, role))
-    if monitor_type == "wandb":
-        sinks.append(WandbSink(monitor_dir, role, run_name, monitor_args))
-    elif monitor_type == "mlflow":
-        sinks.append(MlflowSink(role, run_name, monitor_args))
+    sinks.extend(extra_sinks(monitor_dir, role, run_name, dict(monitor_args or {})))
 
     run_id = os.environ.get(ENV_RUN_ID) or run_name
     redis_url = os.environ.get(ENV_REDIS_URL)

@@ -139,3 +139,52 @@ def test_the_writers_use_the_layouts_names():
     assert checkpoint.latest_checkpoint_step is layout.latest_checkpoint_step
     assert hf_safetensors.hf_weights_complete is layout.hf_weights_complete
     assert convert.find_step_dirs is layout.find_step_dirs
+
+
+# the calls that move or delete a directory or a file into/out of place
+_TREE_MOVES = {("os", "replace"), ("os", "rename"), ("shutil", "rmtree"), ("shutil", "move")}
+# modules that move or delete outside any job dir: the demo's own model/dataset directory
+_NOT_THE_TREE = {"rft_core/demo.py"}
+
+
+def test_only_the_checkpoint_package_moves_or_deletes_in_the_tree():
+    """Renames into place and deletions (step dirs, meta and ``latest_*`` files, the
+    converter's temporary dirs) happen in rft_core/checkpoint; everyone else calls it."""
+    import ast
+
+    found = []
+    for top in ("rft_core", "webapp", "workers"):
+        for path in sorted((REPO / top).rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            if rel.startswith("rft_core/checkpoint/") or "/migrations/" in rel:
+                continue
+            if rel in _NOT_THE_TREE:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), filename=rel)):
+                if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                    continue
+                func = node.func
+                owner = func.value.id if isinstance(func.value, ast.Name) else None
+                if (owner, func.attr) in _TREE_MOVES or func.attr == "rename":
+                    found.append(f"{rel}:{node.lineno} {ast.unparse(func)}")
+    assert not found, "move or delete the tree through rft_core.checkpoint:\n" + "\n".join(found)
+
+
+def test_a_dead_conversions_temporary_dir_is_removed_and_a_live_ones_kept(tmp_path):
+    import os
+
+    from rft_core.checkpoint.formats.hf_safetensors import WEIGHTS_TMP_INFIX, remove_dead_temp_dirs
+
+    hf = tmp_path / "actor" / layout.HF_DIR
+    hf.mkdir(parents=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    ).stdout.strip()
+    for pid in (dead, str(os.getppid()), "junk"):
+        (hf.parent / f".{layout.HF_DIR}{WEIGHTS_TMP_INFIX}{pid}").mkdir()
+    remove_dead_temp_dirs(hf)
+    left = sorted(p.name for p in hf.parent.iterdir())
+    assert left == [f".{layout.HF_DIR}{WEIGHTS_TMP_INFIX}{os.getppid()}", layout.HF_DIR]

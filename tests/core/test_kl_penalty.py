@@ -1,6 +1,8 @@
 """``algorithm.kl_penalty_fn`` (KL as a reward penalty) as Trinity-RFT applies it: before the
 advantages it computes in the trainer (ppo, reinforceplusplus, rloo), ignored where the explorer
-computes them (grpo) - which we say in a warning. Real tiny model and real files; nothing mocked.
+computes them (grpo) - which we say in a warning; and where each algorithm's advantages are
+computed (grpo and rloo: the explorer's are trained on as they arrive). Real tiny model and
+real files; nothing mocked.
 """
 
 from __future__ import annotations
@@ -129,6 +131,37 @@ def test_rloo_trainer_recomputes_advantages_from_penalized_rewards(model_dir):
     )
     raw_mean = sum(a * n for a, n in zip(raw.tolist(), lengths, strict=True)) / sum(lengths)
     assert abs(token_mean - raw_mean) > 0.05  # the penalty changes the advantages
+
+
+@pytest.mark.parametrize(
+    ("kind", "penalty", "in_explorer"),
+    [
+        ("grpo", None, True),
+        ("grpo", "k1", True),  # grpo ignores kl_penalty_fn
+        ("rloo", None, True),
+        ("rloo", "k1", False),  # over KL-penalized rewards: needs the reference, so the trainer
+        ("reinforceplusplus", None, False),  # token-level
+        ("ppo", None, False),
+        ("sft", None, False),
+    ],
+)
+def test_where_the_advantages_are_computed(kind, penalty, in_explorer):
+    args = {"kl_penalty_fn": penalty, "kl_penalty_fn_args": {"kl_coef": 0.5}} if penalty else {}
+    settings = AlgorithmSettings.resolve(algorithm(kind, **args))
+    assert settings.advantages_in_explorer is in_explorer
+
+
+def test_rloo_trainer_keeps_the_explorer_advantages(model_dir):
+    """RLOO without a KL penalty: the explorer's leave-one-out advantages are trained on as
+    they arrive, not recomputed (nor thrown away) in the trainer."""
+    experiences = rollout(model_dir, n=4)
+    lengths = shorten_and_shift(experiences, delta=0.0)
+    for i, exp in enumerate(experiences):
+        exp.advantage = 0.25 * (i % 3) - 0.3  # not what rloo of the rewards gives
+    trainer = PolicyTrainer(model_dir, algorithm("rloo"), temperature=0.8, micro_batch_size=5)
+    metrics = trainer.train_step(experiences)
+    given = sum(e.advantage * n for e, n in zip(experiences, lengths, strict=True)) / sum(lengths)
+    assert metrics["critic/advantages/mean"] == pytest.approx(given, abs=1e-6)
 
 
 def test_grpo_trainer_keeps_the_explorer_advantages(model_dir, caplog):

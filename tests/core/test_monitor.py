@@ -169,6 +169,34 @@ def test_unknown_monitor_type_names_the_yaml_path_and_choices(tmp_path, no_dashb
         build_monitor("tensorbord", {}, tmp_path, role="trainer", run_name="demo")
     assert err.value.path == "monitor.monitor_type"
     assert "tensorboard, wandb, mlflow" in str(err.value)
+    assert "did you mean 'tensorboard'" in str(err.value)
+
+
+def test_a_monitor_type_is_one_registered_sink_factory(tmp_path, no_dashboard_env):
+    """``monitor.monitor_type`` picks from the MONITORS registry: a registered type's sinks are
+    written beside the JSONL file, with no second list of types to extend."""
+    from rft_core.monitor import MONITORS
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.events: list = []
+
+        def write(self, event) -> None:
+            self.events.append(event)
+
+        def close(self) -> None:
+            pass
+
+    recorder = Recorder()
+    MONITORS.add("recorder_for_test", lambda monitor_dir, role, run_name, args: [recorder])
+    try:
+        monitor = build_monitor("recorder_for_test", {}, tmp_path, role="trainer", run_name="d")
+        monitor.log({"actor/pg_loss": 1.0}, 1)
+        monitor.close()
+    finally:
+        MONITORS._entries.pop("recorder_for_test")
+    assert [e.data for e in recorder.events if e.kind == "metric"] == [{"actor/pg_loss": 1.0}]
+    assert (tmp_path / "monitor" / "trainer_metrics.jsonl").exists()
 
 
 @pytest.mark.parametrize("monitor_type, package", [("wandb", "wandb"), ("mlflow", "mlflow")])

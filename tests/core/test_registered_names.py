@@ -16,8 +16,14 @@ from rft_core.buffer import BUFFERS
 from rft_core.config import check_registered_names, load_config_from_dict
 from rft_core.config.committed_names import REGISTERED_NAMES_FILE, committed_registered_names
 from rft_core.config.registered import registered_names_table, registered_names_text
-from rft_core.config.schema import AlgorithmConfig, ExperienceBufferConfig, RolloutModelConfig
+from rft_core.config.schema import (
+    AlgorithmConfig,
+    ExperienceBufferConfig,
+    MonitorConfig,
+    RolloutModelConfig,
+)
 from rft_core.errors import ConfigError
+from rft_core.monitor import MONITORS
 from rft_core.rollout import ENGINES
 
 
@@ -44,6 +50,8 @@ def test_the_plug_in_fields_choices_are_the_registries_names():
     assert _choices(AlgorithmConfig, "kl_penalty_fn") == KL_FNS.names()
     assert _choices(ExperienceBufferConfig, "storage_type") == BUFFERS.names()
     assert _choices(RolloutModelConfig, "engine_type") == ENGINES.names()
+    assert _choices(MonitorConfig, "monitor_type") == MONITORS.names()
+    assert MONITORS.names() == ["tensorboard", "wandb", "mlflow", "none"]  # the default first
     assert KL_FNS.names() == ["none", "k1", "k2", "k3", "low_var_kl"]  # the order stated
     assert BUFFERS.names() == ["queue", "file", "sql"]
 

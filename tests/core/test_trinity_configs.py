@@ -209,6 +209,20 @@ def test_deprecated_spelling_that_contradicts_the_current_key_is_an_error(trinit
     assert "contradicts algorithm.optimizer.lr_scheduler_type 'linear'" in str(info.value)
 
 
+def test_the_deprecated_warmup_style_takes_the_schedules_lr_scheduler_type_offers(trinity_env):
+    import dataclasses
+
+    from rft_core.config.schema import OptimizerConfig
+
+    d = yaml_of("dpo_humanlike.yaml")
+    d["algorithm"]["optimizer"]["warmup_style"] = "bogus"
+    with pytest.raises(ConfigError) as info:
+        load_config_from_dict(d)
+    field = next(f for f in dataclasses.fields(OptimizerConfig) if f.name == "lr_scheduler_type")
+    assert info.value.path == "algorithm.optimizer.warmup_style"
+    assert info.value.allowed == field.metadata["choices"]  # one list of schedules
+
+
 def test_runner_num_and_old_buffer_retry_keys_load_with_a_warning(trinity_env, caplog):
     with caplog.at_level(logging.WARNING, logger="rft_core.config"):
         cfg = load_config(CORPUS / "async_gsm8k_explorer.yaml")

@@ -36,6 +36,30 @@ WEIGHTS_TMP_INFIX = ".weights-tmp-"
 DEFAULT_MAX_SHARD_BYTES = 5 * 1024**3
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_dead_temp_dirs(out_dir: Path) -> None:
+    """Delete the temporary dirs beside ``out_dir`` that :func:`write_hf_weights` of a process
+    no longer alive left (a killed conversion); those of live processes are kept."""
+    out_dir = Path(out_dir)
+    prefix = f".{out_dir.name}{WEIGHTS_TMP_INFIX}"
+    if not out_dir.parent.is_dir():
+        return
+    for entry in out_dir.parent.iterdir():
+        if entry.name.startswith(prefix):
+            pid = entry.name[len(prefix) :]
+            if not pid.isdigit() or int(pid) == os.getpid() or not _pid_alive(int(pid)):
+                shutil.rmtree(entry, ignore_errors=True)
+
+
 @dataclass(frozen=True)
 class FileRange:
     """``nbytes`` raw tensor bytes at ``offset`` in ``path`` (an uncompressed torch.save record)."""
