@@ -21,7 +21,6 @@ from typing import Any
 import torch
 
 from rft_core.algorithms.aggregation import aggregate_loss, masked_mean
-from rft_core.algorithms.entropy import entropy_from_logits
 from rft_core.algorithms.kl import kl_loss
 from rft_core.algorithms.policy_losses import PolicyLoss
 from rft_core.algorithms.settings import AlgorithmSettings, accepted_args
@@ -80,7 +79,8 @@ def token_losses_backward(
         weight = 0.0 if mb.padding else loss_weight(mode, mb.mask, total_tokens, total_rows)
         share = float(mb.mask.sum()) / max(total_tokens, 1.0)  # for token-level metrics
         weights.append(weight)
-        logp, logits = forward.logprobs(model, mb)
+        entropy_bonus = algo.entropy_coef > 0
+        logp, entropy = forward.logprobs(model, mb, entropy=True, entropy_grad=entropy_bonus)
         if on_advantages:
             mb_loss, m = loss.fn(
                 logp, old[k], advantages[k], mb.mask, loss_agg_mode=mode, horizon=horizon, **args
@@ -94,15 +94,11 @@ def token_losses_backward(
             mb_loss = mb_loss + algo.kl_coef * kl
             add_weighted(sums, "actor/kl_loss", km["kl_loss"], weight)
             add_weighted(sums, "actor/kl_coef", algo.kl_coef, share)
-        if algo.entropy_coef > 0:
-            entropy = entropy_from_logits(logits)
+        if entropy_bonus:
             mb_loss = mb_loss - algo.entropy_coef * aggregate_loss(
                 entropy, mb.mask, mode, horizon=horizon
             )
-            entropy = entropy.detach()
-        else:
-            with torch.no_grad():
-                entropy = entropy_from_logits(logits.detach())
+        entropy = entropy.detach()
         add_weighted(sums, "actor/entropy", float(masked_mean(entropy, mb.mask)), share)
         # FSDP2 averages gradients over the ranks; each rank's weight is its global share
         (mb_loss * (weight * ranks.world_size)).backward()
