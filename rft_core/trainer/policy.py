@@ -38,6 +38,7 @@ from rft_core.trainer.collectives import StepRanks
 from rft_core.trainer.forward import PolicyForward
 from rft_core.trainer.metrics import step_metrics
 from rft_core.trainer.models import build_critic, load_policy_models
+from rft_core.trainer.offload import offload_optimizer_state, reload_optimizer_state
 from rft_core.trainer.optimizer import build_optimizer, build_scheduler
 from rft_core.trainer.pair_losses import pair_losses_backward
 from rft_core.trainer.policy_checkpoints import PolicyCheckpoints
@@ -112,6 +113,7 @@ class PolicyTrainer(PolicyCheckpoints):
         )
         self.optimizer = build_optimizer(self.model.parameters(), self.algo.optimizer, self.device)
         self.scheduler = build_scheduler(self.optimizer, self.algo.optimizer, total_steps)
+        self._offloaded: tuple[list[tuple[int, str]], str] | None = None  # offload_optimizer
         self.critic = None
         if self.algo.use_critic:
             self.critic = build_critic(
@@ -139,6 +141,23 @@ class PolicyTrainer(PolicyCheckpoints):
         """Response-token log-probs under the current (or the reference) model."""
         return self.forward.logprobs_of(self.ref_model if reference else self.model, experiences)
 
+    # ---- colocate: the optimizer state's memory --------------------------------------------
+
+    def offload_optimizer(self) -> None:
+        """Move the optimizer state to pinned host memory (colocate: while the rollout engine
+        generates on this GPU); a no-op on a CPU trainer. ``reload_optimizer`` undoes it."""
+        if self.device.type == "cpu" or self._offloaded is not None:
+            return
+        self._offloaded = offload_optimizer_state(self.optimizer)
+
+    def reload_optimizer(self) -> None:
+        """Bring the optimizer state back to the trainer's device (before ``train_step``)."""
+        if self._offloaded is None:
+            return
+        moved, device = self._offloaded
+        reload_optimizer_state(self.optimizer, moved, device)
+        self._offloaded = None
+
     # ---- the step -----------------------------------------------------------------------
 
     def train_step(self, experiences: list[Experience]) -> dict[str, float]:
@@ -146,6 +165,7 @@ class PolicyTrainer(PolicyCheckpoints):
         if not experiences:
             raise ValueError("train_step needs at least one experience")
         start = time.perf_counter()
+        self.reload_optimizer()  # a no-op unless colocate left the state on the host
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         lr = self.scheduler.get_last_lr()[0]
