@@ -437,8 +437,11 @@ class TrainerConfig:
         "micro-batches by token count (RFT Studio always packs by max_token_len_per_gpu)",
         unimplemented=True,
     )
-    use_remove_padding: bool = _field(
-        True, "remove padding in the trainer forward", unimplemented=True
+    use_remove_padding: bool | None = _field(
+        None,
+        "padding-free micro-batches: each micro-batch's rows packed into one sequence, attention "
+        "kept within each row (None: on for CUDA, off for CPU, where the padded forward measured "
+        "faster: benchmarks/trainer_layouts_cpu.py)",
     )
     balance_batch: bool = _field(
         True, "balance tokens across data-parallel ranks", unimplemented=True

@@ -18,6 +18,15 @@ prompt. On a CPU the rows are cut into a few ``ResponseBlock``s of similar respo
 is the trainer's choice (``rft_core.trainer.forward``); the plain tensors are always there (the
 critic uses them).
 
+PACKED ROWS (``use_remove_padding``, verl's name). ``collate(pack=True)`` also lays the rows
+out padding-free: concatenated into one [1, T] sequence whose ``position_ids`` restart at 0 at
+each row, with no attention mask. transformers' mask builder reads a packed batch from exactly
+that (``masking_utils.find_packed_sequence_indices``: a position that is not its predecessor + 1
+starts a sequence) and keeps attention within each row, for every attention implementation
+(``sdpa``/``eager`` by a block-diagonal mask, flash and flex by their varlen/block forms). Only the
+positions predicting response tokens are asked for (``logits_to_keep`` as an index tensor); their
+results are scattered back into the right-aligned [B, R] layout.
+
 Micro-batches are cut from the batch sorted by length, so rows of similar length pad together;
 each micro-batch is padded to its own longest row, never to ``max_model_len``. ``loss_weight``
 scales a micro-batch's aggregated loss so that the accumulated gradient equals the one of the
@@ -60,6 +69,17 @@ class SharedPrefix:
 
 
 @dataclass
+class PackedRows:
+    """The micro-batch's rows without padding, one after another (see the module docstring)."""
+
+    input_ids: torch.Tensor  # [1, T] every row's prompt + response, T = their total length
+    position_ids: torch.Tensor  # [1, T] restarting at 0 at each row
+    logits_index: torch.Tensor  # [N] positions of T that predict a response token
+    targets: torch.Tensor  # [1, N] the response tokens they predict
+    slot: torch.Tensor  # [N] where each lands in the flattened [B * R] right-aligned layout
+
+
+@dataclass
 class MicroBatch:
     rows: list[int]  # indices into the step's experience list
     input_ids: torch.Tensor  # [B, S] left-padded
@@ -68,6 +88,7 @@ class MicroBatch:
     targets: torch.Tensor  # [B, R] the response tokens (right-aligned; pad elsewhere)
     mask: torch.Tensor  # [B, R] float: 1 on trained response tokens
     shared_prefix: SharedPrefix | None = None  # when prompts repeat and sharing saves tokens
+    packed: PackedRows | None = None  # padding-free layout, when asked for
     # an all-masked stand-in that keeps a rank's collective calls in step with the others'
     padding: bool = False
 
@@ -96,8 +117,11 @@ def collate(
     rows: list[int],
     pad_token_id: int,
     device: torch.device,
+    *,
+    pack: bool = False,
 ) -> MicroBatch:
-    """Left-pad ``(prompt_ids, response_ids, action_mask)`` triples into one micro-batch."""
+    """Left-pad ``(prompt_ids, response_ids, action_mask)`` triples into one micro-batch, and
+    (``pack``) lay them out padding-free too."""
     seq_len = max(len(p) + len(r) for p, r, _ in sequences)
     width = max(1, max(len(r) for _, r, _ in sequences))
     batch = len(sequences)
@@ -119,6 +143,36 @@ def collate(
         targets=input_ids[:, seq_len - width :].to(device),
         mask=mask.to(device),
         shared_prefix=shared_prefix(sequences, width, pad_token_id, device),
+        packed=packed_rows(sequences, width, device) if pack else None,
+    )
+
+
+def packed_rows(
+    sequences: Sequence[tuple[list[int], list[int], list[int]]],
+    width: int,
+    device: torch.device,
+) -> PackedRows | None:
+    """The padding-free layout of ``sequences`` (responses right-aligned in ``width``
+    columns), or None when a prompt is empty (its first response token has no predictor)."""
+    if any(not prompt for prompt, _, _ in sequences):
+        return None
+    ids: list[int] = []
+    positions: list[int] = []
+    index: list[int] = []
+    slot: list[int] = []
+    for row, (prompt, response, _) in enumerate(sequences):
+        start = len(ids) + len(prompt) - 1  # the last prompt token predicts the first response
+        index.extend(range(start, start + len(response)))
+        first = row * width + width - len(response)
+        slot.extend(range(first, first + len(response)))
+        ids.extend(prompt + response)
+        positions.extend(range(len(prompt) + len(response)))
+    return PackedRows(
+        input_ids=torch.tensor([ids], dtype=torch.long, device=device),
+        position_ids=torch.tensor([positions], dtype=torch.long, device=device),
+        logits_index=torch.tensor(index, dtype=torch.long, device=device),
+        targets=torch.tensor([[ids[i + 1] for i in index]], dtype=torch.long, device=device),
+        slot=torch.tensor(slot, dtype=torch.long, device=device),
     )
 
 
@@ -219,23 +273,33 @@ def right_aligned(values: Sequence[Sequence[float]], width: int) -> torch.Tensor
 
 
 def micro_batches(
-    lengths: Sequence[int], micro_batch_size: int | None, max_tokens: int | None = None
+    lengths: Sequence[int],
+    micro_batch_size: int | None,
+    max_tokens: int | None = None,
+    *,
+    packed: bool = False,
 ) -> list[list[int]]:
     """Row indices grouped into micro-batches of similar total length (longest first): at most
-    ``micro_batch_size`` rows, and at most ``max_tokens`` padded tokens when that is given."""
+    ``micro_batch_size`` rows, and at most ``max_tokens`` tokens when that is given
+    (``trainer.max_token_len_per_gpu``): padded tokens (rows x longest row), or with
+    ``packed`` the rows' own tokens. A row longer than ``max_tokens`` runs alone."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
     size = micro_batch_size or len(order) or 1
     groups: list[list[int]] = []
+    tokens = 0
     for i in order:
         group = groups[-1] if groups else None
-        # rows are sorted longest first, so the group's first row sets its padded length
         fits = group is not None and len(group) < size
         if fits and max_tokens:
-            fits = (len(group) + 1) * lengths[group[0]] <= max_tokens
+            # rows are sorted longest first, so the group's first row sets its padded length
+            cost = lengths[i] if packed else lengths[group[0]]
+            fits = tokens + cost <= max_tokens
         if fits:
             group.append(i)
+            tokens += lengths[i] if packed else lengths[group[0]]
         else:
             groups.append([i])
+            tokens = lengths[i]
     return groups
 
 

@@ -46,7 +46,11 @@ class Critic(nn.Module):
         # trainer ranks keep a replica each; gradients are averaged over them (as DDP does)
         self.world_size = world_size
         self.optimizer = torch.optim.AdamW(
-            self.parameters(), lr=lr, betas=betas, weight_decay=weight_decay
+            self.parameters(),
+            lr=lr,
+            betas=betas,
+            weight_decay=weight_decay,
+            fused=device.type == "cuda",  # one kernel per step, as the policy's
         )
 
     def values(self, mb: MicroBatch) -> torch.Tensor:

@@ -3,9 +3,7 @@ their response tokens under a model.
 
 Log-probs are ``log_softmax(logits / temperature)`` in fp32, the rollout engines' convention
 (``rft_core.modeling.token_logprobs``), so that an on-policy importance ratio is 1 up to
-numerics; they and the entropies come from the LM head a chunk of tokens at a time
-(``rft_core.trainer.token_head``), never as whole ``[tokens x vocab]`` logits. Only the
-positions predicting the response tokens reach the head (``logits_to_keep``, see
+numerics. Only the logits predicting the response tokens are computed (``logits_to_keep``, see
 ``rft_core.trainer.batching`` for the padding layout); when prompts repeat in a micro-batch each
 distinct prompt runs once and its KV cache serves every response to it (``SharedPrefix``).
 """
@@ -16,8 +14,9 @@ from typing import Any
 
 import torch
 
+from rft_core.algorithms.entropy import entropy_from_logits
 from rft_core.experience import Experience
-from rft_core.modeling import cpu_attention, full_attention_cache
+from rft_core.modeling import cpu_attention, full_attention_cache, token_logprobs
 from rft_core.trainer.batching import (
     MicroBatch,
     SharedPrefix,
@@ -26,8 +25,13 @@ from rft_core.trainer.batching import (
     padding_micro_batch,
     response_mask,
 )
+from rft_core.trainer.chunked_logprobs import (
+    DEFAULT_CHUNK_TOKENS,
+    HeadScores,
+    head_scores,
+    scores_in_head,
+)
 from rft_core.trainer.collectives import StepRanks
-from rft_core.trainer.token_head import DEFAULT_CHUNK_TOKENS, token_head
 
 
 class PolicyForward:
@@ -43,7 +47,8 @@ class PolicyForward:
         micro_batch_size: int | None,
         max_token_len: int | None,
         share_prompt_prefix: bool,
-        chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+        pack_rows: bool = False,
+        logprob_chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     ) -> None:
         self.ranks = ranks
         self.device = ranks.device
@@ -52,29 +57,53 @@ class PolicyForward:
         self.pad_token_id = pad_token_id
         self.micro_batch_size = micro_batch_size
         self.max_token_len = max_token_len
-        self.chunk_tokens = chunk_tokens  # tokens per chunk of the LM head's outputs
         # run a prompt shared by several rows once (batching.SharedPrefix); off: the plain
         # layout. Sharded ranks keep the plain layout: one forward per micro-batch on every rank
         self.share_prompt_prefix = share_prompt_prefix and not ranks.sharded
+        # padding-free micro-batches (batching.PackedRows) where no shared prefix runs
+        self.pack_rows = pack_rows
+        self.logprob_chunk_tokens = logprob_chunk_tokens
 
     def micro_batches(self, experiences: list[Experience]) -> list[MicroBatch]:
         """The step's micro-batches, as many on every rank (padding ones where rows run out)."""
         seqs = [(e.prompt_ids, e.response_ids, response_mask(e)) for e in experiences]
         lengths = [len(p) + len(r) for p, r, _ in seqs]
         groups, padding = self.ranks.in_step(
-            micro_batches(lengths, self.micro_batch_size, self.max_token_len)
+            micro_batches(lengths, self.micro_batch_size, self.max_token_len, packed=self.pack_rows)
         )
-        mbs = [collate([seqs[i] for i in g], g, self.pad_token_id, self.device) for g in groups]
+        mbs = [
+            collate([seqs[i] for i in g], g, self.pad_token_id, self.device, pack=self.pack_rows)
+            for g in groups
+        ]
         return mbs + [padding_micro_batch(mbs[0]) for _ in range(padding)]
 
     def logprobs(
-        self, model: Any, mb: MicroBatch, *, entropy: bool = False
+        self, model: Any, mb: MicroBatch, *, entropy: bool = False, entropy_grad: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """[B, R] log-probs of the response tokens, and (``entropy``) the [B, R] entropies of
-        the distributions they were drawn from; the logits are never held whole
-        (``rft_core.trainer.token_head``)."""
-        outputs = self.token_outputs(model, mb, entropy)
-        return outputs[..., 0], outputs[..., 1] if entropy else None
+        """[B, R] log-probs of the response tokens and (``entropy``) the [B, R] entropy of each
+        position's next-token distribution, both fp32 under ``temperature``; the entropy
+        carries a gradient only with ``entropy_grad`` (an entropy bonus). The logits are
+        computed a chunk of tokens at a time inside the model's forward
+        (``chunked_logprobs``), never whole."""
+        with (
+            torch.autocast(
+                self.device.type,
+                dtype=self.autocast_dtype or torch.bfloat16,
+                enabled=self.autocast_dtype is not None,
+            ),
+            cpu_attention(model),
+        ):
+            if not scores_in_head(model):
+                return self._scores_from_logits(model, mb, entropy)
+            with head_scores(
+                model,
+                temperature=self.temperature,
+                with_entropy=entropy,
+                entropy_grad=entropy_grad,
+                chunk_tokens=self.logprob_chunk_tokens,
+            ) as head:
+                scores = self._scores(model, mb, head)
+        return scores[..., 0], scores[..., 1] if entropy else None
 
     @torch.no_grad()
     def logprobs_of(self, model: Any, experiences: list[Experience]) -> list[list[float]]:
@@ -90,49 +119,51 @@ class PolicyForward:
                 out[row] = logp[b, mb.response_width - n :].tolist() if n else []
         return out
 
-    def token_outputs(self, model: Any, mb: MicroBatch, entropy: bool = True) -> torch.Tensor:
-        """[B, R, 2]: each response token's log-prob and the entropy at its position ([B, R,
-        1]: the log-probs alone, without ``entropy``)."""
-        with (
-            torch.autocast(
-                self.device.type,
-                dtype=self.autocast_dtype or torch.bfloat16,
-                enabled=self.autocast_dtype is not None,
-            ),
-            cpu_attention(model),
-            token_head(model, self.temperature, self.chunk_tokens) as set_targets,
-        ):
-            prefix = mb.shared_prefix
-            if prefix is not None and self.share_prompt_prefix and shares_prefix(model):
-                return self._shared_prefix_outputs(model, prefix, mb, set_targets, entropy)
-            set_targets(mb.targets, entropy)
+    def _scores(self, model: Any, mb: MicroBatch, head: HeadScores) -> torch.Tensor:
+        """[B, R, 2] (log-prob, entropy) of the response tokens, on the micro-batch's cheapest
+        layout: shared prefix, packed rows, or the padded rows."""
+        prefix = mb.shared_prefix
+        if prefix is not None and self.share_prompt_prefix and shares_prefix(model):
+            return self._shared_prefix_scores(model, prefix, mb.response_width, head)
+        width = mb.response_width
+        if mb.packed is not None:
+            packed = mb.packed
+            head.targets = packed.targets
             out = model(
-                input_ids=mb.input_ids,
-                attention_mask=mb.attention_mask,
-                position_ids=mb.position_ids,
+                input_ids=packed.input_ids,
+                position_ids=packed.position_ids,
                 use_cache=False,
-                logits_to_keep=mb.response_width + 1,
-            )
-        return out.logits
+                logits_to_keep=packed.logits_index,
+            ).logits[0]
+            flat = out.new_zeros(mb.targets.numel(), 2).index_copy(0, packed.slot, out)
+            return flat.view(*mb.targets.shape, 2)
+        seq_len = mb.input_ids.shape[1]
+        head.targets = mb.targets
+        return model(
+            input_ids=mb.input_ids,
+            attention_mask=mb.attention_mask,
+            position_ids=mb.position_ids,
+            use_cache=False,
+            logits_to_keep=torch.arange(seq_len - width - 1, seq_len - 1, device=self.device),
+        ).logits
 
-    def _shared_prefix_outputs(
-        self, model: Any, prefix: SharedPrefix, mb: MicroBatch, set_targets: Any, entropy: bool
+    def _shared_prefix_scores(
+        self, model: Any, prefix: SharedPrefix, width: int, head: HeadScores
     ) -> torch.Tensor:
-        """``token_outputs`` on the shared-prefix layout: each distinct prompt runs once; its
-        KV cache (not detached: every row's gradient flows back into it) is expanded to the rows
-        of each response block, which run on top of it."""
+        """``_scores`` on the shared-prefix layout: each distinct prompt runs once; its KV cache
+        (not detached: every row's gradient flows back into it) is expanded to the rows of each
+        response block, which run on top of it."""
         from transformers import DynamicCache
 
-        width = mb.response_width
         cache = DynamicCache(config=model.config)
-        set_targets(None)
+        head.targets = prefix.input_ids[:, :0]  # the prefix predicts nothing scored
         model(
             input_ids=prefix.input_ids,
             attention_mask=prefix.attention_mask,
             position_ids=prefix.position_ids,
             past_key_values=cache,
             use_cache=True,
-            logits_to_keep=1,
+            logits_to_keep=torch.arange(0, device=self.device),
         )
         parts = []
         for block in prefix.blocks:
@@ -144,25 +175,41 @@ class PolicyForward:
                 for source, target in zip(cache.layers, block_cache.layers, strict=True):
                     index = block.prefix_of_row
                     target.update(source.keys[index], source.values[index])
-            rows = torch.tensor(block.rows, device=mb.targets.device)
-            set_targets(mb.targets[rows][:, width - block.response_width :], entropy)
-            out = model(
+            head.targets = block.input_ids[:, 1:]
+            scores = model(
                 input_ids=block.input_ids,
                 attention_mask=block.attention_mask,
                 position_ids=block.position_ids,
                 past_key_values=block_cache,
                 use_cache=True,
-            )
+                logits_to_keep=torch.arange(block.response_width, device=self.device),
+            ).logits
             # right-align into the micro-batch's width; the zeros sit under mask 0
-            parts.append(
-                torch.nn.functional.pad(out.logits, (0, 0, width - block.response_width, 0))
-            )
+            parts.append(torch.nn.functional.pad(scores, (0, 0, width - scores.shape[1], 0)))
         if len(parts) == 1:
             return parts[0]
         order = [row for block in prefix.blocks for row in block.rows]
         inverse = torch.empty(len(order), dtype=torch.long)
         inverse[order] = torch.arange(len(order))
         return torch.cat(parts)[inverse.to(parts[0].device)]
+
+    def _scores_from_logits(
+        self, model: Any, mb: MicroBatch, entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``logprobs`` for a model whose head is not a plain linear map (logit soft-capping,
+        a scale): from its [B, R, V] logits, held whole, on the padded layout."""
+        out = model(
+            input_ids=mb.input_ids,
+            attention_mask=mb.attention_mask,
+            position_ids=mb.position_ids,
+            use_cache=False,
+            logits_to_keep=mb.response_width + 1,
+        )
+        logits = out.logits[:, :-1].float()
+        if self.temperature != 1.0:
+            logits = logits / self.temperature
+        logp = token_logprobs(logits, mb.targets, 1.0)
+        return logp, entropy_from_logits(logits) if entropy else None
 
 
 def shares_prefix(model: Any) -> bool:

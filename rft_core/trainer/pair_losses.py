@@ -45,7 +45,13 @@ def pair_losses_backward(
     for k, group in enumerate(groups + [groups[0][:1]] * padding):
         chosen = [_sequence(experiences[i], experiences[i].response_ids) for i in group]
         rejected = [_sequence(experiences[i], experiences[i].rejected_ids) for i in group]
-        mb = collate(chosen + rejected, group + group, forward.pad_token_id, forward.device)
+        mb = collate(
+            chosen + rejected,
+            group + group,
+            forward.pad_token_id,
+            forward.device,
+            pack=forward.pack_rows,
+        )
         with torch.no_grad():
             ref_sums = (forward.logprobs(ref_model, mb)[0] * mb.mask).sum(-1)
         logp_sums = (forward.logprobs(model, mb)[0] * mb.mask).sum(-1)

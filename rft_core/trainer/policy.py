@@ -38,12 +38,19 @@ from rft_core.trainer.collectives import StepRanks
 from rft_core.trainer.forward import PolicyForward
 from rft_core.trainer.metrics import step_metrics
 from rft_core.trainer.models import build_critic, load_policy_models
+from rft_core.trainer.offload import offload_optimizer_state, reload_optimizer_state
 from rft_core.trainer.optimizer import build_optimizer, build_scheduler
 from rft_core.trainer.pair_losses import pair_losses_backward
 from rft_core.trainer.policy_checkpoints import PolicyCheckpoints
 from rft_core.trainer.token_losses import token_losses_backward
 
 log = logging.getLogger(__name__)
+
+
+def packs_rows(use_remove_padding: bool | None, device: torch.device) -> bool:
+    """``trainer.use_remove_padding``: None (auto) packs on CUDA only, where attention kernels
+    take packed rows at no cost (on CPU the padded forward measured faster; see the field)."""
+    return device.type == "cuda" if use_remove_padding is None else use_remove_padding
 
 
 class PolicyTrainer(PolicyCheckpoints):
@@ -67,6 +74,7 @@ class PolicyTrainer(PolicyCheckpoints):
         critic_model_path: str | None = None,
         share_prompt_prefix: bool = True,
         loss_horizon: int | None = None,
+        use_remove_padding: bool | None = None,
     ) -> None:
         torch.manual_seed(seed)
         random.seed(seed)
@@ -101,9 +109,11 @@ class PolicyTrainer(PolicyCheckpoints):
             micro_batch_size=micro_batch_size,
             max_token_len=max_token_len,
             share_prompt_prefix=share_prompt_prefix,
+            pack_rows=packs_rows(use_remove_padding, models.device),
         )
         self.optimizer = build_optimizer(self.model.parameters(), self.algo.optimizer, self.device)
         self.scheduler = build_scheduler(self.optimizer, self.algo.optimizer, total_steps)
+        self._offloaded: tuple[list[tuple[int, str]], str] | None = None  # offload_optimizer
         self.critic = None
         if self.algo.use_critic:
             self.critic = build_critic(
@@ -120,14 +130,33 @@ class PolicyTrainer(PolicyCheckpoints):
     def _micro_batches(self, experiences: list[Experience]) -> list[MicroBatch]:
         return self.forward.micro_batches(experiences)
 
-    def _logprobs(self, model: Any, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.forward.logprobs(model, mb)
+    def _logprobs(
+        self, model: Any, mb: MicroBatch, *, entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self.forward.logprobs(model, mb, entropy=entropy)
 
     def logprobs_of(
         self, experiences: list[Experience], *, reference: bool = False
     ) -> list[list[float]]:
         """Response-token log-probs under the current (or the reference) model."""
         return self.forward.logprobs_of(self.ref_model if reference else self.model, experiences)
+
+    # ---- colocate: the optimizer state's memory --------------------------------------------
+
+    def offload_optimizer(self) -> None:
+        """Move the optimizer state to pinned host memory (colocate: while the rollout engine
+        generates on this GPU); a no-op on a CPU trainer. ``reload_optimizer`` undoes it."""
+        if self.device.type == "cpu" or self._offloaded is not None:
+            return
+        self._offloaded = offload_optimizer_state(self.optimizer)
+
+    def reload_optimizer(self) -> None:
+        """Bring the optimizer state back to the trainer's device (before ``train_step``)."""
+        if self._offloaded is None:
+            return
+        moved, device = self._offloaded
+        reload_optimizer_state(self.optimizer, moved, device)
+        self._offloaded = None
 
     # ---- the step -----------------------------------------------------------------------
 
@@ -136,6 +165,7 @@ class PolicyTrainer(PolicyCheckpoints):
         if not experiences:
             raise ValueError("train_step needs at least one experience")
         start = time.perf_counter()
+        self.reload_optimizer()  # a no-op unless colocate left the state on the host
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         lr = self.scheduler.get_last_lr()[0]

@@ -79,7 +79,8 @@ def token_losses_backward(
         weight = 0.0 if mb.padding else loss_weight(mode, mb.mask, total_tokens, total_rows)
         share = float(mb.mask.sum()) / max(total_tokens, 1.0)  # for token-level metrics
         weights.append(weight)
-        logp, entropy = forward.logprobs(model, mb, entropy=True)
+        entropy_bonus = algo.entropy_coef > 0
+        logp, entropy = forward.logprobs(model, mb, entropy=True, entropy_grad=entropy_bonus)
         if on_advantages:
             mb_loss, m = loss.fn(
                 logp, old[k], advantages[k], mb.mask, loss_agg_mode=mode, horizon=horizon, **args
@@ -93,7 +94,7 @@ def token_losses_backward(
             mb_loss = mb_loss + algo.kl_coef * kl
             add_weighted(sums, "actor/kl_loss", km["kl_loss"], weight)
             add_weighted(sums, "actor/kl_coef", algo.kl_coef, share)
-        if algo.entropy_coef > 0:
+        if entropy_bonus:
             mb_loss = mb_loss - algo.entropy_coef * aggregate_loss(
                 entropy, mb.mask, mode, horizon=horizon
             )

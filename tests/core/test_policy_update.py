@@ -342,8 +342,8 @@ def test_shared_prompt_prefix_gives_the_plain_logprobs_and_gradients(model_dir):
     torch.testing.assert_close(logp_shared, logp_plain, atol=2e-6, rtol=0)
     for name, grad in grads_plain.items():
         assert grad.abs().sum() > 0, name
-        # fp32 sums in another order (the head's logsumexp per block, recomputed in backward)
-        torch.testing.assert_close(grads_shared[name], grad, atol=3e-6, rtol=1e-4)
+        # 2e-6: the chunked head sums its weight gradient per forward call (one per block)
+        torch.testing.assert_close(grads_shared[name], grad, atol=2e-6, rtol=1e-4)
     # the engine's log-probs, per row, on the shared layout
     for b, row in enumerate(mb.rows):
         n = len(experiences[row].response_ids)

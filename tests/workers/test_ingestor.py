@@ -19,9 +19,9 @@ from rft_core.monitor import ENV_REDIS_URL, ENV_RUN_ID, RUNS_SET, build_monitor,
 from webapp.audit.models import AuditEvent
 from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.events.models import RunEvent
+from webapp.events.store import event_rows, store_events
 from webapp.experiments.models import Experiment
 from webapp.runs.models import LogLine, MetricPoint, RolloutSample, Run, RunStatus
-from webapp.events.store import event_rows, store_events
 from workers.ingestor import Ingestor
 
 pytestmark = pytest.mark.django_db(transaction=True)

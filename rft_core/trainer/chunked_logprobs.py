@@ -1,0 +1,222 @@
+"""Log-probs and entropy of target tokens computed from the final hidden states in chunks of
+tokens, so that the trainer never holds the ``[tokens x vocab]`` logits whole, in the forward
+or in the backward.
+
+For each chunk of ``C`` tokens: ``logits = hidden @ W.T (+ b)`` in the matmul dtype (bf16 under
+autocast), then in fp32 ``z = logits / temperature``, ``logp = z[target] - logsumexp(z)`` and
+``H = -sum(p * log p)`` with ``log p = z - logsumexp(z)`` (no cancellation of large terms; the
+convention of ``rft_core.modeling.token_logprobs``
+and verl's actor: entropy of the same tempered distribution the log-probs come from). The
+backward recomputes each chunk's logits and applies
+
+    d logp / dz = onehot(target) - p            d H / dz = -p * (log p + H)
+
+so it too holds one chunk's ``[C, V]`` at a time (two fp32 buffers). Peak extra memory is
+``~3 * C * V * 4`` bytes instead of ``tokens * V * (2 + 4 + 4)``.
+
+Written as an ``autograd.Function`` rather than ``torch.utils.checkpoint`` per chunk: the
+gradient above is two in-place passes over the chunk, where checkpoint would replay
+log_softmax/gather/entropy's autograd graph with its temporaries.
+
+``head_scores`` runs it inside the model's own forward (the output head's ``forward`` is swapped
+for the call), so that FSDP2's hooks unshard the head's (possibly tied) weight as for a plain
+forward, and its backward hooks see the result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+DEFAULT_CHUNK_TOKENS = 2048
+
+
+class _ChunkedTokenScores(torch.autograd.Function):
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        hidden: torch.Tensor,  # [N, H]
+        weight: torch.Tensor,  # [V, H]
+        bias: torch.Tensor | None,  # [V]
+        targets: torch.Tensor,  # [N] long
+        temperature: float,
+        chunk_tokens: int,
+        with_entropy: bool,
+        matmul_dtype: torch.dtype,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        n = hidden.shape[0]
+        logp = torch.empty(n, dtype=torch.float32, device=hidden.device)
+        entropy = torch.zeros(n, dtype=torch.float32, device=hidden.device)
+        w, b = _cast(weight, bias, matmul_dtype)
+        for start in range(0, n, chunk_tokens):
+            end = min(n, start + chunk_tokens)
+            z = _tempered_logits(hidden[start:end], w, b, temperature)
+            lse = torch.logsumexp(z, dim=-1)
+            logp[start:end] = z.gather(-1, targets[start:end, None]).squeeze(-1) - lse
+            if with_entropy:
+                logprobs = z.sub_(lse[:, None])
+                entropy[start:end] = -(logprobs.exp() * logprobs).sum(-1)
+        ctx.save_for_backward(hidden, weight, bias, targets)
+        ctx.settings = (temperature, chunk_tokens, matmul_dtype)
+        ctx.set_materialize_grads(False)
+        if not with_entropy:
+            ctx.mark_non_differentiable(entropy)
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx: Any, grad_logp: torch.Tensor | None, grad_entropy: torch.Tensor | None):  # type: ignore[override]
+        hidden, weight, bias, targets = ctx.saved_tensors
+        temperature, chunk_tokens, matmul_dtype = ctx.settings
+        need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
+        if grad_logp is None and grad_entropy is None:
+            return None, None, None, None, None, None, None, None
+        grad_hidden = torch.zeros_like(hidden) if need_hidden else None
+        # the head's gradient sums over chunks in fp32, whatever the matmul dtype
+        grad_weight = weight.new_zeros(weight.shape, dtype=torch.float32) if need_weight else None
+        need_bias = need_bias and bias is not None
+        grad_bias = weight.new_zeros(weight.shape[0], dtype=torch.float32) if need_bias else None
+        w, b = _cast(weight, bias, matmul_dtype)
+        for start in range(0, hidden.shape[0], chunk_tokens):
+            end = min(hidden.shape[0], start + chunk_tokens)
+            h = hidden[start:end]
+            z = _tempered_logits(h, w, b, temperature)
+            z.sub_(torch.logsumexp(z, dim=-1, keepdim=True))  # z: the log-probs y
+            probs = z.exp()
+            # z becomes dLoss/dz, in place: first the entropy term, -p * (y + H) * dH, then
+            # the log-prob term
+            if grad_entropy is not None:
+                entropy = -(probs * z).sum(-1, keepdim=True)
+                z.add_(entropy).mul_(probs).mul_(-grad_entropy[start:end, None])
+            else:
+                z.zero_()
+            if grad_logp is not None:
+                g = grad_logp[start:end, None]
+                z.sub_(probs.mul_(g)).scatter_add_(-1, targets[start:end, None], g)
+            grad_logits = z.div_(temperature).to(matmul_dtype)
+            if need_hidden:
+                grad_hidden[start:end] = (grad_logits @ w).to(hidden.dtype)
+            if need_weight:
+                grad_weight += (grad_logits.T @ h.to(matmul_dtype)).float()
+            if need_bias:
+                grad_bias += grad_logits.float().sum(0)
+        return (
+            grad_hidden,
+            grad_weight.to(weight.dtype) if need_weight else None,
+            grad_bias.to(bias.dtype) if need_bias else None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
+
+
+def _cast(
+    weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    return weight.to(dtype), bias.to(dtype) if bias is not None else None
+
+
+def _tempered_logits(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: float
+) -> torch.Tensor:
+    """fp32 ``(hidden @ W.T + b) / temperature`` of one chunk, the matmul in ``weight``'s dtype."""
+    logits = hidden.to(weight.dtype) @ weight.T
+    if bias is not None:
+        logits = logits + bias
+    z = logits.float()  # a fresh tensor either way: dividing in place is safe
+    return z.div_(temperature) if temperature != 1.0 else z
+
+
+def chunked_token_scores(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = True,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """fp32 log-probs of ``targets`` and (``with_entropy``) the entropy, under
+    ``softmax((hidden @ weight.T + bias) / temperature)``, ``chunk_tokens`` tokens at a time.
+
+    ``hidden``: [..., H]; ``targets``: [...]; returns tensors shaped like ``targets``. The matmul
+    runs in the autocast dtype when autocast is on (as ``nn.Linear`` would), else in
+    ``hidden``'s dtype.
+    """
+    shape = targets.shape
+    device = hidden.device.type
+    matmul_dtype = (
+        torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+    )
+    with torch.autocast(device, enabled=False):
+        logp, entropy = _ChunkedTokenScores.apply(
+            hidden.reshape(-1, hidden.shape[-1]),
+            weight,
+            bias,
+            targets.reshape(-1),
+            float(temperature) if temperature > 0 else 1.0,
+            max(1, int(chunk_tokens)),
+            with_entropy,
+            matmul_dtype,
+        )
+    return logp.view(shape), entropy.view(shape) if with_entropy else None
+
+
+def scores_in_head(model: Any) -> bool:
+    """Whether ``model``'s logits are its output head's plain linear map of the hidden states
+    (no soft-capping or scale applied after the head), so that ``head_scores`` applies."""
+    head = model.get_output_embeddings()
+    config = model.config
+    after_head = getattr(config, "final_logit_softcapping", None) or getattr(
+        config, "logit_scale", None
+    )
+    return isinstance(head, torch.nn.Linear) and not after_head
+
+
+class HeadScores:
+    """The targets of the output head's next call (see ``head_scores``)."""
+
+    targets: torch.Tensor | None = None
+
+
+@contextlib.contextmanager
+def head_scores(
+    model: Any,
+    *,
+    temperature: float,
+    with_entropy: bool,
+    entropy_grad: bool = False,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+) -> Iterator[HeadScores]:
+    """While in the block, ``model``'s output head maps the hidden states it is given
+    ([B, K, H], the ``logits_to_keep`` positions) to ``[B, K, 2]``: the log-prob of
+    ``scores.targets`` ([B, K] long, set before each call) and the entropy (zeros without
+    ``with_entropy``; detached without ``entropy_grad``, so its backward pass is skipped); the
+    model returns that in place of its logits."""
+    head = model.get_output_embeddings()
+    scores = HeadScores()
+
+    def score(hidden: torch.Tensor) -> torch.Tensor:
+        logp, entropy = chunked_token_scores(
+            hidden,
+            head.weight,
+            head.bias,
+            scores.targets,
+            temperature=temperature,
+            with_entropy=with_entropy,
+            chunk_tokens=chunk_tokens,
+        )
+        if entropy is None:
+            entropy = torch.zeros_like(logp)
+        return torch.stack([logp, entropy if entropy_grad else entropy.detach()], -1)
+
+    head.forward = score
+    try:
+        yield scores
+    finally:
+        del head.forward
