@@ -291,24 +291,27 @@ def train_and_step(model_dir: Path, groups: list[list], args, out: dict) -> None
     tokens = sum(len(e.prompt_ids) + len(e.response_ids) for e in experiences)
     algo = types.SimpleNamespace(algorithm_type="grpo", optimizer=types.SimpleNamespace(lr=1e-6))
 
-    def trainer(micro_batch: int, checkpointing: bool, dtype: str) -> PolicyTrainer:
+    def trainer(spec: str) -> PolicyTrainer:
+        micro, checkpointing, dtype, *packing = spec.split(":")
         return PolicyTrainer(
             str(model_dir),
             algo,
             device=DEVICE,
             dtype=dtype,
-            micro_batch_size=micro_batch,
-            gradient_checkpointing=checkpointing,
+            micro_batch_size=int(micro),
+            gradient_checkpointing=checkpointing == "1",
             loss_horizon=args.response_len,
+            use_remove_padding=(packing[0] == "1") if packing else None,
         )
 
-    # each variant "rows per micro-batch:gradient checkpointing 0/1:dtype" ("auto": fp32
-    # master weights with bf16 autocast; "bfloat16": bf16 weights and optimizer, for scale)
+    # each variant "rows per micro-batch:gradient checkpointing 0/1:dtype[:packed 0/1]"
+    # ("auto": fp32 master weights with bf16 autocast; "bfloat16": bf16 weights and optimizer,
+    # for scale; packed: trainer.use_remove_padding, left out: its default)
     variants, best_variant = [], None
     for spec in args.trainer_variants.split(","):
-        micro, checkpointing, dtype = spec.split(":")
+        dtype = spec.split(":")[2]
         reset_peak()
-        policy = trainer(int(micro), checkpointing == "1", dtype)
+        policy = trainer(spec)
         params = sum(p.numel() for p in policy.model.parameters())
         step = functools.partial(policy.train_step, experiences)
         try:
@@ -342,8 +345,7 @@ def train_and_step(model_dir: Path, groups: list[list], args, out: dict) -> None
         "variants": variants,
         "best_fp32_master": best_variant,
     }
-    micro, checkpointing, dtype = best_variant["variant"].split(":")
-    policy = trainer(int(micro), checkpointing == "1", dtype)
+    policy = trainer(best_variant["variant"])
     if args.profile:
         out["trainer"]["profile_top_kernels"] = profile_step(
             functools.partial(policy.train_step, experiences)
