@@ -440,8 +440,8 @@ class TrainerConfig:
     use_remove_padding: bool | None = _field(
         None,
         "padding-free micro-batches: each micro-batch's rows packed into one sequence, attention "
-        "kept within each row (None: on for CUDA, off for CPU, where the padded forward measured "
-        "faster: benchmarks/trainer_layouts_cpu.py)",
+        "kept within each row (None: off; the padded forward measured faster on CPU and as fast "
+        "on an H200: benchmarks/RESULTS.md)",
     )
     balance_batch: bool = _field(
         True, "balance tokens across data-parallel ranks", unimplemented=True
