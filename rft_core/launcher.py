@@ -233,10 +233,12 @@ def start_ray(cfg: Any, min_cpus: int = 0) -> bool:
     return True
 
 
-def _actor(cls: type, name: str, cfg: Any, num_gpus: float = 0) -> Any:
+def _actor(cls: type, name: str, cfg: Any, num_gpus: float = 0, **placed: Any) -> Any:
     import ray
 
-    return ray.remote(cls).options(name=name, num_cpus=0, num_gpus=num_gpus, max_concurrency=4)
+    return ray.remote(cls).options(
+        name=name, num_cpus=0, num_gpus=num_gpus, max_concurrency=4, **placed
+    )
 
 
 def _engine_pool_cpus(stages: list[Any]) -> int:
@@ -342,9 +344,10 @@ def _run_stage(cfg: Any, datasets: RunDatasets | None) -> StageResult:
     import ray
 
     from rft_core.checkpoint.layout import read_explorer_meta
-    from rft_core.config.resources import gpu_split, trainer_gpus, trainer_world_size
+    from rft_core.config.resources import gpu_split, job_placement, trainer_gpus, trainer_world_size
     from rft_core.explorer import Explorer
     from rft_core.in_process import InProcessRun, resume_point
+    from rft_core.placement import JobPlacementGroup, job_placement_name
     from rft_core.sync.synchronizer import start_synchronizer
     from rft_core.trainer.trainer import Trainer
 
@@ -368,23 +371,26 @@ def _run_stage(cfg: Any, datasets: RunDatasets | None) -> StageResult:
     actors: dict[str, Any] = {}
     refs: dict[str, Any] = {}
     bar = None
+    # the explorer's and the trainer ranks' GPUs (rft_core/config/resources.py job_placement)
+    placed = JobPlacementGroup(job_placement(cfg), job_placement_name(str(job_dir)))
+    trainer_at, explorer_at = placed.options("trainer/0"), placed.options("explorer")
     if mode == "bench":
         actors["explorer"] = _actor(Explorer, f"{prefix}/explorer", cfg).remote(
             cfg, None, tasksets=tasksets
         )
         refs["explorer"] = actors["explorer"].bench.remote()
     elif mode == "train":
-        actors["trainer"] = _actor(Trainer, f"{prefix}/trainer", cfg, rank0_gpus).remote(
-            cfg, None, dataset_rows=rows
-        )
+        actors["trainer"] = _actor(
+            Trainer, f"{prefix}/trainer", cfg, rank0_gpus, **trainer_at
+        ).remote(cfg, None, dataset_rows=rows, rank_placement=placed.trainer_ranks())
         refs["trainer"] = actors["trainer"].run.remote(None, resume)
         bar = _progress_bar(cfg, resume or 0, "trainer")
     elif mode == "explore":
         meta = read_explorer_meta(job_dir) if cfg.continue_from_checkpoint else None
         first = int(meta["latest_iteration"]) if meta else 0
-        actors["explorer"] = _actor(Explorer, f"{prefix}/explorer", cfg, explorer_gpus).remote(
-            cfg, None, tasksets=tasksets
-        )
+        actors["explorer"] = _actor(
+            Explorer, f"{prefix}/explorer", cfg, explorer_gpus, **explorer_at
+        ).remote(cfg, None, tasksets=tasksets)
         refs["explorer"] = actors["explorer"].run.remote(first, 0, None)
         bar = _progress_bar(cfg, first)
     elif mode == "colocate":  # explorer and trainer in one actor on one GPU: rft_core.in_process
@@ -402,12 +408,12 @@ def _run_stage(cfg: Any, datasets: RunDatasets | None) -> StageResult:
             str(job_dir / "log" / "synchronizer.log"),
         )
         actors["synchronizer"] = sync
-        actors["trainer"] = _actor(Trainer, f"{prefix}/trainer", cfg, rank0_gpus).remote(
-            cfg, sync, dataset_rows=rows
-        )
-        actors["explorer"] = _actor(Explorer, f"{prefix}/explorer", cfg, explorer_gpus).remote(
-            cfg, sync, tasksets=tasksets
-        )
+        actors["trainer"] = _actor(
+            Trainer, f"{prefix}/trainer", cfg, rank0_gpus, **trainer_at
+        ).remote(cfg, sync, dataset_rows=rows, rank_placement=placed.trainer_ranks())
+        actors["explorer"] = _actor(
+            Explorer, f"{prefix}/explorer", cfg, explorer_gpus, **explorer_at
+        ).remote(cfg, sync, tasksets=tasksets)
         refs["trainer"] = actors["trainer"].run.remote(None, resume)
         refs["explorer"] = actors["explorer"].run.remote(first, resume or 0, weights)
         bar = _progress_bar(cfg, first)
@@ -424,6 +430,7 @@ def _run_stage(cfg: Any, datasets: RunDatasets | None) -> StageResult:
             bar.close()
         for actor in actors.values():
             ray.kill(actor)
+        placed.remove()
         if cfg.explorer.rollout_model.engine_num > 1:
             from rft_core.rollout.pool import engine_pool_name, remove_engine_pool
 

@@ -84,8 +84,10 @@ class Trainer(RunActor):
         dataset_rows: Rows | None = None,
         experience_buffer: Any = None,
         logger_name: str = "rft_core",
+        rank_placement: tuple[Any, list[int]] | None = None,
     ):
         super().__init__(cfg, synchronizer, role, logger_name)
+        self._rank_placement = rank_placement  # (placement group, bundle of ranks 1..W-1)
         self._dataset_rows = dataset_rows  # train mode's SFT/DPO file as the preflight read it
         self.saved_steps: list[int] = []
         self.last_metrics: dict[str, float] = {}
@@ -133,6 +135,7 @@ class Trainer(RunActor):
                 cfg.algorithm,
                 name=self.role,
                 log_dir=str(self.job_dir / "log"),
+                placement=self._rank_placement,
                 **settings,
             )
         if resume_step is not None:
