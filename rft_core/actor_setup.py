@@ -21,15 +21,32 @@ def run_name(cfg: Any) -> str:
     return f"{cfg.project}/{cfg.name}" + (f"/{cfg.stage_name}" if cfg.stage_name else "")
 
 
-def setup_actor_logging(cfg: Any, role: str, logger_name: str = "rft_core") -> Any:
+class _NotUnder(logging.Filter):
+    """Drops the records of one logger and its children (another role's, in one process)."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.excluded = name
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        name = record.name
+        return not (name == self.excluded or name.startswith(self.excluded + "."))
+
+
+def setup_actor_logging(
+    cfg: Any, role: str, logger_name: str = "rft_core", exclude_logger: str | None = None
+) -> Any:
     """``job_dir/log/<role>.log`` for this actor's logger, and its monitor (metrics, status,
-    log lines for the dashboard). Returns the monitor."""
+    log lines for the dashboard). Returns the monitor. ``exclude_logger``: records of that
+    logger stay out of both (an explorer sharing its process with a trainer leaves the
+    ``rft_core.trainer`` lines to the trainer's log)."""
     from rft_core.actor_log import log_to_file
     from rft_core.monitor import build_monitor
     from rft_core.monitor.monitor import MonitorLogHandler
 
     job_dir = Path(cfg.job_dir)
-    log_to_file(job_dir / "log" / f"{role}.log", logger_name)
+    path = job_dir / "log" / f"{role}.log"
+    log_to_file(path, logger_name)
     logger = logging.getLogger(logger_name)
     monitor = build_monitor(
         cfg.monitor.monitor_type,
@@ -39,7 +56,13 @@ def setup_actor_logging(cfg: Any, role: str, logger_name: str = "rft_core") -> A
         run_name(cfg),
         stage=cfg.stage_name or "",
     )
-    logger.addHandler(MonitorLogHandler(monitor))
+    handler = MonitorLogHandler(monitor)
+    logger.addHandler(handler)
+    if exclude_logger is not None:
+        for h in logger.handlers:
+            mine = isinstance(h, logging.FileHandler) and Path(h.baseFilename) == path.resolve()
+            if h is handler or mine:
+                h.addFilter(_NotUnder(exclude_logger))
     from rft_core.config.trinity_compat import log_unimplemented
 
     # Trinity keys this run accepts but ignores, in the run's own log (the validator's list)
@@ -62,10 +85,17 @@ def _use_all_cores(cfg: Any) -> None:
 class RunActor:
     """The start every run actor shares; ``Explorer`` and ``Trainer`` build on it."""
 
-    def __init__(self, cfg: Any, synchronizer: Any = None, role: str = "actor"):
+    def __init__(
+        self,
+        cfg: Any,
+        synchronizer: Any = None,
+        role: str = "actor",
+        logger_name: str = "rft_core",
+        exclude_logger: str | None = None,
+    ):
         self.cfg = cfg
         self.role = role
         self.job_dir = Path(cfg.job_dir)
-        self.monitor = setup_actor_logging(cfg, role)
+        self.monitor = setup_actor_logging(cfg, role, logger_name, exclude_logger)
         self.synchronizer = synchronizer
         self.step = 0

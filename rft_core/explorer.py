@@ -10,8 +10,9 @@ version so a rerun resumes where it stopped. Each step also sends the monitor a 
 event: the first ``RFT_SAMPLES_PER_STEP`` (default 4) experiences in task order (the first
 group's first responses: deterministic), with prompt, response, truth, reward and its parts (``reward_parts``).
 
-``Explorer`` is a plain class: the launcher runs it as a Ray actor (``ray.remote(Explorer)``),
-and ``colocate`` mode drives it in the same process as the trainer.
+``Explorer`` is a plain class: the launcher runs it as a Ray actor (``ray.remote(Explorer)``)
+that calls ``run``; ``rft_core.in_process`` drives the same steps (``start``, ``next_step``,
+``end_of_data``, ``finish``) in one process with a trainer (``colocate``, or without Ray).
 """
 
 from __future__ import annotations
@@ -135,8 +136,11 @@ class Explorer(RunActor):
         synchronizer: Any = None,
         role: str = "explorer",
         tasksets: ExplorerTasksets | None = None,
+        experience_buffer: Any = None,
+        logger_name: str = "rft_core",
+        exclude_logger: str | None = None,
     ):
-        super().__init__(cfg, synchronizer, role)
+        super().__init__(cfg, synchronizer, role, logger_name, exclude_logger)
         self._tasksets = tasksets  # as the launcher's preflight read them (None: read here)
         self.model_versions: list[tuple[int, int]] = []  # (explorer step, model version)
         self.eval_results: dict[int, dict[str, float]] = {}
@@ -146,6 +150,9 @@ class Explorer(RunActor):
         self._buffer = None
         self._receiver = None
         self._watch = None  # mode explore: weights the separate train job publishes
+        self._experience_buffer = experience_buffer  # shared with an in-process trainer
+        self._pending_sync = self._pending_eval = False
+        self.last_sync_s: float | None = None  # the latest weight load's seconds
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -212,13 +219,18 @@ class Explorer(RunActor):
         )
         if cfg.mode != "bench":
             eb = buf.trainer_input.experience_buffer
-            self._buffer = build_buffer(
-                eb.storage_type,
-                name=eb.name,
-                path=eb.path,
-                job_dir=self.job_dir,
-                role="writer",
-                between_jobs=cfg.mode == "explore",
+            shared = self._experience_buffer  # an empty buffer is falsy (len 0)
+            self._buffer = (
+                shared
+                if shared is not None
+                else build_buffer(
+                    eb.storage_type,
+                    name=eb.name,
+                    path=eb.path,
+                    job_dir=self.job_dir,
+                    role="writer",
+                    between_jobs=cfg.mode == "explore",
+                )
             )
         if self.synchronizer is not None:
             self._receiver = WeightReceiver(
@@ -327,6 +339,7 @@ class Explorer(RunActor):
 
     def _log_sync(self, version: int, start: float) -> None:
         elapsed = time.perf_counter() - start
+        self.last_sync_s = elapsed
         log.info(
             "explorer step %d: loaded weights version %d in %.2fs", self.step, version, elapsed
         )
@@ -403,74 +416,96 @@ class Explorer(RunActor):
     ) -> dict[str, Any]:
         """Explore until the taskset or ``buffer.total_steps`` ends. Returns a summary with the
         model version each step used and the eval results."""
-        self._progress["step"] = start_step  # a resumed run's bar starts where it left off
         try:
-            self.monitor.status("running", f"{self.role} started at step {start_step}")
-            self._build(start_step, start_version, weights_from)
-            end = self._reader.end  # epoch-based runs: the steps the taskset's epochs make
-            self._progress["total"] = self.cfg.buffer.total_steps or (
-                -(-end // self.cfg.buffer.batch_size) if end else None
-            )
-            cfg = self.cfg
-            sync = cfg.synchronizer
-            eval_interval = cfg.explorer.eval_interval
-            if (
-                cfg.buffer.explorer_input.eval_tasksets
-                and cfg.explorer.eval_on_startup
-                and self.step == 0
-            ):
-                self.evaluate(0)
-            pending_sync = pending_eval = False
-            while True:
-                total = cfg.buffer.total_steps
-                tasks = (
-                    None if total is not None and self.step >= total else self._reader.next_batch()
-                )
-                if not tasks:
-                    break
-                # an eval due at the last step is left to the closing eval on the final weights
-                if pending_eval:
-                    self.evaluate(self.step)
-                if pending_sync and self._watch is not None:
-                    self.load_published_weights()
-                elif pending_sync:
-                    target = trainer_version_for_explorer_sync(self.step, sync.sync_offset)
-                    self.sync_weights(target)
-                self.explore_step(tasks)
-                self._progress["step"] = self.step
-                syncs = self._receiver is not None or self._watch is not None
-                pending_sync = syncs and explorer_syncs_after(
-                    self.step, sync.sync_interval, sync.sync_offset
-                )
-                pending_eval = bool(eval_interval) and self.step % eval_interval == 0
-                self._save_meta()
-            self._finish(pending_eval)
+            self.start(start_step, start_version, weights_from)
+            while self.next_step() is not None:
+                pass
+            self.end_of_data()
+            self.finish()
             return self.summary()
         except BaseException as err:
-            self.monitor.status("failed", f"{self.role}: {err}")
-            log.exception("%s failed", self.role)
-            if self._buffer is not None:
-                self._buffer.close()
+            self.failed(err)
             raise
         finally:
             self.close_engine()
 
-    def _finish(self, eval_due: bool) -> None:
+    def start(
+        self, start_step: int = 0, start_version: int = 0, weights_from: str | None = None
+    ) -> None:
+        """Build the engine, the taskset reader, the buffer and the weight receiver; evaluate
+        at step 0 when ``eval_on_startup`` says so."""
+        self._progress["step"] = start_step  # a resumed run's bar starts where it left off
+        self.monitor.status("running", f"{self.role} started at step {start_step}")
+        self._build(start_step, start_version, weights_from)
+        end = self._reader.end  # epoch-based runs: the steps the taskset's epochs make
+        cfg = self.cfg
+        self._progress["total"] = cfg.buffer.total_steps or (
+            -(-end // cfg.buffer.batch_size) if end else None
+        )
+        if cfg.buffer.explorer_input.eval_tasksets and cfg.explorer.eval_on_startup:
+            if self.step == 0:
+                self.evaluate(0)
+        self._pending_sync = self._pending_eval = False
+
+    def next_step(self) -> dict[str, float] | None:
+        """One step of the loop: the eval and the weight sync the previous step made due (an
+        eval due at the last step is left to the closing eval on the final weights), then
+        ``explore_step`` on the next batch. None at the end of the data."""
+        cfg = self.cfg
+        sync = cfg.synchronizer
+        total = cfg.buffer.total_steps
+        tasks = None if total is not None and self.step >= total else self._reader.next_batch()
+        if not tasks:
+            return None
+        if self._pending_eval:
+            self.evaluate(self.step)
+        if self._pending_sync and self._watch is not None:
+            self.load_published_weights()
+        elif self._pending_sync:
+            self.sync_weights(trainer_version_for_explorer_sync(self.step, sync.sync_offset))
+        metrics = self.explore_step(tasks)
+        self._progress["step"] = self.step
+        syncs = self._receiver is not None or self._watch is not None
+        self._pending_sync = syncs and explorer_syncs_after(
+            self.step, sync.sync_interval, sync.sync_offset
+        )
+        eval_interval = cfg.explorer.eval_interval
+        self._pending_eval = bool(eval_interval) and self.step % eval_interval == 0
+        self._save_meta()
+        return metrics
+
+    @property
+    def sync_due(self) -> bool:
+        """The next ``next_step`` starts by loading the trainer's weights."""
+        return self._pending_sync and self._receiver is not None
+
+    def end_of_data(self) -> None:
+        """No more steps: close the buffer (the trainer drains what is left) and tell the
+        synchronizer, so a trainer waiting for this explorer stops waiting."""
         if self._buffer is not None:
-            self._buffer.close()  # end of data: the trainer drains what is left
+            self._buffer.close()
+        if self._receiver is not None:
+            self._receiver.explorer_finished()
+
+    def finish(self) -> None:
+        """The closing eval (on the trainer's final weights when a trainer runs beside this
+        explorer), the meta file and the ``finished`` status."""
         has_eval = bool(self.cfg.buffer.explorer_input.eval_tasksets)
         if self._receiver is not None:
-            import ray
-
-            ray.get(self.synchronizer.explorer_finished.remote())
             if has_eval:
                 # closing eval on the trained policy: wait for the trainer's final weights
                 self.sync_weights(10**12, final=True)
                 self.evaluate(self.step)
-        elif eval_due and has_eval:
+        elif self._pending_eval and has_eval:
             self.evaluate(self.step)
         self._save_meta()
         self.monitor.status("finished", f"{self.role} finished at step {self.step}")
+
+    def failed(self, err: BaseException) -> None:
+        self.monitor.status("failed", f"{self.role}: {err}")
+        log.exception("%s failed", self.role)
+        if self._buffer is not None:
+            self._buffer.close()
 
     def summary(self) -> dict[str, Any]:
         return {

@@ -8,9 +8,10 @@ run and shuts it down at the end. Modes: ``both`` (explorer + trainer + synchron
 ``explore`` + ``train`` (Trinity's async pair: two jobs, one job dir, meeting only at the
 experience buffer's path and the checkpoint tree, so each may have its own Ray; see
 ``rft_core.sync.checkpoint_watch``), ``bench`` (evaluate every saved ``global_step_*`` in order)
-and ``colocate`` (explorer and trainer share one GPU, weights handed over through memory). Stages run in
-order, each in its own job dir; stage i+1 starts from stage i's last
-``global_step_N/actor/huggingface``; a finished stage (``stage_meta.json``) is skipped on rerun.
+and ``colocate`` (explorer and trainer driven in one actor on one GPU by
+``rft_core.in_process``, weights handed over in memory). Stages run in order, each in its own
+job dir; stage i+1 starts from stage i's last ``global_step_N/actor/huggingface``; a finished
+stage (``stage_meta.json``) is skipped on rerun.
 
 Everything a run needs that the machine lacks (the model directory, the datasets, the GPUs) is
 checked before any actor starts, so a config written for a GPU cluster fails in a second on a
@@ -232,20 +233,12 @@ def start_ray(cfg: Any, min_cpus: int = 0) -> bool:
     return True
 
 
-def _actor(cls: type, name: str, cfg: Any, num_gpus: float = 0) -> Any:
+def _actor(cls: type, name: str, cfg: Any, num_gpus: float = 0, **placed: Any) -> Any:
     import ray
 
-    return ray.remote(cls).options(name=name, num_cpus=0, num_gpus=num_gpus, max_concurrency=4)
-
-
-def _explorer_resume_step(cfg: Any, trainer_step: int | None) -> int:
-    """The explorer step a resumed mode both/colocate run restarts after: the last one whose
-    experiences the trainer's checkpoint trained on completely (its step when a trainer step
-    reads exactly one explorer step's batch_size x repeat_times experiences)."""
-    if not trainer_step:
-        return 0
-    per_step = cfg.buffer.batch_size * cfg.algorithm.repeat_times
-    return trainer_step * cfg.buffer.train_batch_size // per_step
+    return ray.remote(cls).options(
+        name=name, num_cpus=0, num_gpus=num_gpus, max_concurrency=4, **placed
+    )
 
 
 def _engine_pool_cpus(stages: list[Any]) -> int:
@@ -281,10 +274,9 @@ def _wait_all(refs: dict[str, Any], actors: dict[str, Any], progress: Any) -> di
                 cause = getattr(err, "cause", None) or err
                 if isinstance(cause, RFTError) and not isinstance(cause, ActorFailed):
                     raise ActorFailed(f"{role} failed: {type(cause).__name__}: {cause}") from err
-                raise ActorFailed(
-                    f"{role} failed: {_one_line(cause)} (see log/{role}.log)"
-                ) from err
-        shown = "explorer" if "explorer" in actors else "trainer"
+                logs = "explorer.log, log/trainer.log" if role == "colocate" else f"{role}.log"
+                raise ActorFailed(f"{role} failed: {_one_line(cause)} (see log/{logs})") from err
+        shown = next(r for r in ("explorer", "colocate", "trainer") if r in actors)
         if progress is not None and shown in pending:
             try:
                 info = ray.get(actors[shown].progress.remote(), timeout=5)
@@ -357,9 +349,11 @@ def _kill_queue(cfg: Any) -> None:
 def _run_stage(cfg: Any, datasets: RunDatasets | None) -> StageResult:
     import ray
 
-    from rft_core.checkpoint.layout import actor_dir, read_explorer_meta, step_dir
-    from rft_core.config.resources import gpu_split, trainer_gpus, trainer_world_size
+    from rft_core.checkpoint.layout import read_explorer_meta
+    from rft_core.config.resources import gpu_split, job_placement, trainer_gpus, trainer_world_size
     from rft_core.explorer import Explorer
+    from rft_core.in_process import InProcessRun, resume_point
+    from rft_core.placement import JobPlacementGroup, job_placement_name
     from rft_core.sync.synchronizer import start_synchronizer
     from rft_core.trainer.trainer import Trainer
 
@@ -383,29 +377,36 @@ def _run_stage(cfg: Any, datasets: RunDatasets | None) -> StageResult:
     actors: dict[str, Any] = {}
     refs: dict[str, Any] = {}
     bar = None
+    # the explorer's and the trainer ranks' GPUs (rft_core/config/resources.py job_placement)
+    placed = JobPlacementGroup(job_placement(cfg), job_placement_name(str(job_dir)))
+    trainer_at, explorer_at = placed.options("trainer/0"), placed.options("explorer")
     if mode == "bench":
         actors["explorer"] = _actor(Explorer, f"{prefix}/explorer", cfg).remote(
             cfg, None, tasksets=tasksets
         )
         refs["explorer"] = actors["explorer"].bench.remote()
     elif mode == "train":
-        actors["trainer"] = _actor(Trainer, f"{prefix}/trainer", cfg, rank0_gpus).remote(
-            cfg, None, dataset_rows=rows
-        )
+        actors["trainer"] = _actor(
+            Trainer, f"{prefix}/trainer", cfg, rank0_gpus, **trainer_at
+        ).remote(cfg, None, dataset_rows=rows, rank_placement=placed.trainer_ranks())
         refs["trainer"] = actors["trainer"].run.remote(None, resume)
         bar = _progress_bar(cfg, resume or 0, "trainer")
     elif mode == "explore":
         meta = read_explorer_meta(job_dir) if cfg.continue_from_checkpoint else None
         first = int(meta["latest_iteration"]) if meta else 0
-        actors["explorer"] = _actor(Explorer, f"{prefix}/explorer", cfg, explorer_gpus).remote(
-            cfg, None, tasksets=tasksets
-        )
+        actors["explorer"] = _actor(
+            Explorer, f"{prefix}/explorer", cfg, explorer_gpus, **explorer_at
+        ).remote(cfg, None, tasksets=tasksets)
         refs["explorer"] = actors["explorer"].run.remote(first, 0, None)
         bar = _progress_bar(cfg, first)
-    elif mode in ("both", "colocate"):
-        if mode == "colocate":  # one GPU shared by both actors, weights through memory
-            explorer_gpus = rank0_gpus = 0.5 if cfg.cluster.gpu_per_node else 0
-        weights = str(actor_dir(step_dir(job_dir, resume))) if resume is not None else None
+    elif mode == "colocate":  # explorer and trainer in one actor on one GPU: rft_core.in_process
+        actors["colocate"] = _actor(
+            InProcessRun, f"{prefix}/colocate", cfg, 1 if cfg.cluster.gpu_per_node else 0
+        ).remote(cfg, tasksets, rows)
+        refs["colocate"] = actors["colocate"].run.remote(resume)
+        bar = _progress_bar(cfg, resume_point(cfg, resume)[0])
+    elif mode == "both":
+        first, weights = resume_point(cfg, resume)
         sync = start_synchronizer(
             f"{prefix}/synchronizer",
             cfg.synchronizer.sync_method,
@@ -413,14 +414,13 @@ def _run_stage(cfg: Any, datasets: RunDatasets | None) -> StageResult:
             str(job_dir / "log" / "synchronizer.log"),
         )
         actors["synchronizer"] = sync
-        actors["trainer"] = _actor(Trainer, f"{prefix}/trainer", cfg, rank0_gpus).remote(
-            cfg, sync, dataset_rows=rows
-        )
-        actors["explorer"] = _actor(Explorer, f"{prefix}/explorer", cfg, explorer_gpus).remote(
-            cfg, sync, tasksets=tasksets
-        )
+        actors["trainer"] = _actor(
+            Trainer, f"{prefix}/trainer", cfg, rank0_gpus, **trainer_at
+        ).remote(cfg, sync, dataset_rows=rows, rank_placement=placed.trainer_ranks())
+        actors["explorer"] = _actor(
+            Explorer, f"{prefix}/explorer", cfg, explorer_gpus, **explorer_at
+        ).remote(cfg, sync, tasksets=tasksets)
         refs["trainer"] = actors["trainer"].run.remote(None, resume)
-        first = _explorer_resume_step(cfg, resume)
         refs["explorer"] = actors["explorer"].run.remote(first, resume or 0, weights)
         bar = _progress_bar(cfg, first)
     else:
@@ -436,10 +436,12 @@ def _run_stage(cfg: Any, datasets: RunDatasets | None) -> StageResult:
             bar.close()
         for actor in actors.values():
             ray.kill(actor)
+        placed.remove()
         if cfg.explorer.rollout_model.engine_num > 1:
             from rft_core.rollout.pool import engine_pool_name, remove_engine_pool
 
             remove_engine_pool(engine_pool_name(job_dir))  # a killed explorer leaves its own
+    out.update(out.pop("colocate", {}))  # the in-process run's {"explorer", "trainer"}
     result.trainer, result.explorer = out.get("trainer"), out.get("explorer")
     if mode == "bench":
         result.bench, result.explorer = result.explorer, None

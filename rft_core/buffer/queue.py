@@ -4,7 +4,8 @@ When Ray is initialised the FIFO lives in a small named Ray actor (threaded, ``n
 named from the job dir and the buffer name, so the explorer and trainer actors of one job find
 the same queue with ``get_if_exists``. Create it from the driver first (the launcher does): a
 non-detached actor lives as long as the process that created it. Without Ray it is an
-in-process queue (single-process runs and tests).
+in-process queue (single-process runs and tests), and so is a queue that an in-process
+explorer and trainer share (``in_process``, e.g. ``mode: colocate`` inside one Ray actor).
 
 Everything that passes through is also written to the mirror named by ``path``
 (``sqlite:///x.db`` → an ``sql`` table, ``*.jsonl`` → a ``file`` buffer), from inside the queue
@@ -14,6 +15,7 @@ so that several writers never race on the mirror.
 from __future__ import annotations
 
 import hashlib
+import sys
 import threading
 import time
 from collections import deque
@@ -94,15 +96,31 @@ class _MirroredQueue(LocalQueue):
         super().__init__(_build_mirror(path, Path(job_dir), name))
 
 
-class QueueBuffer(ExperienceBuffer):
-    def __init__(self, *, name: str, path: str | None, job_dir: Path, role: str = "writer") -> None:
-        import ray
+def _ray_initialized() -> bool:
+    ray = sys.modules.get("ray")  # never imported: no Ray in this process
+    return ray is not None and ray.is_initialized()
 
+
+class QueueBuffer(ExperienceBuffer):
+    """``in_process``: the writer and the reader share this object in one process (an
+    explorer and a trainer driven together), so the FIFO stays here even inside a Ray actor."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        path: str | None,
+        job_dir: Path,
+        role: str = "writer",
+        in_process: bool = False,
+    ) -> None:
         self.name = name
         self.path = path
         self.role = role
         self._consumed = 0
-        if ray.is_initialized():
+        if not in_process and _ray_initialized():
+            import ray
+
             actor_cls = ray.remote(num_cpus=0, max_concurrency=QUEUE_ACTOR_THREADS)(_MirroredQueue)
             self._actor = actor_cls.options(
                 name=actor_name(name, job_dir), get_if_exists=True

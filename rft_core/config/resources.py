@@ -4,11 +4,14 @@ and the launcher agree without importing torch).
 - ``gpu_split``: the explorer actor's and the trainer's GPUs in mode both;
 - ``trainer_gpus``: the trainer's GPUs in any mode (all of the job's in mode train);
 - ``trainer_world_size``: trainer ranks (``trainer.world_size``, else one per trainer GPU);
-- ``check_world_size``: a world size the GPUs can hold (one GPU a rank).
+- ``check_world_size``: a world size the GPUs can hold (one GPU a rank);
+- ``job_placement``: the Ray placement group bundles of the explorer and the trainer ranks on a
+  GPU cluster (the rollout engines of ``engine_num > 1`` have their own: ``rollout/pool.py``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from rft_core.errors import ConfigError
@@ -68,3 +71,58 @@ def check_world_size(cfg: Any, path: str = "trainer.world_size") -> None:
             value=world,
             allowed="at most the trainer's GPUs",
         )
+
+
+@dataclass(frozen=True)
+class JobPlacement:
+    """One Ray placement group for a job's GPU actors: ``bundles[i]`` is held by ``roles[i]``
+    (``explorer``, ``trainer/0`` the trainer actor, ``trainer/R`` its rank R actors)."""
+
+    bundles: tuple[dict[str, float], ...]
+    roles: tuple[str, ...]
+    strategy: str
+
+    def index(self, role: str) -> int:
+        return self.roles.index(role)
+
+    def trainer_rank_indices(self) -> list[int]:
+        """Bundle indices of trainer ranks 1..W-1, in rank order."""
+        return [
+            i for i, r in enumerate(self.roles) if r.startswith("trainer/") and r != "trainer/0"
+        ]
+
+
+def job_placement(cfg: Any) -> JobPlacement | None:
+    """Where the explorer and the trainer ranks go on a GPU cluster of ``cluster.node_num``
+    nodes with ``cluster.gpu_per_node`` GPUs each, or None where Ray's plain ``num_gpus``
+    does (CPU runs; ``colocate``, one actor; a GPU the explorer and trainer share).
+
+    Bundles: the explorer's rollout GPUs when it holds its engine (``engine_num == 1``), then
+    one GPU per trainer rank. ``STRICT_PACK`` when they fit on one node (NVLink between the
+    ranks and to the engine), else ``PACK``: Ray fills a node before the next, so the ranks
+    of a multi-node trainer sit on as few nodes as the GPUs allow."""
+    gpn, nodes = cfg.cluster.gpu_per_node, cfg.cluster.node_num
+    if not gpn or cfg.mode not in ("both", "train", "explore"):
+        return None
+    roles: list[str] = []
+    bundles: list[dict[str, float]] = []
+    if cfg.mode in ("both", "explore"):
+        explorer = gpu_split(cfg)[0]
+        if explorer and explorer < 1:
+            return None  # explorer and trainer share one GPU: fractions, not bundles
+        if explorer:
+            roles.append("explorer")
+            bundles.append({"GPU": float(explorer)})
+    if cfg.mode in ("both", "train"):
+        world = trainer_world_size(cfg)
+        gpus = trainer_gpus(cfg)
+        if gpus < 1:
+            return None
+        per_rank = 1.0 if world > 1 else float(gpus)
+        roles.extend(f"trainer/{r}" for r in range(world))
+        bundles.extend({"GPU": per_rank} for _ in range(world))
+    if not bundles:
+        return None
+    total = sum(b["GPU"] for b in bundles)
+    strategy = "STRICT_PACK" if nodes == 1 or total <= gpn else "PACK"
+    return JobPlacement(tuple(bundles), tuple(roles), strategy)

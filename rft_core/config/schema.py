@@ -452,7 +452,10 @@ class TrainerConfig:
         False, "micro-batch loss scale fix", unimplemented=True
     )
     param_offload: bool = _field(False, "offload parameters to CPU", unimplemented=True)
-    optimizer_offload: bool = _field(False, "offload optimizer state to CPU", unimplemented=True)
+    optimizer_offload: bool = _field(
+        False,
+        "mode colocate: keep the optimizer state on the CPU while the rollout engine generates",
+    )
     grad_offload: bool = _field(False, "offload gradients to CPU", unimplemented=True)
     offload_policy: bool = _field(False, "FSDP2 offload policy", unimplemented=True)
     save_strategy: str = _field(

@@ -44,3 +44,15 @@ def expected_model_versions(
         if explorer_syncs_after(step, sync_interval, sync_offset):
             current = trainer_version_for_explorer_sync(step, sync_offset)
     return versions
+
+
+def explorer_resume_step(
+    trainer_step: int | None, batch_size: int, repeat_times: int, train_batch_size: int
+) -> int:
+    """The explorer step a resumed run (explorer and trainer in one job) restarts after: the
+    last one whose experiences the trainer's checkpoint of ``trainer_step`` trained on
+    completely (its step when a trainer step reads exactly one explorer step's
+    ``batch_size x repeat_times`` experiences)."""
+    if not trainer_step:
+        return 0
+    return trainer_step * train_batch_size // (batch_size * repeat_times)

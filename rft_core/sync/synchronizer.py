@@ -5,7 +5,7 @@ point *waits* for the version its schedule names (``rft_core.sync.schedule``) an
 the weights travel depends on ``synchronizer.sync_method``:
 
 - ``memory``: the state dict goes through the Ray object store (one ``ray.put`` by the trainer,
-  one ``ray.get`` by each explorer);
+  one ``ray.get`` by each explorer), or, in one process, the trainer's tensors go to the engine;
 - ``checkpoint``: the trainer writes ``global_step_N/actor`` weights with
   ``save_state_dict_for_sync`` (``latest_state_dict_iteration.txt``) and the explorer reads them;
 - ``nccl``: a ``torch.distributed`` broadcast in packed buckets (``rft_core.sync.nccl``); the
@@ -16,6 +16,10 @@ closing evaluation sees the trained policy whatever the method.
 
 ``Synchronizer`` is a Ray async actor (named ``<job>/synchronizer``) so that waits never block
 the other side; ``WeightSender``/``WeightReceiver`` are the trainer's and the explorer's halves.
+``InProcessSynchronizer`` is the same bookkeeping for an explorer and a trainer driven in one
+process (``rft_core.in_process``): its methods are plain calls, ``memory`` hands the trainer's
+own tensors to the engine (no object store, no copy to the CPU), and nothing here imports Ray
+until a Ray synchronizer is used.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ import asyncio
 import logging
 from typing import Any
 
-import ray
 import torch
 
 from rft_core.errors import ActorFailed, ServiceUnavailable
@@ -75,18 +78,18 @@ class Synchronizer:
         """Wait until the trainer published ``version`` (or later, or finished). Returns
         ``(version, payload, final)`` of the latest publication."""
         timeout = self.sync_timeout if timeout is None else timeout
-
-        def ready() -> bool:
-            return self.version >= version or self.final or self.trainer_error is not None
-
         async with self.cond:
             try:
-                await asyncio.wait_for(self.cond.wait_for(ready), timeout)
+                await asyncio.wait_for(self.cond.wait_for(lambda: self.has(version)), timeout)
             except TimeoutError:
                 return -1, None, False
             if self.trainer_error is not None:
                 raise ActorFailed(f"trainer failed: {self.trainer_error}")
             return self.version, self.payload, self.final
+
+    def has(self, version: int) -> bool:
+        """``wait_version(version)`` returns at once."""
+        return self.version >= version or self.final or self.trainer_error is not None
 
     async def request_broadcast(self, version: int) -> None:
         """The explorer announces it will join the broadcast of ``version`` (nccl)."""
@@ -117,10 +120,42 @@ class Synchronizer:
         }
 
 
+class InProcessSynchronizer:
+    """``Synchronizer``'s methods as plain calls, for an explorer and a trainer in one process
+    (one thread: nothing can publish while a wait waits, so a wait for a version not yet
+    published fails at once; the driver steps the trainer before the explorer's sync)."""
+
+    def __init__(self, sync_method: str, sync_timeout: float, log_path: str | None = None):
+        self.synchronizer = Synchronizer(sync_method, sync_timeout, log_path)
+        self._loop = asyncio.new_event_loop()
+
+    def call(self, method: str, *args: Any) -> Any:
+        if method == "wait_version" and not self.synchronizer.has(args[0]):
+            return -1, None, False  # one thread: nothing can publish while this one waits
+        result = getattr(self.synchronizer, method)(*args)
+        if asyncio.iscoroutine(result):
+            return self._loop.run_until_complete(result)
+        return result
+
+    def close(self) -> None:
+        self._loop.close()
+
+
+def sync_call(synchronizer: Any, method: str, *args: Any, timeout: float | None = None) -> Any:
+    """``synchronizer.<method>(*args)`` on a Ray actor handle or an ``InProcessSynchronizer``."""
+    if isinstance(synchronizer, InProcessSynchronizer):
+        return synchronizer.call(method, *args)
+    import ray
+
+    return ray.get(getattr(synchronizer, method).remote(*args), timeout=timeout)
+
+
 def start_synchronizer(
     name: str, sync_method: str, sync_timeout: float, log_path: str | None = None
 ) -> Any:
     """Start the synchronizer actor under ``name`` (Ray must be initialised)."""
+    import ray
+
     actor_cls = ray.remote(num_cpus=0)(Synchronizer)
     return actor_cls.options(name=name).remote(sync_method, sync_timeout, log_path)
 
@@ -143,6 +178,14 @@ class _WeightEnd:
         self.device = device
         self.group: BroadcastGroup | None = None
 
+    @property
+    def in_process(self) -> bool:
+        """Both ends live in this process (``InProcessSynchronizer``)."""
+        return isinstance(self.synchronizer, InProcessSynchronizer)
+
+    def _call(self, method: str, *args: Any, timeout: float | None = None) -> Any:
+        return sync_call(self.synchronizer, method, *args, timeout=timeout)
+
 
 class WeightSender(_WeightEnd):
     """The trainer's half: publish weights after a sync step. Without a synchronizer actor
@@ -156,8 +199,7 @@ class WeightSender(_WeightEnd):
 
     def send(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
         if self.sync_method == "memory":
-            ref = ray.put({k: v.detach().cpu() for k, v in state_dict.items()})
-            ray.get(self.synchronizer.publish.remote(version, [ref]))
+            self._call("publish", version, [self._memory_payload(state_dict)])
         elif self.sync_method == "checkpoint":
             from rft_core.checkpoint.layout import actor_dir
             from rft_core.checkpoint.store import save_state_dict_for_sync
@@ -166,19 +208,22 @@ class WeightSender(_WeightEnd):
             if self.synchronizer is None:
                 log.info("published weights version %d in %s", version, actor_dir(path))
                 return
-            ray.get(self.synchronizer.publish.remote(version, None))
+            self._call("publish", version, None)
         elif self.sync_method == "nccl":
+            if self.in_process:
+                raise ValueError("nccl sync needs two processes; in one, use memory")
+            import ray
+
             metas = tensor_metas(state_dict)
             if self.rendezvous is None:
                 self.rendezvous = {"addr": ray.util.get_node_ip_address(), "port": free_port()}
             payload = dict(self.rendezvous, metas=metas)
-            ray.get(self.synchronizer.publish.remote(version, payload))
-            joined = ray.get(
-                self.synchronizer.wait_receiver.remote(version, self.sync_timeout),
-                timeout=self.sync_timeout + 30,
+            self._call("publish", version, payload)
+            joined = self._call(
+                "wait_receiver", version, self.sync_timeout, timeout=self.sync_timeout + 30
             )
             if not joined:  # the explorer finished, or did not come within sync_timeout
-                if ray.get(self.synchronizer.state.remote())["explorer_done"]:
+                if self._call("state")["explorer_done"]:
                     # its last steps are done: the final weights still reach its closing eval
                     log.info("weights version %d: the explorer has finished; not sent", version)
                 else:
@@ -205,9 +250,20 @@ class WeightSender(_WeightEnd):
     def send_final(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
         if self.synchronizer is None:  # the final checkpoint already points at these weights
             return
-        # the final weights always go through the object store (no broadcast partner waits)
-        self._final_ref = ray.put({k: v.detach().cpu() for k, v in state_dict.items()})
-        ray.get(self.synchronizer.publish.remote(version, [self._final_ref], True))
+        # the final weights always go through memory (no broadcast partner waits)
+        self._final_ref = self._memory_payload(state_dict)
+        self._call("publish", version, [self._final_ref], True)
+
+    def _memory_payload(self, state_dict: dict[str, torch.Tensor]) -> Any:
+        """In one process the tensors themselves; else a CPU copy in Ray's object store."""
+        if self.in_process:
+            return state_dict
+        import ray
+
+        return ray.put({k: v.detach().cpu() for k, v in state_dict.items()})
+
+    def trainer_failed(self, error: str) -> None:
+        self._call("trainer_failed", error)
 
 
 class WeightReceiver(_WeightEnd):
@@ -219,19 +275,27 @@ class WeightReceiver(_WeightEnd):
         """Wait (at most ``sync_timeout``) for ``version``; returns ``(version, state_dict)``,
         or ``(version, None)`` when nothing newer than what the engine has arrived."""
         if self.sync_method == "nccl" and not final:
-            ray.get(self.synchronizer.request_broadcast.remote(version))
-        got, payload, is_final = ray.get(
-            self.synchronizer.wait_version.remote(version, self.sync_timeout),
-            timeout=self.sync_timeout + 30,
+            self._call("request_broadcast", version)
+        got, payload, is_final = self._call(
+            "wait_version", version, self.sync_timeout, timeout=self.sync_timeout + 30
         )
+        if got < 0 and self.in_process:
+            raise ActorFailed(
+                f"the trainer had not published the weights of step {version} when the explorer "
+                f"synced ({self.sync_method} sync, one process): the steps ran out of schedule"
+            )
         if got < 0:
             raise ServiceUnavailable(
                 f"explorer waited synchronizer.sync_timeout={self.sync_timeout:g}s for the trainer's "
                 f"weights of step {version} ({self.sync_method} sync) and they did not come; see "
                 "log/trainer.log, or raise synchronizer.sync_timeout when trainer steps are slow"
             )
-        if isinstance(payload, list):  # object-store ref (memory, or the final weights)
-            return got, ray.get(payload[0])
+        if isinstance(payload, list):  # memory, or the final weights
+            if isinstance(payload[0], dict):  # the trainer's tensors, in this process
+                return got, payload[0]
+            import ray
+
+            return got, ray.get(payload[0])  # an object-store ref
         if self.sync_method == "checkpoint":
             from rft_core.checkpoint.store import load_step_weights
 
@@ -246,3 +310,6 @@ class WeightReceiver(_WeightEnd):
                 )
             return got, self.group.receive(metas)
         return got, None
+
+    def explorer_finished(self) -> None:
+        self._call("explorer_finished")

@@ -3,7 +3,8 @@
 ``PolicyGroup`` has PolicyTrainer's interface (``train_step``, ``save``, ``load``,
 ``state_dict_for_sync``, ``tokenizer``) and runs it on W ranks: rank 0 in the calling process
 (the trainer actor), ranks 1..W-1 in Ray actors (``TrainerRank``), one GPU each on a GPU
-cluster. The ranks share the default ``torch.distributed`` process group (NCCL between GPUs,
+cluster, each in its bundle of the job's placement group when the launcher made one
+(``rft_core.config.resources.job_placement``: where ``cluster.node_num``/``gpu_per_node`` say). The ranks share the default ``torch.distributed`` process group (NCCL between GPUs,
 gloo on CPU, so the same code runs on a laptop), built from a TCP store on rank 0's node.
 
 A step splits the batch into W shards of whole groups (``shard_experiences``), so group
@@ -160,10 +161,12 @@ class PolicyGroup:
         device: str = "cpu",
         name: str = "trainer",
         log_dir: str | None = None,
+        placement: tuple[Any, list[int]] | None = None,
         **kwargs: Any,
     ) -> None:
         import ray
 
+        from rft_core.placement import in_bundle
         from rft_core.sync.nccl import free_port
 
         if world_size < 2:
@@ -176,8 +179,12 @@ class PolicyGroup:
         actor = ray.remote(TrainerRank).options(
             num_cpus=0, num_gpus=1 if use_gpu else 0, max_concurrency=2
         )
+        pg, bundles = placement if placement is not None else (None, [])
         self.ranks = [
-            actor.remote(r, world_size, init_method, backend, log_dir) for r in range(1, world_size)
+            (actor.options(**in_bundle(pg, bundles[r - 1])) if pg is not None else actor).remote(
+                r, world_size, init_method, backend, log_dir
+            )
+            for r in range(1, world_size)
         ]
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rank0")
         if backend == "gloo":

@@ -8,7 +8,9 @@ the end) it writes a full checkpoint in the seed's tree and prunes to
 ``max_checkpoints_to_keep``. At end of data it saves a final checkpoint (HF weights unless
 ``save_hf_checkpoint: never``) and hands its final weights to the explorer's closing eval.
 
-``Trainer`` is a plain class: the launcher runs it as a Ray actor, ``colocate`` in-process.
+``Trainer`` is a plain class: the launcher runs it as a Ray actor that calls ``run``;
+``rft_core.in_process`` drives the same steps (``start``, ``next_step``, ``finish``) in one
+process with an explorer (``colocate``, or without Ray).
 """
 
 from __future__ import annotations
@@ -80,14 +82,20 @@ class Trainer(RunActor):
         synchronizer: Any = None,
         role: str = "trainer",
         dataset_rows: Rows | None = None,
+        experience_buffer: Any = None,
+        logger_name: str = "rft_core",
+        rank_placement: tuple[Any, list[int]] | None = None,
     ):
-        super().__init__(cfg, synchronizer, role)
+        super().__init__(cfg, synchronizer, role, logger_name)
+        self._rank_placement = rank_placement  # (placement group, bundle of ranks 1..W-1)
         self._dataset_rows = dataset_rows  # train mode's SFT/DPO file as the preflight read it
         self.saved_steps: list[int] = []
         self.last_metrics: dict[str, float] = {}
         self.policy = None
         self._source = None
         self._sender = None
+        self._experience_buffer = experience_buffer  # shared with an in-process explorer
+        self._last_saved: int | None = None
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -127,6 +135,7 @@ class Trainer(RunActor):
                 cfg.algorithm,
                 name=self.role,
                 log_dir=str(self.job_dir / "log"),
+                placement=self._rank_placement,
                 **settings,
             )
         if resume_step is not None:
@@ -170,7 +179,8 @@ class Trainer(RunActor):
                         resume_step,
                     )
                 writer.shutdown()
-            self._source = open_buffer("reader")
+            shared = self._experience_buffer  # an empty buffer is falsy (len 0)
+            self._source = shared if shared is not None else open_buffer("reader")
             if persistent and resume_step is not None:
                 self._resume_buffer_offset(resume_step)
             if beside_explore_job:
@@ -276,7 +286,7 @@ class Trainer(RunActor):
         sync = self.cfg.synchronizer
         if self._sender is not None and trainer_syncs_after(self.step, sync.sync_interval):
             t0 = time.perf_counter()
-            self._sender.send(self.step, self.policy.state_dict_for_sync())
+            self._sender.send(self.step, self._weights_for_sync())
             metrics["time/sync_weight"] = time.perf_counter() - t0
         self.last_metrics = {k: float(v) for k, v in metrics.items()}
         self.monitor.log(metrics, self.step)
@@ -288,43 +298,85 @@ class Trainer(RunActor):
     def run(self, model_path: str | None = None, resume_step: int | None = None) -> dict[str, Any]:
         """Train until the data ends (explorer closed the buffer and it is drained, or the
         dataset's epochs/steps are done) or ``trainer.total_steps``. Returns a summary."""
-        cfg = self.cfg
         try:
-            self.monitor.status("running", f"{self.role} started")
-            self._build(model_path or cfg.model.model_path, resume_step)
-            tr = cfg.trainer
-            limit = tr.total_steps or cfg.buffer.total_steps
-            batch = cfg.buffer.train_batch_size
-            timeout = cfg.buffer.trainer_input.experience_buffer.max_read_timeout
-            last_saved = self.step if resume_step is not None else None
-            while limit is None or self.step < limit:
-                experiences = self._source.get(batch, timeout=timeout)
-                if not experiences:
-                    break
-                self.train_step(experiences)
-                if tr.save_interval and self.step % tr.save_interval == 0:
-                    self.save(save_hf=tr.save_hf_checkpoint == "always")
-                    last_saved = self.step
-            if self.step > 0 and last_saved != self.step:
-                self.save(save_hf=tr.save_hf_checkpoint != "never")
-            elif self.step > 0 and tr.save_hf_checkpoint == "last" and self._final_lacks_hf():
-                # the last interval checkpoint is the final one: add its HF weights only
-                self.policy.add_hf_weights(self.job_dir, self.step)
-                self._write_meta(saved_hf=True)
-                log.info("added Hugging Face weights to global_step_%d", self.step)
-            if self._sender is not None:
-                self._sender.send_final(self.step, self.policy.state_dict_for_sync())
-            self._close_ranks()
-            self.monitor.status("finished", f"{self.role} finished at step {self.step}")
-            return self.summary()
+            self.start(model_path, resume_step)
+            while self.next_step() is not None:
+                pass
+            return self.finish()
         except BaseException as err:
-            self.monitor.status("failed", f"{self.role}: {err}")
-            log.exception("%s failed", self.role)
-            if self.synchronizer is not None:
-                import ray
-
-                ray.get(self.synchronizer.trainer_failed.remote(f"{type(err).__name__}: {err}"))
+            self.failed(err)
             raise
+
+    def start(self, model_path: str | None = None, resume_step: int | None = None) -> None:
+        """Build the policy (from the checkpoint of ``resume_step`` when given), the experience
+        source and the weight sender."""
+        self.monitor.status("running", f"{self.role} started")
+        self._build(model_path or self.cfg.model.model_path, resume_step)
+        self._last_saved = self.step if resume_step is not None else None
+
+    @property
+    def step_limit(self) -> int | None:
+        return self.cfg.trainer.total_steps or self.cfg.buffer.total_steps
+
+    def can_step(self) -> bool:
+        """The next ``next_step`` will not wait: its batch is in the buffer (or the data is a
+        dataset, or the step limit is reached)."""
+        qsize = getattr(self._source, "qsize", None)
+        limit = self.step_limit
+        if qsize is None or (limit is not None and self.step >= limit):
+            return True
+        return qsize() >= self.cfg.buffer.train_batch_size
+
+    def next_step(self) -> dict[str, float] | None:
+        """Read one batch, train on it (publishing weights when the schedule says), checkpoint
+        at ``save_interval``. None at the end of the data or at the step limit."""
+        tr = self.cfg.trainer
+        limit = self.step_limit
+        if limit is not None and self.step >= limit:
+            return None
+        timeout = self.cfg.buffer.trainer_input.experience_buffer.max_read_timeout
+        experiences = self._source.get(self.cfg.buffer.train_batch_size, timeout=timeout)
+        if not experiences:
+            return None
+        metrics = self.train_step(experiences)
+        if tr.save_interval and self.step % tr.save_interval == 0:
+            self.save(save_hf=tr.save_hf_checkpoint == "always")
+            self._last_saved = self.step
+        return metrics
+
+    def finish(self) -> dict[str, Any]:
+        """The final checkpoint (HF weights unless ``save_hf_checkpoint: never``), the final
+        weights for the explorer's closing eval, the ``finished`` status. Returns the summary."""
+        tr = self.cfg.trainer
+        if self.step > 0 and self._last_saved != self.step:
+            self.save(save_hf=tr.save_hf_checkpoint != "never")
+        elif self.step > 0 and tr.save_hf_checkpoint == "last" and self._final_lacks_hf():
+            # the last interval checkpoint is the final one: add its HF weights only
+            self.policy.add_hf_weights(self.job_dir, self.step)
+            self._write_meta(saved_hf=True)
+            log.info("added Hugging Face weights to global_step_%d", self.step)
+        if self._sender is not None:
+            self._sender.send_final(self.step, self._weights_for_sync())
+        self._close_ranks()
+        self.monitor.status("finished", f"{self.role} finished at step {self.step}")
+        return self.summary()
+
+    def failed(self, err: BaseException) -> None:
+        self.monitor.status("failed", f"{self.role}: {err}")
+        log.exception("%s failed", self.role)
+        if self.synchronizer is not None:
+            from rft_core.sync.synchronizer import sync_call
+
+            sync_call(self.synchronizer, "trainer_failed", f"{type(err).__name__}: {err}")
+
+    def _weights_for_sync(self) -> dict[str, torch.Tensor]:
+        """What the sender hands over: in one process with a single unsharded policy, the
+        parameters themselves (the engine copies them at once, on their device); else the
+        policy's full CPU copy."""
+        model = getattr(self.policy, "model", None)
+        if self._sender.in_process and model is not None and not self.policy.sharded:
+            return {k: v.detach() for k, v in model.state_dict().items()}
+        return self.policy.state_dict_for_sync()
 
     def summary(self) -> dict[str, Any]:
         return {

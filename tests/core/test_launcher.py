@@ -170,7 +170,7 @@ def test_a_renamed_staged_run_writes_its_stages_under_the_new_name(tmp_path):
 
 def test_a_resumed_explorer_restarts_after_the_experiences_the_checkpoint_trained_on():
     from rft_core.config import resolve_stages
-    from rft_core.launcher import _explorer_resume_step
+    from rft_core.sync.schedule import explorer_resume_step
 
     # the demo's GRPO stage: 8 tasks x 8 samples = 64 experiences an explorer step
     for train_batch, trainer_step, explorer_step in (
@@ -181,7 +181,8 @@ def test_a_resumed_explorer_restarts_after_the_experiences_the_checkpoint_traine
     ):
         cfg = load_config(DEMO, [f"buffer.train_batch_size={train_batch}"])
         rft = resolve_stages(cfg)[1]
-        assert _explorer_resume_step(rft, trainer_step) == explorer_step, train_batch
+        per_step = (rft.buffer.batch_size, rft.algorithm.repeat_times, rft.buffer.train_batch_size)
+        assert explorer_resume_step(trainer_step, *per_step) == explorer_step, train_batch
 
 
 def test_a_staged_config_is_validated_once_per_run(tmp_path, monkeypatch, caplog):
