@@ -84,8 +84,8 @@ def test_colocate_hands_the_trainers_parameters_to_the_engine_and_frees_memory_i
     cfg["trainer"]["optimizer_offload"] = True
     run = InProcessRun(load_config_from_dict(cfg))
     run.start()
-    # the engine's release_memory (rollout engine) and the policy's offload/reload (trainer)
-    # are other engineers' work in progress: recorded here with the steps they happen at
+    # the engine's release_memory and the policy's offload/reload, recorded with the steps
+    # they happen at
     events: list[tuple[str, int, int]] = []
 
     def record(name: str):
@@ -109,14 +109,18 @@ def test_colocate_hands_the_trainers_parameters_to_the_engine_and_frees_memory_i
     for name, tensor in trained.items():
         assert torch.equal(engine[name], tensor), name  # copied, not converted through a file
     assert [r.get("time/sync_weight") is not None for r in reports] == [False, True, True]
-    # per step: generate, free the KV cache, bring the optimizer back, train, offload it
+    # per step: generate, free the KV cache, bring the optimizer back, train, offload it;
+    # PolicyTrainer.train_step also reloads first (a no-op once the driver has: recorded twice)
     assert events == [
-        ("release_kv", 1, 0),  # nothing offloaded yet: no reload
+        ("release_kv", 1, 0),  # nothing offloaded yet: only train_step's own (no-op) reload
+        ("reload_optimizer", 1, 0),
         ("offload_optimizer", 1, 1),
         ("release_kv", 2, 1),
         ("reload_optimizer", 2, 1),
+        ("reload_optimizer", 2, 1),
         ("offload_optimizer", 2, 2),
         ("release_kv", 3, 2),
+        ("reload_optimizer", 3, 2),
         ("reload_optimizer", 3, 2),
         ("offload_optimizer", 3, 3),
         ("reload_optimizer", 3, 3),  # finish: the final checkpoint saves the optimizer state
