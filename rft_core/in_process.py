@@ -202,8 +202,11 @@ class InProcessRun:
         return self.explorer.progress()
 
     def close(self) -> None:
-        """Release the engine (a pool's actors) and the synchronizer's event loop."""
+        """Release the engine (a pool's actors), flush both monitors, close the synchronizer's
+        event loop."""
         self.explorer.close_engine()
+        self.explorer.close()
+        self.trainer.close()
         self.synchronizer.close()
 
     # -- helpers -----------------------------------------------------------------------------

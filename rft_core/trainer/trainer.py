@@ -370,11 +370,12 @@ class Trainer(RunActor):
             sync_call(self.synchronizer, "trainer_failed", f"{type(err).__name__}: {err}")
 
     def _weights_for_sync(self) -> dict[str, torch.Tensor]:
-        """What the sender hands over: in one process with a single unsharded policy, the
-        parameters themselves (the engine copies them at once, on their device); else the
-        policy's full CPU copy."""
+        """What the sender hands over: memory sync in one process with a single unsharded
+        policy, the parameters themselves (the engine copies them at once, on their device);
+        else the policy's full CPU copy."""
         model = getattr(self.policy, "model", None)
-        if self._sender.in_process and model is not None and not self.policy.sharded:
+        in_memory = self._sender.in_process and self._sender.sync_method == "memory"
+        if in_memory and model is not None and not self.policy.sharded:
             return {k: v.detach() for k, v in model.state_dict().items()}
         return self.policy.state_dict_for_sync()
 
