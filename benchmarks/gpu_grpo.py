@@ -285,6 +285,7 @@ def experiences_of(groups: list[list], seed: int) -> list[Experience]:
 
 def train_and_step(model_dir: Path, groups: list[list], args, out: dict) -> None:
     """Trainer tokens/s and MFU, the hand-off to the engine, the whole colocated step."""
+    from rft_core.trainer.fusion import DEFAULT_SCOPE
     from rft_core.trainer.policy import PolicyTrainer
 
     experiences = experiences_of(groups, 3)
@@ -292,7 +293,8 @@ def train_and_step(model_dir: Path, groups: list[list], args, out: dict) -> None
     algo = types.SimpleNamespace(algorithm_type="grpo", optimizer=types.SimpleNamespace(lr=1e-6))
 
     def trainer(spec: str) -> PolicyTrainer:
-        micro, checkpointing, dtype, *packing = spec.split(":")
+        micro, checkpointing, dtype, *rest = spec.split(":")
+        packing, fusion = (rest + [None, None])[:2]
         return PolicyTrainer(
             str(model_dir),
             algo,
@@ -301,12 +303,15 @@ def train_and_step(model_dir: Path, groups: list[list], args, out: dict) -> None
             micro_batch_size=int(micro),
             gradient_checkpointing=checkpointing == "1",
             loss_horizon=args.response_len,
-            use_remove_padding=(packing[0] == "1") if packing else None,
+            use_remove_padding=(packing == "1") if packing else None,
+            use_torch_compile=(fusion != "0") if fusion else None,
+            compile_scope=fusion if fusion not in (None, "0", "1") else DEFAULT_SCOPE,
         )
 
-    # each variant "rows per micro-batch:gradient checkpointing 0/1:dtype[:packed 0/1]"
+    # each variant "rows per micro-batch:gradient checkpointing 0/1:dtype[:packed 0/1[:fusion]]"
     # ("auto": fp32 master weights with bf16 autocast; "bfloat16": bf16 weights and optimizer,
-    # for scale; packed: trainer.use_remove_padding, left out: its default)
+    # for scale; packed: trainer.use_remove_padding; fusion: trainer.use_torch_compile, "0"
+    # eager or a scope of rft_core.trainer.fusion, "parts" or "layers"; left out: defaults)
     variants, best_variant = [], None
     for spec in args.trainer_variants.split(","):
         dtype = spec.split(":")[2]
@@ -315,7 +320,7 @@ def train_and_step(model_dir: Path, groups: list[list], args, out: dict) -> None
         params = sum(p.numel() for p in policy.model.parameters())
         step = functools.partial(policy.train_step, experiences)
         try:
-            step()  # warm-up
+            warmup, _ = timed(step)  # compiles, when the variant compiles
             times = [timed(step)[0] for _ in range(args.steps)]
         except torch.OutOfMemoryError:
             variants.append({"variant": spec, "error": "out of memory"})
@@ -325,12 +330,14 @@ def train_and_step(model_dir: Path, groups: list[list], args, out: dict) -> None
         best = min(times)
         figures = {
             "variant": spec,
+            "warmup_s": round(warmup, 1),
             "seconds": [round(t, 3) for t in times],
             "tokens_per_s": round(tokens / best, 1),
             "mfu": round(6 * params * tokens / best / PEAK_BF16_FLOPS, 3),
             "peak_memory_gib": peak_memory(),
         }
         variants.append(figures)
+        print(json.dumps(figures), file=sys.stderr, flush=True)  # progress, before the report
         if dtype == "auto" and (
             best_variant is None or figures["tokens_per_s"] > best_variant["tokens_per_s"]
         ):

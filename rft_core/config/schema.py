@@ -443,6 +443,11 @@ class TrainerConfig:
         "kept within each row (None: off; the padded forward measured faster on CPU and as fast "
         "on an H200: benchmarks/RESULTS.md)",
     )
+    use_torch_compile: bool | None = _field(
+        None,
+        "fuse the decoder layers' element-wise work (RMSNorm, SwiGLU) with torch.compile "
+        "(None: on a CUDA trainer, off on CPU; benchmarks/RESULTS.md)",
+    )
     balance_batch: bool = _field(
         True, "balance tokens across data-parallel ranks", unimplemented=True
     )

@@ -46,6 +46,7 @@ class _ChunkedTokenScores(torch.autograd.Function):
         chunk_tokens: int,
         with_entropy: bool,
         matmul_dtype: torch.dtype,
+        fused: bool,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         n = hidden.shape[0]
         logp = torch.empty(n, dtype=torch.float32, device=hidden.device)
@@ -53,6 +54,12 @@ class _ChunkedTokenScores(torch.autograd.Function):
         w, b = _cast(weight, bias, matmul_dtype)
         for start in range(0, n, chunk_tokens):
             end = min(n, start + chunk_tokens)
+            if fused:
+                logits = _logits(hidden[start:end], w, b)
+                logp[start:end], entropy[start:end] = fused_chunk_forward()(
+                    logits, targets[start:end], temperature
+                )
+                continue
             z = _tempered_logits(hidden[start:end], w, b, temperature)
             lse = torch.logsumexp(z, dim=-1)
             logp[start:end] = z.gather(-1, targets[start:end, None]).squeeze(-1) - lse
@@ -60,7 +67,7 @@ class _ChunkedTokenScores(torch.autograd.Function):
                 logprobs = z.sub_(lse[:, None])
                 entropy[start:end] = -(logprobs.exp() * logprobs).sum(-1)
         ctx.save_for_backward(hidden, weight, bias, targets)
-        ctx.settings = (temperature, chunk_tokens, matmul_dtype)
+        ctx.settings = (temperature, chunk_tokens, matmul_dtype, fused)
         ctx.set_materialize_grads(False)
         if not with_entropy:
             ctx.mark_non_differentiable(entropy)
@@ -69,10 +76,10 @@ class _ChunkedTokenScores(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_logp: torch.Tensor | None, grad_entropy: torch.Tensor | None):  # type: ignore[override]
         hidden, weight, bias, targets = ctx.saved_tensors
-        temperature, chunk_tokens, matmul_dtype = ctx.settings
+        temperature, chunk_tokens, matmul_dtype, fused = ctx.settings
         need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
         if grad_logp is None and grad_entropy is None:
-            return None, None, None, None, None, None, None, None
+            return (None,) * 9
         grad_hidden = torch.zeros_like(hidden) if need_hidden else None
         # the head's gradient sums over chunks in fp32, whatever the matmul dtype
         grad_weight = weight.new_zeros(weight.shape, dtype=torch.float32) if need_weight else None
@@ -82,20 +89,19 @@ class _ChunkedTokenScores(torch.autograd.Function):
         for start in range(0, hidden.shape[0], chunk_tokens):
             end = min(hidden.shape[0], start + chunk_tokens)
             h = hidden[start:end]
-            z = _tempered_logits(h, w, b, temperature)
-            z.sub_(torch.logsumexp(z, dim=-1, keepdim=True))  # z: the log-probs y
-            probs = z.exp()
-            # z becomes dLoss/dz, in place: first the entropy term, -p * (y + H) * dH, then
-            # the log-prob term
-            if grad_entropy is not None:
-                entropy = -(probs * z).sum(-1, keepdim=True)
-                z.add_(entropy).mul_(probs).mul_(-grad_entropy[start:end, None])
+            if fused:
+                grad_logits = fused_chunk_backward()(
+                    _logits(h, w, b),
+                    targets[start:end],
+                    _or_zeros(grad_logp, start, end, hidden.new_zeros((), dtype=torch.float32)),
+                    _or_zeros(grad_entropy, start, end, hidden.new_zeros((), dtype=torch.float32)),
+                    temperature,
+                )
             else:
-                z.zero_()
-            if grad_logp is not None:
-                g = grad_logp[start:end, None]
-                z.sub_(probs.mul_(g)).scatter_add_(-1, targets[start:end, None], g)
-            grad_logits = z.div_(temperature).to(matmul_dtype)
+                grad_logits = _grad_logits(
+                    h, w, b, targets, grad_logp, grad_entropy, start, end, temperature
+                )
+                grad_logits = grad_logits.div_(temperature).to(matmul_dtype)
             if need_hidden:
                 grad_hidden[start:end] = (grad_logits @ w).to(hidden.dtype)
             if need_weight:
@@ -106,18 +112,101 @@ class _ChunkedTokenScores(torch.autograd.Function):
             grad_hidden,
             grad_weight.to(weight.dtype) if need_weight else None,
             grad_bias.to(bias.dtype) if need_bias else None,
-            None,
-            None,
-            None,
-            None,
-            None,
+            *(None,) * 6,
         )
+
+
+def _grad_logits(
+    h: torch.Tensor,
+    w: torch.Tensor,
+    b: torch.Tensor | None,
+    targets: torch.Tensor,
+    grad_logp: torch.Tensor | None,
+    grad_entropy: torch.Tensor | None,
+    start: int,
+    end: int,
+    temperature: float,
+) -> torch.Tensor:
+    """fp32 dLoss/dz of one chunk (z: the tempered logits), eagerly: the chunk's logits are
+    recomputed and turned into the gradient in place (two fp32 [C, V] buffers)."""
+    z = _tempered_logits(h, w, b, temperature)
+    z.sub_(torch.logsumexp(z, dim=-1, keepdim=True))  # z: the log-probs y
+    probs = z.exp()
+    # z becomes dLoss/dz, in place: first the entropy term, -p * (y + H) * dH, then the
+    # log-prob term
+    if grad_entropy is not None:
+        entropy = -(probs * z).sum(-1, keepdim=True)
+        z.add_(entropy).mul_(probs).mul_(-grad_entropy[start:end, None])
+    else:
+        z.zero_()
+    if grad_logp is not None:
+        g = grad_logp[start:end, None]
+        z.sub_(probs.mul_(g)).scatter_add_(-1, targets[start:end, None], g)
+    return z
+
+
+def _or_zeros(grad: torch.Tensor | None, start: int, end: int, like: torch.Tensor) -> torch.Tensor:
+    """Rows ``start:end`` of an output's incoming gradient, zeros when it has none."""
+    return grad[start:end] if grad is not None else like.new_zeros(end - start)
+
+
+def _chunk_forward(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 log-prob of each row's target and the row's entropy, from a chunk's [C, V] logits
+    (any dtype); the fused path's forward, one pass over the logits once compiled."""
+    z = logits.float() / temperature
+    y = z - torch.logsumexp(z, dim=-1, keepdim=True)
+    logp = y.gather(-1, targets[:, None]).squeeze(-1)
+    return logp, -(y.exp() * y).sum(-1)
+
+
+def _chunk_backward(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    grad_logp: torch.Tensor,
+    grad_entropy: torch.Tensor,
+    temperature: float,
+) -> torch.Tensor:
+    """dLoss/dlogits of a chunk in the logits' dtype (module docstring's formulas, divided by
+    the temperature); the fused path's backward, one pass over the logits once compiled."""
+    z = logits.float() / temperature
+    y = z - torch.logsumexp(z, dim=-1, keepdim=True)
+    p = y.exp()
+    entropy = -(p * y).sum(-1, keepdim=True)
+    columns = torch.arange(logits.shape[-1], device=logits.device)
+    onehot = (columns[None, :] == targets[:, None]).float()
+    grad_z = -p * (y + entropy) * grad_entropy[:, None] + (onehot - p) * grad_logp[:, None]
+    return (grad_z / temperature).to(logits.dtype)
+
+
+_FUSED: dict[str, Any] = {}
+
+
+def fused_chunk_forward() -> Any:
+    """``_chunk_forward`` compiled (once per process, symbolic chunk sizes)."""
+    if "forward" not in _FUSED:
+        _FUSED["forward"] = torch.compile(_chunk_forward, dynamic=True)
+    return _FUSED["forward"]
+
+
+def fused_chunk_backward() -> Any:
+    """``_chunk_backward`` compiled (once per process, symbolic chunk sizes)."""
+    if "backward" not in _FUSED:
+        _FUSED["backward"] = torch.compile(_chunk_backward, dynamic=True)
+    return _FUSED["backward"]
 
 
 def _cast(
     weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     return weight.to(dtype), bias.to(dtype) if bias is not None else None
+
+
+def _logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``hidden @ W.T + b`` of one chunk in ``weight``'s dtype."""
+    logits = hidden.to(weight.dtype) @ weight.T
+    return logits + bias if bias is not None else logits
 
 
 def _tempered_logits(
@@ -140,13 +229,16 @@ def chunked_token_scores(
     temperature: float = 1.0,
     with_entropy: bool = True,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    fused: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """fp32 log-probs of ``targets`` and (``with_entropy``) the entropy, under
     ``softmax((hidden @ weight.T + bias) / temperature)``, ``chunk_tokens`` tokens at a time.
 
     ``hidden``: [..., H]; ``targets``: [...]; returns tensors shaped like ``targets``. The matmul
     runs in the autocast dtype when autocast is on (as ``nn.Linear`` would), else in
-    ``hidden``'s dtype.
+    ``hidden``'s dtype. ``fused``: each chunk's soft-max work runs as compiled kernels (one
+    pass over the logits forward, one backward; ``trainer.use_torch_compile``) instead of ~8 and
+    ~12 eager passes over fp32 ``[C, V]`` buffers.
     """
     shape = targets.shape
     device = hidden.device.type
@@ -163,6 +255,7 @@ def chunked_token_scores(
             max(1, int(chunk_tokens)),
             with_entropy,
             matmul_dtype,
+            fused,
         )
     return logp.view(shape), entropy.view(shape) if with_entropy else None
 
@@ -192,6 +285,7 @@ def head_scores(
     with_entropy: bool,
     entropy_grad: bool = False,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    fused: bool = False,
 ) -> Iterator[HeadScores]:
     """While in the block, ``model``'s output head maps the hidden states it is given
     ([B, K, H], the ``logits_to_keep`` positions) to ``[B, K, 2]``: the log-prob of
@@ -210,6 +304,7 @@ def head_scores(
             temperature=temperature,
             with_entropy=with_entropy,
             chunk_tokens=chunk_tokens,
+            fused=fused,
         )
         if entropy is None:
             entropy = torch.zeros_like(logp)

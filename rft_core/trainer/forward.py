@@ -49,6 +49,7 @@ class PolicyForward:
         share_prompt_prefix: bool,
         pack_rows: bool = False,
         logprob_chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+        fused_head: bool = False,
     ) -> None:
         self.ranks = ranks
         self.device = ranks.device
@@ -63,6 +64,8 @@ class PolicyForward:
         # padding-free micro-batches (batching.PackedRows) where no shared prefix runs
         self.pack_rows = pack_rows
         self.logprob_chunk_tokens = logprob_chunk_tokens
+        # the head's soft-max work as compiled kernels (chunked_logprobs, use_torch_compile)
+        self.fused_head = fused_head
 
     def micro_batches(self, experiences: list[Experience]) -> list[MicroBatch]:
         """The step's micro-batches, as many on every rank (padding ones where rows run out)."""
@@ -101,6 +104,7 @@ class PolicyForward:
                 with_entropy=entropy,
                 entropy_grad=entropy_grad,
                 chunk_tokens=self.logprob_chunk_tokens,
+                fused=self.fused_head,
             ) as head:
                 scores = self._scores(model, mb, head)
         return scores[..., 0], scores[..., 1] if entropy else None

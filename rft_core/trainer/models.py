@@ -1,8 +1,9 @@
 """The policy trainer's models: the policy it trains, the frozen reference model (loaded once
 from ``model_path`` when a KL term or DPO needs it), the PPO critic, and where they live.
 
-Devices and dtypes: fp32 on CPU; on CUDA fp32 master weights with bf16 autocast
-(``dtype: auto``); an explicit dtype trains in it. With several trainer ranks each decoder layer
+Devices and dtypes: fp32 on CPU; on one CUDA trainer (``dtype: auto``) bf16 parameters with
+fp32 master weights in the optimizer (``master_weights``); an explicit dtype trains in it. ``compile_scope`` fuses the element-wise work
+of the policy's and the reference's decoder layers (``fusion``). With several trainer ranks each decoder layer
 is FSDP2 ``fully_shard``-ed (bf16 params, fp32 reduce on CUDA; fp32 on CPU ranks over gloo),
 and FSDP2 casts the parameters itself, so there is no autocast. The tests run on CPU only; the
 CUDA and FSDP2-on-GPU paths are not tested here.
@@ -18,6 +19,7 @@ import torch
 
 from rft_core.modeling import resolve_dtype
 from rft_core.trainer.critic import Critic
+from rft_core.trainer.fusion import compile_model
 
 
 @dataclass
@@ -28,6 +30,7 @@ class PolicyModels:
     ref_model: Any | None  # frozen; None when no KL term or DPO needs it
     device: torch.device  # where this process's parameters (or its shards) live
     autocast_dtype: torch.dtype | None  # None: no autocast (fp32 CPU, explicit dtype, FSDP2)
+    master_weights: bool = False  # bf16 parameters, fp32 masters in the optimizer
 
 
 def load_policy_models(
@@ -38,15 +41,18 @@ def load_policy_models(
     needs_reference: bool,
     gradient_checkpointing: bool,
     sharded: bool,
+    compile_scope: str | None = None,
 ) -> PolicyModels:
     """Tokenizer, policy and (``needs_reference``) reference model from ``model_path``, on
     ``device``, sharded with FSDP2 when ``sharded``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    # "auto": fp32 master weights, bf16 autocast on CUDA; an explicit dtype trains in it
+    # "auto" on CUDA: bf16 parameters with fp32 masters (master_weights), or, FSDP2-sharded,
+    # fp32 parameters FSDP2 casts to bf16; an explicit dtype trains in it
     explicit = resolve_dtype(dtype, device) if dtype not in (None, "auto") else None
-    param_dtype = explicit or torch.float32
-    autocast_dtype = torch.bfloat16 if explicit is None and device.type == "cuda" else None
+    master_weights = uses_master_weights(explicit, device, sharded)
+    param_dtype = explicit or (torch.bfloat16 if master_weights else torch.float32)
+    autocast_dtype = None
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     pad = tokenizer.pad_token_id
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=param_dtype)
@@ -55,14 +61,16 @@ def load_policy_models(
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ref_model = None
     if needs_reference:
-        # the frozen reference needs no fp32 master copy: under autocast it runs in bf16
-        ref_model = AutoModelForCausalLM.from_pretrained(
-            model_path, dtype=autocast_dtype or param_dtype
-        )
+        # the frozen reference needs no fp32 copy: on CUDA it runs in bf16
+        ref_dtype = torch.bfloat16 if explicit is None and device.type == "cuda" else param_dtype
+        ref_model = AutoModelForCausalLM.from_pretrained(model_path, dtype=ref_dtype)
         ref_model.requires_grad_(False).eval()
+    if compile_scope is not None:
+        for one in (model, ref_model):
+            if one is not None:
+                compile_model(one, compile_scope)
     if sharded:
-        device = fully_shard_models([model, ref_model], device)
-        autocast_dtype = None  # FSDP2 casts parameters itself
+        device = fully_shard_models([model, ref_model], device)  # FSDP2 casts parameters itself
     else:
         model.to(device)
         if ref_model is not None:
@@ -74,7 +82,13 @@ def load_policy_models(
         ref_model=ref_model,
         device=device,
         autocast_dtype=autocast_dtype,
+        master_weights=master_weights,
     )
+
+
+def uses_master_weights(explicit: torch.dtype | None, device: torch.device, sharded: bool) -> bool:
+    """``dtype: auto`` on one CUDA trainer: bf16 parameters with fp32 masters."""
+    return explicit is None and device.type == "cuda" and not sharded
 
 
 def fully_shard_models(models: list[Any], device: torch.device) -> torch.device:

@@ -36,6 +36,8 @@ from rft_core.modeling import resolve_device
 from rft_core.trainer.batching import MicroBatch
 from rft_core.trainer.collectives import StepRanks
 from rft_core.trainer.forward import PolicyForward
+from rft_core.trainer.fusion import DEFAULT_SCOPE, wants_compile
+from rft_core.trainer.master_weights import MasterWeights
 from rft_core.trainer.metrics import step_metrics
 from rft_core.trainer.models import build_critic, load_policy_models
 from rft_core.trainer.offload import offload_optimizer_state, reload_optimizer_state
@@ -69,6 +71,8 @@ class PolicyTrainer(PolicyCheckpoints):
         share_prompt_prefix: bool = True,
         loss_horizon: int | None = None,
         use_remove_padding: bool | None = None,
+        use_torch_compile: bool | None = None,
+        compile_scope: str = DEFAULT_SCOPE,
     ) -> None:
         torch.manual_seed(seed)
         random.seed(seed)
@@ -83,6 +87,7 @@ class PolicyTrainer(PolicyCheckpoints):
         self.global_step = 0
         self.world_size, self.rank, self.sharded = ranks.world_size, ranks.rank, ranks.sharded
         self.model_path = Path(model_path)
+        compiled = wants_compile(use_torch_compile, ranks.device)
         models = load_policy_models(
             model_path,
             device=ranks.device,
@@ -90,6 +95,7 @@ class PolicyTrainer(PolicyCheckpoints):
             needs_reference=self.algo.needs_reference,
             gradient_checkpointing=gradient_checkpointing,
             sharded=self.sharded,
+            compile_scope=compile_scope if compiled else None,
         )
         self.device = models.device
         self.tokenizer = models.tokenizer
@@ -106,8 +112,17 @@ class PolicyTrainer(PolicyCheckpoints):
             # None pads: on CPU the padded forward measured faster, on the H200 packing no faster
             # (transformers hands sdpa a packed batch as one block-diagonal [T, T] mask)
             pack_rows=bool(use_remove_padding),
+            fused_head=compiled,
         )
-        self.optimizer = build_optimizer(self.model.parameters(), self.algo.optimizer, self.device)
+        # bf16 parameters: the optimizer steps their fp32 masters (master_weights)
+        self.master = (
+            MasterWeights(list(self.model.parameters())) if models.master_weights else None
+        )
+        self.optimizer = build_optimizer(
+            self.master.masters if self.master else self.model.parameters(),
+            self.algo.optimizer,
+            self.device,
+        )
         self.scheduler = build_scheduler(self.optimizer, self.algo.optimizer, total_steps)
         self._offloaded: tuple[list[tuple[int, str]], str] | None = None  # offload_optimizer
         self.critic = None
@@ -117,7 +132,8 @@ class PolicyTrainer(PolicyCheckpoints):
                 self.algo.optimizer,
                 device=self.device,
                 grad_clip=grad_clip,
-                autocast_dtype=models.autocast_dtype,
+                # the critic keeps fp32 parameters under bf16 autocast on CUDA
+                autocast_dtype=torch.bfloat16 if models.master_weights else None,
                 world_size=self.world_size,
             )
 
@@ -180,7 +196,8 @@ class PolicyTrainer(PolicyCheckpoints):
                 critic=self.critic,
                 loss_horizon=self.loss_horizon,
             )
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        stepped = self.master.masters if self.master else self.model.parameters()
+        grad_norm = torch.nn.utils.clip_grad_norm_(stepped, self.grad_clip)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
         if not trained:
@@ -191,6 +208,8 @@ class PolicyTrainer(PolicyCheckpoints):
             )
         elif torch.isfinite(grad_norm):
             self.optimizer.step()
+            if self.master is not None:
+                self.master.copy_to_model()
         else:
             log.warning(
                 "step %d: non-finite grad norm %s, update skipped",

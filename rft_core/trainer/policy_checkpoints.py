@@ -17,8 +17,8 @@ from rft_core.checkpoint import store
 
 
 class PolicyCheckpoints:
-    """Mixed into PolicyTrainer: needs ``model``, ``optimizer``, ``scheduler``, ``critic``,
-    ``algo``, ``tokenizer``, ``model_path``, ``sharded``, ``rank``, ``world_size``."""
+    """Mixed into PolicyTrainer: needs ``model``, ``optimizer``, ``master`` (fp32 master
+    weights or None), ``scheduler``, ``critic``, ``algo``, ``tokenizer``, ``model_path``, ``sharded``, ``rank``, ``world_size``."""
 
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
         """Full model weights as CPU tensors under Hugging Face names (a copy)."""
@@ -45,7 +45,8 @@ class PolicyCheckpoints:
                 self.optimizer,
                 options=StateDictOptions(full_state_dict=True, cpu_offload=True),
             )
-        return self.optimizer.state_dict()
+        state = self.optimizer.state_dict()
+        return self.master.add_to_state(state) if self.master is not None else state
 
     def save(self, job_dir: Path, step: int, save_hf: bool) -> None:
         """Full checkpoint of ``step`` in the seed's layout (rank 0 writes)."""
@@ -104,6 +105,8 @@ class PolicyCheckpoints:
             self.model.load_state_dict(ckpt.state_dict)
             if ckpt.optimizer_state is not None:
                 self.optimizer.load_state_dict(ckpt.optimizer_state)
+            if self.master is not None:  # fp32 masters: saved ones, else the loaded weights
+                self.master.take_from_state(self.optimizer)
         extra = ckpt.extra_state or {}
         if "lr_scheduler" in extra:
             self.scheduler.load_state_dict(extra["lr_scheduler"])

@@ -124,6 +124,8 @@ class Trainer(RunActor):
             max_token_len=tr.max_token_len_per_gpu,
             critic_model_path=cfg.model.critic_model_path or None,
             loss_horizon=cfg.model.max_response_tokens,
+            use_remove_padding=tr.use_remove_padding,
+            use_torch_compile=tr.use_torch_compile,
         )
         world_size = trainer_world_size(cfg)
         if world_size == 1:
