@@ -88,9 +88,13 @@ class Workflow(ABC):
         rewards.check_args(name, task.reward_fn_args, path=f"{taskset_path(task)}.reward_fn_args")
         return name
 
-    def score(self, task: Task, response: str, reward_fn: str) -> dict[str, float]:
-        """Reward parts of one response."""
-        return rewards.score(reward_fn, response, task.truth, task.reward_fn_args)
+    def score(
+        self, task: Task, response: str, reward_fn: str, *, response_length: int | None = None
+    ) -> dict[str, float]:
+        """Reward parts of one response (``response_length``: its token count)."""
+        return rewards.score(
+            reward_fn, response, task.truth, task.reward_fn_args, response_length=response_length
+        )
 
     def run_batch(
         self, tasks: list[Task], engine: RolloutEngine, repeat_times: int
@@ -107,7 +111,7 @@ class Workflow(ABC):
             tasks, reward_fns, group_ids, generations, strict=True
         ):
             for gen in gens:
-                parts = self.score(task, gen.text, reward_fn)
+                parts = self.score(task, gen.text, reward_fn, response_length=len(gen.response_ids))
                 experiences.append(
                     Experience(
                         prompt_ids=list(gen.prompt_ids),
