@@ -1,8 +1,9 @@
 """The workflow contract: turn a batch of tasks into scored experiences with ONE batched engine
 call per sampling setting (in practice one per taskset), never a loop over single prompts.
 
-A subclass says how a task becomes a conversation (``messages``) and which reward function
-scores it by default (``default_reward_fn``); :meth:`Workflow.run_batch` does the rest:
+A subclass says how a task becomes a conversation (``messages``; or a raw ``prompt_text`` for
+base models) and which reward function scores it by default (``default_reward_fn``);
+:meth:`Workflow.run_batch` does the rest:
 
 - sampling: the task's ``rollout_args`` (temperature, top_p, top_k, max_tokens, seed; the config
   layer already filled them from the ``model`` section) with ``n = repeat_times``;
@@ -20,7 +21,7 @@ Subclasses are registered by name in ``WORKFLOWS`` (``@register("name")``), the 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, astuple, is_dataclass
 from typing import Any, ClassVar
 
@@ -54,12 +55,24 @@ class Workflow(ABC):
     #: reward function used when the task names none (None: the task must name one)
     default_reward_fn: ClassVar[str | None] = None
 
-    def __init__(self, args: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        args: dict[str, Any] | None = None,
+        *,
+        auxiliary_engines: Sequence[RolloutEngine] = (),
+    ) -> None:
         self.args = dict(args or {})
+        # engines of explorer.auxiliary_models, in config order (judges, reward models)
+        self.auxiliary_engines = list(auxiliary_engines)
 
     @abstractmethod
     def messages(self, task: Task) -> list[dict[str, str]]:
         """The chat conversation sent to the model for ``task``."""
+
+    def prompt_text(self, task: Task) -> str | None:
+        """A raw prompt string sent without the chat template (base models), or None to send
+        :meth:`messages` through the chat template (the default)."""
+        return None
 
     def reward_fn_name(self, task: Task) -> str:
         name = task.reward_fn or self.default_reward_fn
@@ -143,8 +156,11 @@ class Workflow(ABC):
             by_params.setdefault(astuple(params), (params, []))[1].append(i)
         results: list[list[Generation] | None] = [None] * len(tasks)
         for params, positions in by_params.values():
-            conversations = [self.messages(tasks[i]) for i in positions]
-            outputs = engine.chat(conversations, params)
+            texts = [self.prompt_text(tasks[i]) for i in positions]
+            if all(text is not None for text in texts):
+                outputs = engine.generate(texts, params)  # type: ignore[arg-type]
+            else:
+                outputs = engine.chat([self.messages(tasks[i]) for i in positions], params)
             if len(outputs) != len(positions) or any(len(g) != n for g in outputs):
                 raise RuntimeError(
                     f"engine returned {[len(g) for g in outputs]} generations for "
