@@ -30,7 +30,7 @@ from rft_core.data.task import Task
 from rft_core.errors import ConfigError
 from rft_core.experience import Experience
 from rft_core.registry import Registry
-from rft_core.rollout.base import Generation, RolloutEngine, SamplingParams
+from rft_core.rollout.base import AuxiliaryModel, Generation, RolloutEngine, SamplingParams
 
 _SAMPLING_KEYS = ("temperature", "top_p", "top_k", "max_tokens", "seed")
 
@@ -59,11 +59,11 @@ class Workflow(ABC):
         self,
         args: dict[str, Any] | None = None,
         *,
-        auxiliary_engines: Sequence[RolloutEngine] = (),
+        auxiliary_models: Sequence[AuxiliaryModel] = (),
     ) -> None:
         self.args = dict(args or {})
-        # engines of explorer.auxiliary_models, in config order (judges, reward models)
-        self.auxiliary_engines = list(auxiliary_engines)
+        # explorer.auxiliary_models' engines, in config order (judges, reward models)
+        self.auxiliary_models = list(auxiliary_models)
 
     @abstractmethod
     def messages(self, task: Task) -> list[dict[str, str]]:
@@ -109,6 +109,16 @@ class Workflow(ABC):
             reward_fn, response, task.truth, task.reward_fn_args, response_length=response_length
         )
 
+    def score_batch(
+        self, tasks: list[Task], reward_fns: list[str], generations: list[list[Generation]]
+    ) -> list[list[dict[str, float]]]:
+        """Reward parts of every generation, per task; one :meth:`score` call each unless a
+        workflow scores a whole batch at once (a judge model)."""
+        return [
+            [self.score(task, g.text, fn, response_length=len(g.response_ids)) for g in gens]
+            for task, fn, gens in zip(tasks, reward_fns, generations, strict=True)
+        ]
+
     def run_batch(
         self, tasks: list[Task], engine: RolloutEngine, repeat_times: int
     ) -> list[Experience]:
@@ -117,14 +127,14 @@ class Workflow(ABC):
             raise ValueError(f"repeat_times must be >= 1, got {repeat_times}")
         reward_fns = [self.check(task) for task in tasks]
         generations = self._generate(tasks, engine, repeat_times)
+        scores = self.score_batch(tasks, reward_fns, generations)
         group_ids = _group_ids(tasks)
         version = int(getattr(engine, "model_version", 0))
         experiences: list[Experience] = []
-        for task, reward_fn, group_id, gens in zip(
-            tasks, reward_fns, group_ids, generations, strict=True
+        for task, reward_fn, group_id, gens, task_scores in zip(
+            tasks, reward_fns, group_ids, generations, scores, strict=True
         ):
-            for gen in gens:
-                parts = self.score(task, gen.text, reward_fn, response_length=len(gen.response_ids))
+            for gen, parts in zip(gens, task_scores, strict=True):
                 experiences.append(
                     Experience(
                         prompt_ids=list(gen.prompt_ids),
