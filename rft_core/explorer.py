@@ -195,33 +195,18 @@ class Explorer(RunActor):
     def _build_auxiliary_models(self, device: str) -> None:
         """One engine per ``explorer.auxiliary_models`` entry (judges, reward models), on the
         policy engine's device; they keep their own weights (no sync)."""
-        from rft_core.rollout import build_engine
+        from rft_core.rollout import auxiliary_engine_settings, build_engine
         from rft_core.rollout.base import AuxiliaryModel, SamplingParams
 
         cfg = self.cfg
         self._auxiliary_models = []
         for aux in cfg.explorer.auxiliary_models:
-            settings: dict[str, Any] = {
-                "max_prompt_tokens": aux.max_prompt_tokens,
-                "gpu_memory_utilization": aux.gpu_memory_utilization,
-                "enforce_eager": aux.enforce_eager,
-                "enable_prefix_caching": aux.enable_prefix_caching,
-                "enable_chunked_prefill": aux.enable_chunked_prefill,
-                **aux.extra_engine_args,
-            }
-            if aux.chat_template:
-                settings["chat_template"] = aux.chat_template
-            if aux.enable_thinking is not None:
-                settings["chat_template_kwargs"] = {"enable_thinking": aux.enable_thinking}
             engine = build_engine(
                 aux.engine_type,
                 aux.model_path,
-                dtype=aux.dtype,
                 device=device,
-                seed=aux.seed,
-                max_model_len=aux.max_model_len,
                 tensor_parallel_size=aux.tensor_parallel_size,
-                **settings,
+                **auxiliary_engine_settings(aux),
             )
             sampling = SamplingParams(
                 temperature=0.0 if aux.temperature is None else aux.temperature,
@@ -315,9 +300,9 @@ class Explorer(RunActor):
         for name, group in by_workflow.items():
             first = group[0]
             path = f"{first.yaml_path}.{first.workflow_from}"
-            workflow = workflows.get(name, path=path)(
-                first.workflow_args, auxiliary_models=self._auxiliary_models
-            )
+            workflow = workflows.get(name, path=path)(first.workflow_args)
+            # set after construction: subclasses whose __init__ takes only args still work
+            workflow.auxiliary_models = list(self._auxiliary_models)
             experiences.extend(workflow.run_batch(group, self._engine, repeat_times))
         return experiences
 

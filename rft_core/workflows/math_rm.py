@@ -31,7 +31,8 @@ from rft_core.data.task import Task
 from rft_core.errors import ConfigError
 from rft_core.experience import Experience
 from rft_core.rollout.base import Generation, RolloutEngine
-from rft_core.workflows.base import Workflow, register, taskset_path
+from rft_core.workflows.base import register, taskset_path
+from rft_core.workflows.simple import SimpleWorkflow
 
 JUDGE_SYSTEM_PROMPT = (
     "You are a strict grader of math solutions. Compare the response with the reference answer "
@@ -58,7 +59,9 @@ def parse_judge_score(reply: str, score_min: float, score_max: float) -> float |
 
 
 @register("math_rm_workflow")
-class MathRMWorkflow(Workflow):
+class MathRMWorkflow(SimpleWorkflow):
+    """The policy's prompt is :class:`SimpleWorkflow`'s; the judge scores (see the module doc)."""
+
     default_reward_fn = None  # the judge scores; a task's reward function adds its parts
 
     def __init__(self, args: dict[str, Any] | None = None, **models: Any) -> None:
@@ -76,13 +79,6 @@ class MathRMWorkflow(Workflow):
                 value=self.score_max,
             )
         self._judge_replies: list[list[str]] = []
-
-    def messages(self, task: Task) -> list[dict[str, str]]:
-        conversation = []
-        if task.system_prompt:
-            conversation.append({"role": "system", "content": task.system_prompt})
-        conversation.append({"role": "user", "content": task.prompt})
-        return conversation
 
     def check(self, task: Task) -> str:
         if not 0 <= self.judge_index < len(self.auxiliary_models):

@@ -9,26 +9,18 @@ import math
 from pathlib import Path
 
 import pytest
-import ray
+import test_orchestration
 import yaml
 
 from rft_core.config import load_config_from_dict
-from rft_core.demo import DEMO_SYSTEM_PROMPT, build_demo
+from rft_core.demo import DEMO_SYSTEM_PROMPT
 from rft_core.launcher import run_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
 
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    return build_demo(tmp_path_factory.mktemp("demo"))
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
-    yield
-    ray.shutdown()
+# the demo dir and the local Ray cluster, as test_orchestration sets them up
+demo = test_orchestration.demo
+local_ray = test_orchestration.local_ray
 
 
 def _finite(metrics: dict) -> bool:
