@@ -7,6 +7,8 @@ fake judge reply, only the score parsing."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from test_workflows import ScriptedEngine, task
 
@@ -95,3 +97,18 @@ def test_without_an_auxiliary_model_it_says_what_to_add():
     assert err.value.path == "explorer.auxiliary_models"
     assert "model_path" in str(err.value)
     assert policy.calls == []  # refused before generating
+
+
+def test_a_missing_judge_model_is_named_before_the_run_starts(tmp_path):
+    import yaml
+
+    from rft_core.config import load_config_from_dict
+    from rft_core.launcher import preflight
+
+    seed = Path(__file__).resolve().parents[2] / "examples" / "grpo_gsm8k" / "gsm8k.yaml"
+    d = yaml.safe_load(seed.read_text())
+    d["explorer"]["auxiliary_models"] = [{"model_path": str(tmp_path / "no_judge")}]
+    with pytest.raises(ConfigError) as info:
+        preflight(load_config_from_dict(d))
+    assert "explorer.auxiliary_models[0].model_path" in str(info.value)
+    assert "no_judge" in str(info.value) and "huggingface-cli download" in str(info.value)
