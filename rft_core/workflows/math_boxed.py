@@ -17,11 +17,14 @@
 from __future__ import annotations
 
 import inspect
+import logging
 from typing import Any
 
 from rft_core import rewards
 from rft_core.data.task import Task
 from rft_core.workflows.base import Workflow, register
+
+log = logging.getLogger(__name__)
 
 BOXED_SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 BOXED_THINK_SYSTEM_PROMPT = (
@@ -31,6 +34,10 @@ BOXED_THINK_SYSTEM_PROMPT = (
     "</think>\\n first. You should always include your final answer in \\boxed{} as "
     "closed-form results."
 )
+
+
+_WORKFLOW_ARGS = {"use_base", "with_think", "format_score_coef"}
+_warned: set[str] = set()  # once per process: a workflow is built every explorer step
 
 
 @register("math_boxed_workflow")
@@ -45,6 +52,16 @@ class MathBoxedWorkflow(Workflow):
         self.use_base = bool(self.args.get("use_base", False))
         self.with_think = bool(self.args.get("with_think", False))
         self.format_score_coef = float(self.args.get("format_score_coef", 0.1))
+        unused = sorted(set(self.args) - _WORKFLOW_ARGS - _warned)
+        if unused:
+            _warned.update(unused)
+            log.warning(
+                "math_boxed_workflow does not use workflow_args %s (it takes %s); reward "
+                "settings such as DAPO's overlong penalty go in reward_fn_args, with "
+                "default_reward_fn_type: math_dapo_reward",
+                ", ".join(unused),
+                ", ".join(sorted(_WORKFLOW_ARGS)),
+            )
 
     def system_prompt(self, task: Task) -> str:
         if task.system_prompt is not None:

@@ -81,3 +81,15 @@ def test_dapo_reward_gets_the_response_length_in_tokens():
         {"accuracy": 1.0, "format_score": 0.0},
         {"accuracy": 1.0, "format_score": -0.5},  # (16 - 18) / 4
     ]
+
+
+def test_unused_workflow_args_are_named_once(caplog):
+    # Trinity's dapo example sets DAPO's overlong settings in workflow_args; they do nothing there
+    args = {"use_base": True, "enable_overlong_penalty": True, "cache_length": 4096}
+    with caplog.at_level("WARNING", logger="rft_core.workflows.math_boxed"):
+        workflows.get("math_boxed_workflow")(args)
+        workflows.get("math_boxed_workflow")(args)
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1
+    assert "cache_length, enable_overlong_penalty" in warnings[0]
+    assert "math_dapo_reward" in warnings[0]
