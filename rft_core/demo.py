@@ -10,6 +10,8 @@ bytes for the same seed::
     DIR/gsm8k/main/train-00000-of-00001.parquet  question/answer, answers end in "#### N"
     DIR/gsm8k/main/test-00000-of-00001.parquet   (laid out as `huggingface-cli download openai/gsm8k`)
     DIR/sft/train.jsonl                        messages rows for the SFT warmup stage
+    DIR/countdown/main/{train,test}-00000-of-00001.parquet  Countdown games: question, answer
+                                               (JSON {"target", "numbers"}; countdown_reward)
 
 The model is a randomly initialised Qwen2-architecture causal LM of ~3M parameters with a
 byte-level tokenizer that has no merges (one token per ASCII character) and a ChatML chat
@@ -107,6 +109,9 @@ class DemoPaths:
     test_path: Path  # dataset_dir/main/test-00000-of-00001.parquet
     sft_path: Path  # messages-format jsonl for the SFT warmup stage
     marker_path: Path
+    countdown_dir: Path  # Countdown taskset directory (question/answer, `subset_name: main`)
+    countdown_train_path: Path
+    countdown_test_path: Path
 
     @classmethod
     def under(cls, root: Path) -> DemoPaths:
@@ -120,6 +125,9 @@ class DemoPaths:
             test_path=dataset_dir / "main" / "test-00000-of-00001.parquet",
             sft_path=root / "sft" / "train.jsonl",
             marker_path=root / MARKER_NAME,
+            countdown_dir=root / "countdown",
+            countdown_train_path=root / "countdown" / "main" / "train-00000-of-00001.parquet",
+            countdown_test_path=root / "countdown" / "main" / "test-00000-of-00001.parquet",
         )
 
 
@@ -187,6 +195,36 @@ def split_problems(seed: int) -> tuple[list[Problem], list[Problem]]:
     """Disjoint (train, test) samples of :func:`all_problems`, drawn with ``seed``."""
     drawn = random.Random(seed).sample(all_problems(), TRAIN_SIZE + TEST_SIZE)
     return drawn[:TRAIN_SIZE], drawn[TRAIN_SIZE:]
+
+
+COUNTDOWN_TRAIN_SIZE = 512
+COUNTDOWN_TEST_SIZE = 64
+
+
+def countdown_problems(seed: int, count: int) -> list[tuple[list[int], int]]:
+    """``count`` Countdown games ``(numbers, target)``: three digits 1-9 and the value of
+    ``a op b op c`` (``+ - *``, left to right) for a random order and ops, kept when positive,
+    so every game has a solution. The same ``seed`` gives the same games."""
+    rng = random.Random(f"countdown-{seed}")
+    games: list[tuple[list[int], int]] = []
+    while len(games) < count:
+        numbers = [rng.randint(1, 9) for _ in range(3)]
+        a, b, c = rng.sample(numbers, 3)
+        first, second = rng.choice("+-*"), rng.choice("+-*")
+        target = eval_left_to_right(eval_left_to_right(a, first, b), second, c)
+        if target > 0:
+            games.append((numbers, target))
+    return games
+
+
+def eval_left_to_right(x: int, op: str, y: int) -> int:
+    return x + y if op == "+" else x - y if op == "-" else x * y
+
+
+def countdown_question(numbers: list[int], target: int) -> str:
+    """A short instruction (every character is a token for the demo model)."""
+    listed = ", ".join(str(n) for n in numbers)
+    return f"Use {listed} once each with + - * / to make {target}."
 
 
 def sft_row(problem: Problem) -> dict:
@@ -278,6 +316,12 @@ def build_demo(out_dir: Path, *, seed: int = 0, force: bool = False) -> DemoPath
     _install(paths.train_path, lambda p: _write_parquet(p, train), rewrite)
     _install(paths.test_path, lambda p: _write_parquet(p, test), rewrite)
     _install(paths.sft_path, lambda p: _write_jsonl(p, [sft_row(q) for q in train]), rewrite)
+    games = countdown_problems(seed, COUNTDOWN_TRAIN_SIZE + COUNTDOWN_TEST_SIZE)
+    for path, part in (
+        (paths.countdown_train_path, games[:COUNTDOWN_TRAIN_SIZE]),
+        (paths.countdown_test_path, games[COUNTDOWN_TRAIN_SIZE:]),
+    ):
+        _install(path, lambda p, part=part: _write_countdown_parquet(p, part), rewrite)
     # last when rewriting: a rebuild interrupted halfway still carries the old marker, is redone
     _install(paths.marker_path, write_marker, overwrite=rewrite)
     return paths
@@ -374,6 +418,22 @@ def _write_parquet(path: Path, problems: list[Problem]) -> None:
     pq.write_table(table, path)
 
 
+def _write_countdown_parquet(path: Path, games: list[tuple[list[int], int]]) -> None:
+    """Trinity's Countdown taskset form: ``question`` and the JSON truth in ``answer``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table(
+        {
+            "question": pa.array([countdown_question(n, t) for n, t in games], pa.string()),
+            "answer": pa.array(
+                [json.dumps({"target": t, "numbers": n}) for n, t in games], pa.string()
+            ),
+        }
+    )
+    pq.write_table(table, path)
+
+
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for row in rows:
@@ -388,4 +448,5 @@ def cli_init_demo(args: argparse.Namespace) -> int:
     print(f"  model:    {paths.model_dir}")
     print(f"  taskset:  {paths.dataset_dir} (subset main, splits train/test)")
     print(f"  sft data: {paths.sft_path}")
+    print(f"  countdown: {paths.countdown_dir} (subset main, splits train/test)")
     return 0

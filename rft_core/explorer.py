@@ -146,6 +146,7 @@ class Explorer(RunActor):
         self.eval_results: dict[int, dict[str, float]] = {}
         self._progress = {"step": 0, "total": None}
         self._engine = None
+        self._auxiliary_models: list[Any] = []  # rft_core.rollout.base.AuxiliaryModel
         self._reader = None
         self._buffer = None
         self._receiver = None
@@ -191,6 +192,35 @@ class Explorer(RunActor):
         )
         return device
 
+    def _build_auxiliary_models(self, device: str) -> None:
+        """One engine per ``explorer.auxiliary_models`` entry (judges, reward models), on the
+        policy engine's device; they keep their own weights (no sync)."""
+        from rft_core.rollout import auxiliary_engine_settings, build_engine
+        from rft_core.rollout.base import AuxiliaryModel, SamplingParams
+
+        cfg = self.cfg
+        self._auxiliary_models = []
+        for aux in cfg.explorer.auxiliary_models:
+            engine = build_engine(
+                aux.engine_type,
+                aux.model_path,
+                device=device,
+                tensor_parallel_size=aux.tensor_parallel_size,
+                **auxiliary_engine_settings(aux),
+            )
+            sampling = SamplingParams(
+                temperature=0.0 if aux.temperature is None else aux.temperature,
+                top_p=1.0 if aux.top_p is None else aux.top_p,
+                top_k=-1 if aux.top_k is None else aux.top_k,
+                max_tokens=aux.max_response_tokens or cfg.model.max_response_tokens or 64,
+                seed=aux.seed,
+            )
+            self._auxiliary_models.append(AuxiliaryModel(engine, sampling, aux.model_path))
+        if self._auxiliary_models:
+            log.info(
+                "auxiliary models: %s", ", ".join(m.model_path for m in self._auxiliary_models)
+            )
+
     def close_engine(self) -> None:
         """Release an engine pool's actors and placement group (no-op for one engine)."""
         close = getattr(self._engine, "close", None)
@@ -204,6 +234,7 @@ class Explorer(RunActor):
 
         cfg = self.cfg
         device = self._build_engine()
+        self._build_auxiliary_models(device)
         if weights_from is not None:
             from rft_core.checkpoint.store import load_state_dict
 
@@ -270,6 +301,8 @@ class Explorer(RunActor):
             first = group[0]
             path = f"{first.yaml_path}.{first.workflow_from}"
             workflow = workflows.get(name, path=path)(first.workflow_args)
+            # set after construction: subclasses whose __init__ takes only args still work
+            workflow.auxiliary_models = list(self._auxiliary_models)
             experiences.extend(workflow.run_batch(group, self._engine, repeat_times))
         return experiences
 
@@ -354,7 +387,7 @@ class Explorer(RunActor):
         from rft_core.checkpoint.layout import actor_dir, full_checkpoints
         from rft_core.checkpoint.store import load_state_dict
 
-        self._build_engine()
+        self._build_auxiliary_models(self._build_engine())
         steps = full_checkpoints(self.job_dir)
         if self.cfg.explorer.bench_on_latest_checkpoint:
             steps = steps[-1:]

@@ -102,6 +102,17 @@ def preflight(cfg: Any, check_model: bool = True) -> RunDatasets:
                 "or run `trinity init-demo` for the tiny demo model",
             )
         )
+    if cfg.mode != "train":
+        for i, aux in enumerate(cfg.explorer.auxiliary_models):
+            if not (Path(aux.model_path).expanduser() / "config.json").is_file():
+                problems.append(
+                    (
+                        f"explorer.auxiliary_models[{i}].model_path",
+                        f"{aux.model_path!r} is not a model directory (no config.json); "
+                        "download the judge model first (huggingface-cli download <repo> "
+                        "--local-dir DIR) and set model_path to DIR",
+                    )
+                )
     datasets, data_problems = read_run_datasets(cfg)
     problems.extend(("", message) for message in data_problems)  # messages name the YAML path
     problems.extend(_experience_buffer_problems(cfg))

@@ -9,6 +9,7 @@ from rft_core.config.load import config_to_dict, config_to_yaml, load_config, lo
 from rft_core.config.registered import check_registered_names
 from rft_core.config.schema import (
     AlgorithmConfig,
+    AuxiliaryModelConfig,
     BufferConfig,
     ClusterConfig,
     Config,
@@ -33,6 +34,7 @@ from rft_core.config.validate import resolve_stages, validate
 
 __all__ = [
     "AlgorithmConfig",
+    "AuxiliaryModelConfig",
     "BufferConfig",
     "ClusterConfig",
     "Config",

@@ -45,6 +45,16 @@ _INTERNAL_ARGS = {"horizon", "loss_agg_mode", "sum_across_ranks"}
 # Trinity's KL fn arguments: kl_coef is used; the adaptive controller is not built here
 _KL_ARGS = ["kl_coef"]
 _KL_ARGS_IGNORED = ["adaptive", "target_kl", "horizon"]
+# Trinity reward functions that call a service outside the job: what each needs
+_OPENJUDGE = (
+    "an outside OpenAI-compatible judge API (OpenJudge graders; reward_fn_args model_name, "
+    "judge_api_base_url_env, judge_api_key_env)"
+)
+OUTSIDE_SERVICE_REWARDS = {
+    "trajectory_accuracy_grader_reward": _OPENJUDGE,
+    "openjudge_multi_grader_reward": _OPENJUDGE,
+    "rm_gallery_reward": "the RM-Gallery package and the reward model service it is set up for",
+}
 
 
 def registered_names_table() -> dict[str, Any]:
@@ -108,7 +118,17 @@ def check_registered_names(cfg: Config, table: dict[str, Any] | None = None) -> 
             where = getattr(ts, "_yaml_path", "buffer.explorer_input.taskset")  # stage's own
             workflows.get(ts.default_workflow_type, path=f"{where}.default_workflow_type")
             if ts.default_reward_fn_type:
-                rewards.get(ts.default_reward_fn_type, path=f"{where}.default_reward_fn_type")
+                path = f"{where}.default_reward_fn_type"
+                needs = OUTSIDE_SERVICE_REWARDS.get(ts.default_reward_fn_type)
+                if needs and ts.default_reward_fn_type not in rewards:
+                    raise ConfigError(
+                        path,
+                        f"{ts.default_reward_fn_type!r} needs {needs}, which RFT Studio does not "
+                        "call; judge with a model in explorer.auxiliary_models through "
+                        "default_workflow_type: math_rm_workflow instead",
+                        value=ts.default_reward_fn_type,
+                    )
+                rewards.get(ts.default_reward_fn_type, path=path)
 
 
 def _registry(kind: str, path: str, names: Any) -> Registry[None]:

@@ -306,6 +306,32 @@ class RolloutModelConfig:
 
 
 @dataclass
+class AuxiliaryModelConfig(RolloutModelConfig):
+    """One ``explorer.auxiliary_models`` entry (Trinity's ``InferenceModelConfig``): a second
+    model, such as a judge or reward model, that workflows query; its own engine runs beside
+    the policy's and never receives the trainer's weights."""
+
+    model_path: str = _field(
+        "", "the auxiliary model (HF repo id or local directory)", level=BEGINNER
+    )
+    temperature: float | None = _field(
+        None, "sampling temperature of its replies (None: 0, greedy: a judge scores alike)"
+    )
+    top_p: float | None = _field(None, "top-p of its replies (None: 1.0)")
+    top_k: int | None = _field(None, "top-k of its replies (None: off)")
+    logprobs: int | None = _field(None, "accepted for Trinity compatibility (no effect)")
+    max_model_len: int | None = _field(None, "its prompt + response tokens (None: the model's)")
+    max_prompt_tokens: int | None = _field(None, "its longest prompt (longer prompts keep the end)")
+    max_response_tokens: int | None = _field(
+        None, "its longest reply (None: model.max_response_tokens)"
+    )
+    chat_template: str | None = _field(None, "its chat template (None: the model's)")
+    enable_thinking: bool | None = _field(
+        None, "its thinking switch (None: the template's default)"
+    )
+
+
+@dataclass
 class ExplorerConfig:
     name: str = _field("explorer", "actor name")
     runner_per_model: int = _field(8, "concurrent workflow runners per rollout engine")
@@ -335,8 +361,9 @@ class ExplorerConfig:
     max_repeat_times_per_runner: int | None = _field(
         None, "runs of one task per runner", unimplemented=True
     )
-    auxiliary_models: list[RolloutModelConfig] = _field(
-        help="extra models for custom workflows (judges, tools)", factory=list, unimplemented=True
+    auxiliary_models: list[AuxiliaryModelConfig] = _field(
+        help="extra models workflows query (math_rm_workflow's judge): one engine each, beside the policy's",
+        factory=list,
     )
     proxy_port: int = _field(8010, "serve mode: proxy port", unimplemented=True)
     listen_address: str = _field("0.0.0.0", "serve mode: listen address", unimplemented=True)

@@ -479,6 +479,29 @@ def _check_explorer(cfg: Config) -> None:
             f"must be in (0, 1], got {rm.gpu_memory_utilization}",
             value=rm.gpu_memory_utilization,
         )
+    for i, aux in enumerate(e.auxiliary_models):
+        _check_auxiliary_model(aux, f"explorer.auxiliary_models[{i}]")
+
+
+def _check_auxiliary_model(aux: Any, path: str) -> None:
+    """One engine per auxiliary model, on the policy engine's device (see rft_core.explorer)."""
+    if not (aux.model_path or "").strip():
+        raise ConfigError(
+            f"{path}.model_path",
+            "required: the judge/reward model to load (HF repo id or local directory)",
+        )
+    if aux.engine_num != 1:
+        raise ConfigError(
+            f"{path}.engine_num",
+            f"RFT Studio runs one engine per auxiliary model; set 1 (got {aux.engine_num}) or "
+            "list the model again for a second engine",
+            value=aux.engine_num,
+            allowed=[1],
+        )
+    _at_least(aux.tensor_parallel_size, f"{path}.tensor_parallel_size", 1)
+    for key in ("max_model_len", "max_prompt_tokens", "max_response_tokens"):
+        if getattr(aux, key) is not None:
+            _at_least(getattr(aux, key), f"{path}.{key}", 1)
 
 
 def _check_cluster(cfg: Config) -> None:

@@ -19,6 +19,10 @@ REWARD_FN_PATH = "buffer.explorer_input.taskset.default_reward_fn_type"
 
 REWARD_FNS: Registry[RewardFn] = Registry("reward function", REWARD_FN_PATH)
 
+# arguments the workflow fills in, never reward_fn_args: a function that declares
+# ``response_length`` gets the response's token count (DAPO's overlong penalty needs it)
+_FILLED_IN = ("response", "truth", "response_length")
+
 
 def register(name: str) -> Callable[[RewardFn], RewardFn]:
     """Decorator registering a reward function under ``name`` (a second use of a name fails)."""
@@ -44,7 +48,7 @@ def check_args(name: str, args: Mapping[str, Any], *, path: str = "reward_fn_arg
         p.name
         for p in params
         if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        and p.name not in ("response", "truth")
+        and p.name not in _FILLED_IN
     ]
     for key in args:
         if key not in accepted:
@@ -58,12 +62,21 @@ def check_args(name: str, args: Mapping[str, Any], *, path: str = "reward_fn_arg
 
 
 def score(
-    name: str, response: str, truth: str | None, args: Mapping[str, Any] | None = None
+    name: str,
+    response: str,
+    truth: str | None,
+    args: Mapping[str, Any] | None = None,
+    *,
+    response_length: int | None = None,
 ) -> dict[str, float]:
-    """Call reward function ``name`` and check that it returned named finite numbers."""
+    """Call reward function ``name`` and check that it returned named finite numbers;
+    ``response_length`` (tokens) reaches functions that declare that argument."""
     fn = get(name)
+    kwargs = dict(args or {})
+    if response_length is not None and "response_length" in inspect.signature(fn).parameters:
+        kwargs["response_length"] = response_length
     try:
-        parts = fn(response, "" if truth is None else truth, **dict(args or {}))
+        parts = fn(response, "" if truth is None else truth, **kwargs)
     except RFTError:
         raise
     except Exception as err:

@@ -38,22 +38,51 @@ def engine_settings(cfg: Any) -> dict[str, Any]:
     the chat template (``model.custom_chat_template``, ``model.enable_thinking``). The hf engine
     ignores the vLLM-only ones. ``tensor_parallel_size`` is left to the caller (an engine pool
     places its engines by it)."""
-    rm, model = cfg.explorer.rollout_model, cfg.model
+    model = cfg.model
+    return _settings(
+        cfg.explorer.rollout_model,
+        max_model_len=model.max_model_len,
+        max_prompt_tokens=model.max_prompt_tokens,
+        chat_template=model.custom_chat_template,
+        enable_thinking=model.enable_thinking,
+    )
+
+
+def auxiliary_engine_settings(aux: Any) -> dict[str, Any]:
+    """``build_engine`` keyword arguments of one ``explorer.auxiliary_models`` entry: its own
+    lengths and chat template, never the policy model's."""
+    return _settings(
+        aux,
+        max_model_len=aux.max_model_len,
+        max_prompt_tokens=aux.max_prompt_tokens,
+        chat_template=aux.chat_template,
+        enable_thinking=aux.enable_thinking,
+    )
+
+
+def _settings(
+    entry: Any,
+    *,
+    max_model_len: int | None,
+    max_prompt_tokens: int | None,
+    chat_template: str | None,
+    enable_thinking: bool | None,
+) -> dict[str, Any]:
     settings: dict[str, Any] = {
-        "dtype": rm.dtype,
-        "seed": rm.seed,
-        "max_model_len": model.max_model_len,
-        "max_prompt_tokens": model.max_prompt_tokens,
-        "gpu_memory_utilization": rm.gpu_memory_utilization,
-        "enforce_eager": rm.enforce_eager,
-        "enable_prefix_caching": rm.enable_prefix_caching,
-        "enable_chunked_prefill": rm.enable_chunked_prefill,
-        **rm.extra_engine_args,
+        "dtype": entry.dtype,
+        "seed": entry.seed,
+        "max_model_len": max_model_len,
+        "max_prompt_tokens": max_prompt_tokens,
+        "gpu_memory_utilization": entry.gpu_memory_utilization,
+        "enforce_eager": entry.enforce_eager,
+        "enable_prefix_caching": entry.enable_prefix_caching,
+        "enable_chunked_prefill": entry.enable_chunked_prefill,
+        **entry.extra_engine_args,
     }
-    if model.custom_chat_template:
-        settings["chat_template"] = model.custom_chat_template
-    if model.enable_thinking is not None:
-        settings["chat_template_kwargs"] = {"enable_thinking": model.enable_thinking}
+    if chat_template:
+        settings["chat_template"] = chat_template
+    if enable_thinking is not None:
+        settings["chat_template_kwargs"] = {"enable_thinking": enable_thinking}
     return settings
 
 
@@ -109,6 +138,7 @@ __all__ = [
     "Generation",
     "RolloutEngine",
     "SamplingParams",
+    "auxiliary_engine_settings",
     "build_engine",
     "engine_settings",
     "vllm_usable",

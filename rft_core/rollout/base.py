@@ -56,6 +56,16 @@ class RolloutEngine(Protocol):
         """Replace the engine's weights (called by the synchronizer)."""
 
 
+@dataclass
+class AuxiliaryModel:
+    """An ``explorer.auxiliary_models`` entry's engine, with the sampling its entry sets
+    (temperature, top_p, top_k, max_response_tokens); the trainer never updates it."""
+
+    engine: RolloutEngine
+    sampling: SamplingParams
+    model_path: str
+
+
 class PromptEncoding:
     """Prompt strings and chat conversations → token ids → ``generate_ids``; shared by engines.
     Needs ``tokenizer``, ``chat_template_kwargs`` and ``generate_ids`` on the engine."""

@@ -9,7 +9,10 @@ rollout/eval metric helpers.
     metrics = workflows.rollout_metrics(experiences)
 """
 
-from rft_core.workflows import math as _math_workflow  # noqa: F401  (built-ins register on import)
+from rft_core.workflows import countdown as _countdown_workflow  # noqa: F401  (built-ins register)
+from rft_core.workflows import math as _math_workflow  # noqa: F401
+from rft_core.workflows import math_boxed as _math_boxed_workflow  # noqa: F401
+from rft_core.workflows import math_rm as _math_rm_workflow  # noqa: F401
 from rft_core.workflows import simple as _simple_workflow  # noqa: F401
 from rft_core.workflows.base import WORKFLOWS, Workflow, get, names, register
 from rft_core.workflows.metrics import eval_metrics, rollout_metrics

@@ -1,8 +1,9 @@
 """The workflow contract: turn a batch of tasks into scored experiences with ONE batched engine
 call per sampling setting (in practice one per taskset), never a loop over single prompts.
 
-A subclass says how a task becomes a conversation (``messages``) and which reward function
-scores it by default (``default_reward_fn``); :meth:`Workflow.run_batch` does the rest:
+A subclass says how a task becomes a conversation (``messages``; or a raw ``prompt_text`` for
+base models) and which reward function scores it by default (``default_reward_fn``);
+:meth:`Workflow.run_batch` does the rest:
 
 - sampling: the task's ``rollout_args`` (temperature, top_p, top_k, max_tokens, seed; the config
   layer already filled them from the ``model`` section) with ``n = repeat_times``;
@@ -20,7 +21,7 @@ Subclasses are registered by name in ``WORKFLOWS`` (``@register("name")``), the 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, astuple, is_dataclass
 from typing import Any, ClassVar
 
@@ -29,7 +30,7 @@ from rft_core.data.task import Task
 from rft_core.errors import ConfigError
 from rft_core.experience import Experience
 from rft_core.registry import Registry
-from rft_core.rollout.base import Generation, RolloutEngine, SamplingParams
+from rft_core.rollout.base import AuxiliaryModel, Generation, RolloutEngine, SamplingParams
 
 _SAMPLING_KEYS = ("temperature", "top_p", "top_k", "max_tokens", "seed")
 
@@ -54,12 +55,24 @@ class Workflow(ABC):
     #: reward function used when the task names none (None: the task must name one)
     default_reward_fn: ClassVar[str | None] = None
 
-    def __init__(self, args: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        args: dict[str, Any] | None = None,
+        *,
+        auxiliary_models: Sequence[AuxiliaryModel] = (),
+    ) -> None:
         self.args = dict(args or {})
+        # explorer.auxiliary_models' engines, in config order (judges, reward models)
+        self.auxiliary_models = list(auxiliary_models)
 
     @abstractmethod
     def messages(self, task: Task) -> list[dict[str, str]]:
         """The chat conversation sent to the model for ``task``."""
+
+    def prompt_text(self, task: Task) -> str | None:
+        """A raw prompt string sent without the chat template (base models), or None to send
+        :meth:`messages` through the chat template (the default)."""
+        return None
 
     def reward_fn_name(self, task: Task) -> str:
         name = task.reward_fn or self.default_reward_fn
@@ -88,9 +101,23 @@ class Workflow(ABC):
         rewards.check_args(name, task.reward_fn_args, path=f"{taskset_path(task)}.reward_fn_args")
         return name
 
-    def score(self, task: Task, response: str, reward_fn: str) -> dict[str, float]:
-        """Reward parts of one response."""
-        return rewards.score(reward_fn, response, task.truth, task.reward_fn_args)
+    def score(
+        self, task: Task, response: str, reward_fn: str, *, response_length: int | None = None
+    ) -> dict[str, float]:
+        """Reward parts of one response (``response_length``: its token count)."""
+        return rewards.score(
+            reward_fn, response, task.truth, task.reward_fn_args, response_length=response_length
+        )
+
+    def score_batch(
+        self, tasks: list[Task], reward_fns: list[str], generations: list[list[Generation]]
+    ) -> list[list[dict[str, float]]]:
+        """Reward parts of every generation, per task; one :meth:`score` call each unless a
+        workflow scores a whole batch at once (a judge model)."""
+        return [
+            [self.score(task, g.text, fn, response_length=len(g.response_ids)) for g in gens]
+            for task, fn, gens in zip(tasks, reward_fns, generations, strict=True)
+        ]
 
     def run_batch(
         self, tasks: list[Task], engine: RolloutEngine, repeat_times: int
@@ -100,14 +127,14 @@ class Workflow(ABC):
             raise ValueError(f"repeat_times must be >= 1, got {repeat_times}")
         reward_fns = [self.check(task) for task in tasks]
         generations = self._generate(tasks, engine, repeat_times)
+        scores = self.score_batch(tasks, reward_fns, generations)
         group_ids = _group_ids(tasks)
         version = int(getattr(engine, "model_version", 0))
         experiences: list[Experience] = []
-        for task, reward_fn, group_id, gens in zip(
-            tasks, reward_fns, group_ids, generations, strict=True
+        for task, reward_fn, group_id, gens, task_scores in zip(
+            tasks, reward_fns, group_ids, generations, scores, strict=True
         ):
-            for gen in gens:
-                parts = self.score(task, gen.text, reward_fn)
+            for gen, parts in zip(gens, task_scores, strict=True):
                 experiences.append(
                     Experience(
                         prompt_ids=list(gen.prompt_ids),
@@ -139,8 +166,11 @@ class Workflow(ABC):
             by_params.setdefault(astuple(params), (params, []))[1].append(i)
         results: list[list[Generation] | None] = [None] * len(tasks)
         for params, positions in by_params.values():
-            conversations = [self.messages(tasks[i]) for i in positions]
-            outputs = engine.chat(conversations, params)
+            texts = [self.prompt_text(tasks[i]) for i in positions]
+            if all(text is not None for text in texts):
+                outputs = engine.generate(texts, params)  # type: ignore[arg-type]
+            else:
+                outputs = engine.chat([self.messages(tasks[i]) for i in positions], params)
             if len(outputs) != len(positions) or any(len(g) != n for g in outputs):
                 raise RuntimeError(
                     f"engine returned {[len(g) for g in outputs]} generations for "

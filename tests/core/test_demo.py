@@ -58,6 +58,8 @@ def test_it_writes_the_fixed_layout(demo):
         "gsm8k/main/train-00000-of-00001.parquet",
         "gsm8k/main/test-00000-of-00001.parquet",
         "sft/train.jsonl",
+        "countdown/main/train-00000-of-00001.parquet",
+        "countdown/main/test-00000-of-00001.parquet",
     }
     assert set(hashes(demo.root)) == expected
     assert json.loads(demo.marker_path.read_text()) == {
@@ -120,6 +122,34 @@ def test_parquet_splits_have_question_answer_columns_with_correct_truths(demo):
     train_questions = {r["question"] for r in rows["train"]}
     assert not train_questions & {r["question"] for r in rows["test"]}
     assert len(train_questions) == TRAIN_SIZE
+
+
+def test_countdown_games_are_solvable_and_score_one_with_countdown_reward(demo):
+    import itertools
+
+    import pyarrow.parquet as pq
+
+    from rft_core import rewards
+
+    train = pq.read_table(demo.countdown_train_path).to_pylist()
+    test = pq.read_table(demo.countdown_test_path).to_pylist()
+    assert (len(train), len(test)) == (512, 64)
+    for row in test:
+        truth = json.loads(row["answer"])
+        numbers, target = truth["numbers"], truth["target"]
+        assert len(numbers) == 3 and all(1 <= n <= 9 for n in numbers) and target > 0
+        assert row["question"] == (
+            f"Use {numbers[0]}, {numbers[1]}, {numbers[2]} once each with + - * / to make {target}."
+        )
+        # some order and two of + - * reach the target: that equation scores 1.0
+        scores = [
+            rewards.score(
+                "countdown_reward", f"<answer>({a} {x} {b}) {y} {c}</answer>", row["answer"]
+            )
+            for a, b, c in itertools.permutations(numbers)
+            for x, y in itertools.product("+-*", repeat=2)
+        ]
+        assert {"score": 1.0} in scores
 
 
 def test_sft_rows_are_the_train_split_in_the_think_answer_format(demo):

@@ -57,14 +57,12 @@ EXPECTED: dict[str, tuple[str, str] | None] = {
         "buffer.explorer_input.taskset.default_workflow_type",
         "unknown workflow 'frozen_lake_workflow'",
     ),
+    # math_rm_workflow is here; its OpenJudge reward calls an outside judge API
     "grpo_gsm8k_openjudge": (
-        "buffer.explorer_input.taskset.default_workflow_type",
-        "unknown workflow 'math_rm_workflow'",
-    ),
-    "ppo_countdown": (
         "buffer.explorer_input.taskset.default_reward_fn_type",
-        "unknown reward function 'countdown_reward'",
+        "'trajectory_accuracy_grader_reward' needs an outside OpenAI-compatible judge API",
     ),
+    "ppo_countdown": None,
     # deliberate differences (TRINITY_COMPAT.md: train_batch_size is required for sft and train mode)
     "sft_mot": ("buffer.train_batch_size", "required with algorithm_type sft"),
     "async_gsm8k_trainer": ("buffer.train_batch_size", "required with mode train"),
