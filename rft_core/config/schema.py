@@ -99,9 +99,9 @@ class AlgorithmConfig:
         None, "how the trainer samples experiences (None: in order)"
     )
     sample_strategy_args: dict[str, Any] = _field(
-        help="free-form arguments of the sample strategy (e.g. expert_data_ratio)",
+        help="mix / mix_chord: expert_data_ratio (0.5), sft_dataset_name (sft_dataset); "
+        "other keys and other algorithms: no effect (warned)",
         factory=dict,
-        unimplemented=True,
     )
     advantage_fn: str | None = _field(
         None,

@@ -35,8 +35,9 @@ import logging
 from pathlib import PurePosixPath
 from typing import Any
 
-from rft_core.algorithms.presets import get_preset, ignored_kl_penalty
+from rft_core.algorithms.presets import get_preset, ignored_kl_penalty, mixes_expert_data
 from rft_core.buffer import QUEUE_BETWEEN_JOBS_NEEDS_PATH
+from rft_core.config.expert_data import check_expert_data, expert_rows_per_step
 from rft_core.config.resources import check_world_size
 from rft_core.config.schema import (
     Config,
@@ -347,10 +348,21 @@ def _derive_buffer(cfg: Config) -> None:
                 value=ts.rollout_args.temperature,
             )
     rollout_rows = b.batch_size * a.repeat_times
-    if cfg.mode in ("both", "colocate") and not supervised and b.train_batch_size > rollout_rows:
+    # mix, mix_chord: part of each trainer step is expert data, not rollouts
+    expert_rows = 0
+    if mixes_expert_data(a.algorithm_type):
+        check_expert_data(cfg)
+        expert_rows = expert_rows_per_step(cfg)
+    if (
+        cfg.mode in ("both", "colocate")
+        and not supervised
+        and b.train_batch_size - expert_rows > rollout_rows
+    ):
         raise ConfigError(
             "buffer.train_batch_size",
-            f"{b.train_batch_size} experiences per trainer step, but an explorer step makes "
+            f"{b.train_batch_size - expert_rows} rollout experiences per trainer step"
+            + (f" (besides {expert_rows} expert rows)" if expert_rows else "")
+            + ", but an explorer step makes "
             f"buffer.batch_size {b.batch_size} x algorithm.repeat_times {a.repeat_times} = "
             f"{rollout_rows} and then waits for the trainer's weights: the run would stall; "
             f"use at most {rollout_rows}",

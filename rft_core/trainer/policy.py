@@ -179,6 +179,7 @@ class PolicyTrainer(PolicyCheckpoints):
                 **models,
                 critic=self.critic,
                 loss_horizon=self.loss_horizon,
+                global_step=self.global_step,
             )
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         if hasattr(grad_norm, "full_tensor"):
