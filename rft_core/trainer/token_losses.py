@@ -108,8 +108,8 @@ def token_losses_backward(
                 horizon=horizon, **args,
             )  # fmt: skip
             for name, value in m.items():  # come weighted by each part's share
-                if name == "mu":
-                    sums["actor/mu"] = float(value)
+                if name == "mu":  # one value: its shares add up to it
+                    add_weighted(sums, "actor/mu", value, share)
                 else:
                     add_weighted(sums, f"actor/{name}", value, loss_scale)
         elif on_advantages:
