@@ -418,6 +418,9 @@ class TrainerConfig:
         "on CPU several ranks train over gloo",
     )
     gradient_checkpointing: bool = _field(False, "recompute activations to save memory")
+    ppo_epochs: int = _field(
+        1, "optimizer steps over each trainer step's batch (verl's actor.ppo_epochs)"
+    )
     total_steps: int | None = _field(
         None, "stop training after this trainer step (None: end of data)"
     )

@@ -24,7 +24,8 @@ path. Decisions (where Trinity is silent or where TRINITY_COMPAT.md asks for a f
   beside ``_written``, the config as written) and logged once at load; each actor repeats the
   recorded list in its own log (``rft_core.actor_setup``) without scanning the config again.
 - Trinity-RFT keys we accept without implementing them log a warning when set; deprecated
-  spellings are mapped onto their current keys (``rft_core.config.trinity_compat``).
+  spellings are mapped onto their current keys (``rft_core.config.trinity_compat``), and the
+  verl keys of ``trainer.trainer_config`` onto our settings (``rft_core.config.trainer_config``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from rft_core.config.schema import (
     TasksetConfig,
 )
 from rft_core.config.stages import stage_config
+from rft_core.config.trainer_config import apply_trainer_config
 from rft_core.config.trinity_compat import (
     apply_deprecated,
     fold_rollout_model_overrides,
@@ -166,6 +168,7 @@ def _check_sampling(section: Any, path: str) -> None:
 
 def _derive(cfg: Config) -> None:
     apply_deprecated(cfg)
+    apply_trainer_config(cfg, getattr(cfg, "_written", cfg))
     fold_rollout_model_overrides(cfg)
     _check_top(cfg)
     _check_sampling(cfg.model, "model")

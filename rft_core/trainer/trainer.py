@@ -124,6 +124,7 @@ class Trainer(RunActor):
             max_token_len=tr.max_token_len_per_gpu,
             critic_model_path=cfg.model.critic_model_path or None,
             loss_horizon=cfg.model.max_response_tokens,
+            ppo_epochs=tr.ppo_epochs,
         )
         world_size = trainer_world_size(cfg)
         if world_size == 1:
