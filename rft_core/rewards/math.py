@@ -268,3 +268,30 @@ def math_reward(
         **accuracy_reward(response, truth),
         **format_reward(response, truth, format_score_coef=format_score_coef),
     }
+
+
+def has_one_think_block(response: str) -> bool:
+    """Exactly one ``<think>`` and one ``</think>``, in that order (Trinity's think check)."""
+    if response.count("<think>") != 1 or response.count("</think>") != 1:
+        return False
+    return response.find("<think>") < response.find("</think>")
+
+
+@register("math_boxed_reward")
+def math_boxed_reward(
+    response: str,
+    truth: str,
+    *,
+    with_think: bool = False,
+    format_score_coef: float = FORMAT_SCORE,
+) -> dict[str, float]:
+    """Trinity-RFT's ``math_boxed_reward``: ``accuracy`` 1/0 for the last ``\\boxed{}`` of the
+    response against the truth (no box: 0); ``format_score`` -coef when ``with_think`` and the
+    response lacks one ``<think>…</think>`` block, else 0."""
+    boxed = last_boxed(response)
+    correct = boxed is not None and is_correct("\\boxed{" + boxed + "}", truth)
+    penalty = with_think and not has_one_think_block(response)
+    return {
+        "accuracy": 1.0 if correct else 0.0,
+        "format_score": -format_score_coef if penalty else 0.0,
+    }
