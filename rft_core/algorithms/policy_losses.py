@@ -223,66 +223,6 @@ def _part_share(mode: str, mask: torch.Tensor, totals: tuple[float, int] | None)
     return mask.shape[0] / max(rows, 1)
 
 
-def _mixed_loss(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    expert_mask: torch.Tensor,
-    mu: float,
-    *,
-    phi: bool,
-    token_level_sft: bool,
-    clip_range: float,
-    clip_range_low: float | None,
-    clip_range_high: float | None,
-    clip_ratio_c: float,
-    loss_agg_mode: str,
-    horizon: int | None,
-    usual_totals: tuple[float, int] | None,
-    expert_totals: tuple[float, int] | None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """(1-mu)·PPO-clip over the rollout rows + mu·SFT over the expert rows, each part averaged
-    over its own rows of the step (``*_totals``), so the expert share of a micro-batch does not
-    change either part's scale."""
-    expert_mask = expert_mask.to(torch.bool)
-    usual = ~expert_mask
-    zero = logprobs.sum() * 0.0  # keeps the graph when a part is empty
-    metrics: dict[str, float] = {}
-    rl_loss = sft_part = zero
-    if bool(usual.any()):
-        part_mask = mask[usual]
-        rl_loss, m = ppo_clip_loss(
-            logprobs[usual],
-            old_logprobs[usual],
-            advantages[usual],
-            part_mask,
-            clip_range=clip_range,
-            clip_range_low=clip_range_low,
-            clip_range_high=clip_range_high,
-            clip_ratio_c=clip_ratio_c,
-            loss_agg_mode=loss_agg_mode,
-            horizon=horizon,
-        )
-        share = _part_share(loss_agg_mode, part_mask, usual_totals)
-        rl_loss = rl_loss * share
-        metrics.update({f"usual/{k}": v * share for k, v in m.items()})
-    if bool(expert_mask.any()):
-        sft_mode = "token-mean" if token_level_sft else "seq-mean-token-mean"
-        part_mask = mask[expert_mask]
-        lp = logprobs[expert_mask]
-        weight = chord_phi(torch.exp(lp)).detach() if phi else torch.ones_like(lp)
-        sft_part = aggregate_loss(-lp * weight, part_mask, sft_mode)
-        share = _part_share(sft_mode, part_mask, expert_totals)
-        sft_part = sft_part * share
-        name = "sft_phi_loss" if phi else "sft_loss"
-        metrics[f"expert/{name}"] = float(sft_part.detach())
-    loss = (1.0 - mu) * rl_loss + mu * sft_part
-    metrics["mix_loss"] = float(loss.detach())
-    metrics["mu"] = mu
-    return loss, metrics
-
-
 @register_policy_loss("mix", "mixed")
 def mix_policy_loss(
     logprobs: torch.Tensor,
@@ -303,24 +243,28 @@ def mix_policy_loss(
     usual_totals: tuple[float, int] | None = None,
     expert_totals: tuple[float, int] | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Trinity-RFT's MIX: (1-mu)·PPO-clip(rollouts) + mu·NLL(expert responses), fixed ``mu``.
-    The SFT part is a per-sequence token mean unless ``use_token_level_loss_in_sft``.
+    """Trinity-RFT's MIX: (1-mu)·PPO-clip(rollouts) + mu·NLL(expert responses), fixed ``mu``:
+    :func:`mix_chord_policy_loss` with a flat schedule and no phi weighting. The SFT part is a
+    per-sequence token mean unless ``use_token_level_loss_in_sft``.
+
     Trinity's manual normalisation knobs (``ppo_mini_batch_size``, ``read_batch_size_usual``,
     ``use_dynamic_bsz`` ...) are not taken (the trainer warns and drops them): the trainer
     passes the step's real counts as ``*_totals`` instead."""
-    return _mixed_loss(
+    return mix_chord_policy_loss(
         logprobs,
         old_logprobs,
         advantages,
         mask,
         expert_mask,
-        mu,
-        phi=False,
-        token_level_sft=use_token_level_loss_in_sft,
+        step=step,
+        mu_peak=mu,
+        mu_valley=mu,
+        enable_phi_function=False,
         clip_range=clip_range,
         clip_range_low=clip_range_low,
         clip_range_high=clip_range_high,
         clip_ratio_c=clip_ratio_c,
+        use_token_level_loss_in_sft=use_token_level_loss_in_sft,
         loss_agg_mode=loss_agg_mode,
         horizon=horizon,
         usual_totals=usual_totals,
@@ -352,25 +296,47 @@ def mix_chord_policy_loss(
     usual_totals: tuple[float, int] | None = None,
     expert_totals: tuple[float, int] | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """CHORD (Trinity-RFT's ``mix_chord``): MIX with ``mu`` on the :func:`chord_mu` schedule and,
-    with ``enable_phi_function``, each expert token's NLL weighted by :func:`chord_phi` of its
-    probability (detached). Trinity's batch-size knobs: as in :func:`mix_policy_loss`."""
+    """CHORD (Trinity-RFT's ``mix_chord``): (1-mu)·PPO-clip over the rollout rows + mu·SFT over
+    the expert rows, ``mu`` on the :func:`chord_mu` schedule at ``step``; with
+    ``enable_phi_function`` each expert token's NLL is weighted by :func:`chord_phi` of its
+    probability (detached). The SFT part is a token mean (``use_token_level_loss_in_sft``) or
+    a per-sequence one. Each part is averaged over its own rows of the trainer step
+    (``*_totals``, (tokens, rows); None: this call holds them all), so the expert share of a
+    micro-batch changes neither part's scale. Trinity's batch-size knobs: as in
+    :func:`mix_policy_loss`."""
     mu = chord_mu(step, mu_warmup_steps, mu_decay_steps, mu_peak, mu_valley)
-    return _mixed_loss(
-        logprobs,
-        old_logprobs,
-        advantages,
-        mask,
-        expert_mask,
-        mu,
-        phi=enable_phi_function,
-        token_level_sft=use_token_level_loss_in_sft,
-        clip_range=clip_range,
-        clip_range_low=clip_range_low,
-        clip_range_high=clip_range_high,
-        clip_ratio_c=clip_ratio_c,
-        loss_agg_mode=loss_agg_mode,
-        horizon=horizon,
-        usual_totals=usual_totals,
-        expert_totals=expert_totals,
-    )
+    expert_mask = expert_mask.to(torch.bool)
+    usual = ~expert_mask
+    zero = logprobs.sum() * 0.0  # keeps the graph when a part is empty
+    metrics: dict[str, float] = {}
+    rl_loss = sft_part = zero
+    if bool(usual.any()):
+        part_mask = mask[usual]
+        rl_loss, m = ppo_clip_loss(
+            logprobs[usual],
+            old_logprobs[usual],
+            advantages[usual],
+            part_mask,
+            clip_range=clip_range,
+            clip_range_low=clip_range_low,
+            clip_range_high=clip_range_high,
+            clip_ratio_c=clip_ratio_c,
+            loss_agg_mode=loss_agg_mode,
+            horizon=horizon,
+        )
+        share = _part_share(loss_agg_mode, part_mask, usual_totals)
+        rl_loss = rl_loss * share
+        metrics.update({f"usual/{k}": v * share for k, v in m.items()})
+    if bool(expert_mask.any()):
+        sft_mode = "token-mean" if use_token_level_loss_in_sft else "seq-mean-token-mean"
+        part_mask = mask[expert_mask]
+        lp = logprobs[expert_mask]
+        weight = chord_phi(torch.exp(lp)).detach() if enable_phi_function else torch.ones_like(lp)
+        sft_part = aggregate_loss(-lp * weight, part_mask, sft_mode)
+        sft_part = sft_part * _part_share(sft_mode, part_mask, expert_totals)
+        name = "sft_phi_loss" if enable_phi_function else "sft_loss"
+        metrics[f"expert/{name}"] = float(sft_part.detach())
+    loss = (1.0 - mu) * rl_loss + mu * sft_part
+    metrics["mix_loss"] = float(loss.detach())
+    metrics["mu"] = mu
+    return loss, metrics

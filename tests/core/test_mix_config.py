@@ -95,3 +95,21 @@ def test_settings_no_mix_algorithm_reads_are_warned_with_their_path(caplog):
         load_config_from_dict(raw)
     warned = {r.getMessage().split(" = ")[0] for r in caplog.records}
     assert "buffer.trainer_input.auxiliary_buffers.sft_dataset" in warned
+
+
+def test_a_missing_expert_dataset_is_reported_before_the_run_starts(tmp_path):
+    from rft_core.data.run_datasets import read_run_datasets
+
+    raw = _mix()
+    raw["buffer"]["explorer_input"]["taskset"]["path"] = str(tmp_path / "tasks.jsonl")
+    (tmp_path / "tasks.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
+    raw["buffer"]["explorer_input"]["taskset"]["format"] = {
+        "prompt_key": "question",
+        "response_key": "answer",
+    }
+    raw["buffer"]["trainer_input"]["auxiliary_buffers"]["sft_dataset"]["path"] = str(
+        tmp_path / "no_such_sft.jsonl"
+    )
+    _, problems = read_run_datasets(load_config_from_dict(raw))
+    assert len(problems) == 1
+    assert problems[0].startswith("buffer.trainer_input.auxiliary_buffers.sft_dataset")
