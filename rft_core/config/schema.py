@@ -128,7 +128,10 @@ class AlgorithmConfig:
     )
     kl_penalty_fn_args: dict[str, Any] = _field(help="free-form: kl_coef", factory=dict)
     entropy_loss_fn: str | None = _field(
-        None, "entropy term (derived: default)", choices=["default", "none"]
+        None,
+        "entropy term (derived: default); mix (Trinity's for mix/mix_chord): over the rollout "
+        "rows only, as default already is for those algorithms",
+        choices=["default", "none", "mix"],
     )
     entropy_loss_fn_args: dict[str, Any] = _field(help="free-form: entropy_coef", factory=dict)
     loss_agg_mode: str | None = _field(
