@@ -12,7 +12,11 @@ A registry entry says which inputs the trainer hands its function (``inputs``):
 - ``"logprobs"``: ``fn(logprobs, mask, loss_agg_mode, *, horizon, **args)``, the same layout,
   no old log-probs, advantages or reference (SFT);
 - ``"pairs"``: ``fn(chosen_sum, rejected_sum, ref_chosen_sum, ref_rejected_sum, **args)``, per-pair
-  sums of response log-probs [P] under the policy and the reference (DPO).
+  sums of response log-probs [P] under the policy and the reference (DPO);
+- ``"mixed"``: the ``"advantages"`` inputs plus ``expert_mask`` [B] (rows from the expert SFT
+  data), ``step`` (trainer steps done) and the step's ``usual_totals`` / ``expert_totals``
+  ``(tokens, rows)``: the function weights each part by its own share of the step (mix,
+  mix_chord); its ``*_loss`` metrics come already weighted.
 
 ``args`` are ``algorithm.policy_loss_fn_args``. A token-level loss's metrics named ``*_loss``
 are averaged over the batch as the loss is, the others as token means; a pair loss's over pairs.
@@ -21,6 +25,7 @@ A new loss is one decorated function: ``@register_policy_loss("name", "advantage
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +37,7 @@ from rft_core.algorithms.aggregation import aggregate_loss, masked_mean
 from rft_core.errors import ConfigError
 from rft_core.registry import Registry
 
-POLICY_LOSS_INPUTS = ("advantages", "logprobs", "pairs")
+POLICY_LOSS_INPUTS = ("advantages", "logprobs", "pairs", "mixed")
 
 
 @dataclass(frozen=True)
@@ -184,3 +189,154 @@ def value_loss(
     with torch.no_grad():
         clipfrac = masked_mean(torch.gt(loss_clipped, loss_unclipped).float(), mask)
     return loss, {"vf_loss": float(loss.detach()), "vf_clipfrac": float(clipfrac)}
+
+
+# ---- mix / mix_chord: RL on the rollouts plus SFT on expert data (Trinity-RFT's MIX, CHORD) ----
+
+
+def chord_mu(step: int, warmup_steps: int, decay_steps: int, peak: float, valley: float) -> float:
+    """CHORD's weight of the SFT part at trainer step ``step``: linear warmup 0 -> ``peak`` over
+    ``warmup_steps``, cosine decay ``peak`` -> ``valley`` over ``decay_steps``, then ``valley``."""
+    if step < warmup_steps:
+        return step / warmup_steps * peak
+    if step >= warmup_steps + decay_steps:
+        return valley
+    progress = (step - warmup_steps) / decay_steps
+    return valley + (peak - valley) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def chord_phi(token_prob: torch.Tensor) -> torch.Tensor:
+    """CHORD's token weight p·(1-p): tokens the policy already finds near-certain or
+    near-impossible count little (Zhang et al. 2025, "On-Policy RL Meets Off-Policy Experts")."""
+    return token_prob * (1.0 - token_prob)
+
+
+def _part_share(mode: str, mask: torch.Tensor, totals: tuple[float, int] | None) -> float:
+    """A micro-batch part's share of its step-wide part (1.0 when it is the whole part)."""
+    if totals is None:
+        return 1.0
+    tokens, rows = totals
+    if mode == "token-mean":
+        return float(mask.sum()) / max(tokens, 1.0)
+    if mode == "seq-mean-token-sum-norm":
+        return 1.0
+    return mask.shape[0] / max(rows, 1)
+
+
+@register_policy_loss("mix", "mixed")
+def mix_policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    expert_mask: torch.Tensor,
+    *,
+    step: int = 0,
+    mu: float = 0.1,
+    clip_range: float = 0.2,
+    clip_range_low: float | None = None,
+    clip_range_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+    use_token_level_loss_in_sft: bool = False,
+    loss_agg_mode: str = "token-mean",
+    horizon: int | None = None,
+    usual_totals: tuple[float, int] | None = None,
+    expert_totals: tuple[float, int] | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Trinity-RFT's MIX: (1-mu)·PPO-clip(rollouts) + mu·NLL(expert responses), fixed ``mu``:
+    :func:`mix_chord_policy_loss` with a flat schedule and no phi weighting. The SFT part is a
+    per-sequence token mean unless ``use_token_level_loss_in_sft``.
+
+    Trinity's manual normalisation knobs (``ppo_mini_batch_size``, ``read_batch_size_usual``,
+    ``use_dynamic_bsz`` ...) are not taken (the trainer warns and drops them): the trainer
+    passes the step's real counts as ``*_totals`` instead."""
+    return mix_chord_policy_loss(
+        logprobs,
+        old_logprobs,
+        advantages,
+        mask,
+        expert_mask,
+        step=step,
+        mu_peak=mu,
+        mu_valley=mu,
+        enable_phi_function=False,
+        clip_range=clip_range,
+        clip_range_low=clip_range_low,
+        clip_range_high=clip_range_high,
+        clip_ratio_c=clip_ratio_c,
+        use_token_level_loss_in_sft=use_token_level_loss_in_sft,
+        loss_agg_mode=loss_agg_mode,
+        horizon=horizon,
+        usual_totals=usual_totals,
+        expert_totals=expert_totals,
+    )
+
+
+@register_policy_loss("mix_chord", "mixed")
+def mix_chord_policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    expert_mask: torch.Tensor,
+    *,
+    step: int = 0,
+    mu_warmup_steps: int = 0,
+    mu_decay_steps: int = 0,
+    mu_peak: float = 0.1,
+    mu_valley: float = 0.1,
+    enable_phi_function: bool = True,
+    clip_range: float = 0.2,
+    clip_range_low: float | None = None,
+    clip_range_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+    use_token_level_loss_in_sft: bool = True,
+    loss_agg_mode: str = "token-mean",
+    horizon: int | None = None,
+    usual_totals: tuple[float, int] | None = None,
+    expert_totals: tuple[float, int] | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """CHORD (Trinity-RFT's ``mix_chord``): (1-mu)·PPO-clip over the rollout rows + mu·SFT over
+    the expert rows, ``mu`` on the :func:`chord_mu` schedule at ``step``; with
+    ``enable_phi_function`` each expert token's NLL is weighted by :func:`chord_phi` of its
+    probability (detached). The SFT part is a token mean (``use_token_level_loss_in_sft``) or
+    a per-sequence one. Each part is averaged over its own rows of the trainer step
+    (``*_totals``, (tokens, rows); None: this call holds them all), so the expert share of a
+    micro-batch changes neither part's scale. Trinity's batch-size knobs: as in
+    :func:`mix_policy_loss`."""
+    mu = chord_mu(step, mu_warmup_steps, mu_decay_steps, mu_peak, mu_valley)
+    expert_mask = expert_mask.to(torch.bool)
+    usual = ~expert_mask
+    zero = logprobs.sum() * 0.0  # keeps the graph when a part is empty
+    metrics: dict[str, float] = {}
+    rl_loss = sft_part = zero
+    if bool(usual.any()):
+        part_mask = mask[usual]
+        rl_loss, m = ppo_clip_loss(
+            logprobs[usual],
+            old_logprobs[usual],
+            advantages[usual],
+            part_mask,
+            clip_range=clip_range,
+            clip_range_low=clip_range_low,
+            clip_range_high=clip_range_high,
+            clip_ratio_c=clip_ratio_c,
+            loss_agg_mode=loss_agg_mode,
+            horizon=horizon,
+        )
+        share = _part_share(loss_agg_mode, part_mask, usual_totals)
+        rl_loss = rl_loss * share
+        metrics.update({f"usual/{k}": v * share for k, v in m.items()})
+    if bool(expert_mask.any()):
+        sft_mode = "token-mean" if use_token_level_loss_in_sft else "seq-mean-token-mean"
+        part_mask = mask[expert_mask]
+        lp = logprobs[expert_mask]
+        weight = chord_phi(torch.exp(lp)).detach() if enable_phi_function else torch.ones_like(lp)
+        sft_part = aggregate_loss(-lp * weight, part_mask, sft_mode)
+        sft_part = sft_part * _part_share(sft_mode, part_mask, expert_totals)
+        name = "sft_phi_loss" if enable_phi_function else "sft_loss"
+        metrics[f"expert/{name}"] = float(sft_part.detach())
+    loss = (1.0 - mu) * rl_loss + mu * sft_part
+    metrics["mix_loss"] = float(loss.detach())
+    metrics["mu"] = mu
+    return loss, metrics

@@ -26,7 +26,7 @@ from rft_core.errors import ConfigError
 @dataclass
 class AlgorithmPreset:
     algorithm_type: str
-    policy_loss_fn: str  # "ppo" | "sft" | "dpo"
+    policy_loss_fn: str  # "ppo" | "sft" | "dpo" | "mix" | "mix_chord"
     advantage_fn: str | None = None  # registry name in algorithms.advantages; None: no advantages
     advantage_fn_args: dict[str, Any] = field(default_factory=dict)
     policy_loss_fn_args: dict[str, Any] = field(default_factory=dict)
@@ -115,6 +115,48 @@ PRESETS: dict[str, AlgorithmPreset] = {
         schema="dpo",
     ),
 }
+
+# ---- mix, mix_chord: GRPO on the rollouts plus SFT on expert data (Trinity-RFT's MIX and CHORD,
+# ``trinity/algorithm/algorithm.py``). Each trainer step reads ``ceil(expert_data_ratio x
+# train_batch_size)`` expert rows from ``buffer.trainer_input.auxiliary_buffers.<sft_dataset_name>``
+# and the rest from the experience buffer (Trinity's ``mix`` sample strategy, its defaults below).
+MIX_SAMPLE_STRATEGY_ARGS: dict[str, Any] = {
+    "expert_data_ratio": 0.5,
+    "sft_dataset_name": "sft_dataset",
+}
+
+for _name, _loss_args in (
+    ("mix", {"mu": 0.1, "clip_range": 0.2}),
+    (
+        "mix_chord",
+        {
+            "mu_warmup_steps": 0,
+            "mu_decay_steps": 0,
+            "mu_peak": 0.1,
+            "mu_valley": 0.1,
+            "clip_range": 0.2,
+            "enable_phi_function": True,
+        },
+    ),
+):
+    PRESETS[_name] = AlgorithmPreset(
+        algorithm_type=_name,
+        policy_loss_fn=_name,
+        advantage_fn="grpo",
+        advantage_fn_args={"epsilon": 1e-6},
+        policy_loss_fn_args=_loss_args,
+        kl_loss_fn="k2",
+        kl_coef=0.001,
+        use_reference=True,
+        group_algorithm=True,
+        repeat_times=8,
+    )
+
+
+def mixes_expert_data(algorithm_type: str) -> bool:
+    """The algorithm mixes expert SFT rows into each trainer step (mix, mix_chord)."""
+    return str(algorithm_type).lower() in ("mix", "mix_chord")
+
 
 ALGORITHM_TYPES = tuple(PRESETS)
 

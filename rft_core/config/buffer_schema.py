@@ -223,9 +223,9 @@ class TrainerInput:
         level=BEGINNER,
     )
     auxiliary_buffers: dict[str, Any] = _field(
-        help="extra experience buffers by name (data mixing, e.g. SFT data in mix_chord)",
+        help="extra buffers by name: mix / mix_chord read their expert SFT dataset from "
+        "sft_dataset (algorithm.sample_strategy_args.sft_dataset_name); others: no effect (warned)",
         factory=dict,
-        unimplemented=True,
     )
 
 

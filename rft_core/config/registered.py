@@ -40,8 +40,16 @@ if TYPE_CHECKING:  # the schema reads this module's table for its choices
 
 log = logging.getLogger(__name__)
 
-# arguments the trainer passes itself, never from the config
-_INTERNAL_ARGS = {"horizon", "loss_agg_mode", "sum_across_ranks"}
+# arguments the trainer passes itself, never from the config (mixed losses: also the step and
+# its rollout/expert counts)
+_INTERNAL_ARGS = {
+    "horizon",
+    "loss_agg_mode",
+    "sum_across_ranks",
+    "step",
+    "usual_totals",
+    "expert_totals",
+}
 # Trinity's KL fn arguments: kl_coef is used; the adaptive controller is not built here
 _KL_ARGS = ["kl_coef"]
 _KL_ARGS_IGNORED = ["adaptive", "target_kl", "horizon"]

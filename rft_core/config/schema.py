@@ -99,9 +99,9 @@ class AlgorithmConfig:
         None, "how the trainer samples experiences (None: in order)"
     )
     sample_strategy_args: dict[str, Any] = _field(
-        help="free-form arguments of the sample strategy (e.g. expert_data_ratio)",
+        help="mix / mix_chord: expert_data_ratio (0.5), sft_dataset_name (sft_dataset); "
+        "other keys and other algorithms: no effect (warned)",
         factory=dict,
-        unimplemented=True,
     )
     advantage_fn: str | None = _field(
         None,
@@ -128,7 +128,10 @@ class AlgorithmConfig:
     )
     kl_penalty_fn_args: dict[str, Any] = _field(help="free-form: kl_coef", factory=dict)
     entropy_loss_fn: str | None = _field(
-        None, "entropy term (derived: default)", choices=["default", "none"]
+        None,
+        "entropy term (derived: default); mix (Trinity's for mix/mix_chord): over the rollout "
+        "rows only, as default already is for those algorithms",
+        choices=["default", "none", "mix"],
     )
     entropy_loss_fn_args: dict[str, Any] = _field(help="free-form: entropy_coef", factory=dict)
     loss_agg_mode: str | None = _field(
@@ -445,6 +448,9 @@ class TrainerConfig:
         "on CPU several ranks train over gloo",
     )
     gradient_checkpointing: bool = _field(False, "recompute activations to save memory")
+    ppo_epochs: int = _field(
+        1, "optimizer steps over each trainer step's batch (verl's actor.ppo_epochs)"
+    )
     total_steps: int | None = _field(
         None, "stop training after this trainer step (None: end of data)"
     )

@@ -3,8 +3,10 @@
 Three kinds, each said out loud at run time (never silently ignored):
 
 - sections and settings we do not implement (LoRA, Megatron parallelism, Tinker, data
-  processors, over-rollout, ...): the dataclasses of ``rft_core.config.trinity_sections`` and
-  the fields flagged ``unimplemented`` in ``rft_core.config.schema``;
+  processors, over-rollout, ...): the dataclasses of ``rft_core.config.trinity_sections``, the
+  fields flagged ``unimplemented`` in ``rft_core.config.schema``, and the auxiliary buffers /
+  sample-strategy args no mix algorithm reads (``rft_core.config.expert_data``), and the
+  ``trainer.trainer_config`` keys with no setting here (``rft_core.config.trainer_config``);
   :func:`warn_unimplemented` logs one warning per key a config sets to anything but Trinity's
   default;
 - deprecated spellings Trinity-RFT 0.6 still accepts (``explorer.runner_num``,
@@ -26,7 +28,9 @@ import logging
 from typing import Any
 
 from rft_core.config.buffer_schema import DataSelectorConfig
+from rft_core.config.expert_data import unused_mix_settings
 from rft_core.config.schema import LR_SCHEDULES
+from rft_core.config.trainer_config import unmapped_trainer_config
 from rft_core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -51,6 +55,9 @@ def unimplemented_settings(cfg: Any, prefix: str = "") -> list[tuple[str, Any]]:
             for i, item in enumerate(value):
                 if dataclasses.is_dataclass(item):
                     found.extend(unimplemented_settings(item, f"{path}[{i}]"))
+    if not prefix and hasattr(cfg, "buffer") and hasattr(cfg, "algorithm"):
+        found.extend(unused_mix_settings(cfg))  # free-form dicts only mix algorithms read
+        found.extend(unmapped_trainer_config(cfg))  # verl keys with no setting here
     return found
 
 

@@ -24,7 +24,8 @@ path. Decisions (where Trinity is silent or where TRINITY_COMPAT.md asks for a f
   beside ``_written``, the config as written) and logged once at load; each actor repeats the
   recorded list in its own log (``rft_core.actor_setup``) without scanning the config again.
 - Trinity-RFT keys we accept without implementing them log a warning when set; deprecated
-  spellings are mapped onto their current keys (``rft_core.config.trinity_compat``).
+  spellings are mapped onto their current keys (``rft_core.config.trinity_compat``), and the
+  verl keys of ``trainer.trainer_config`` onto our settings (``rft_core.config.trainer_config``).
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ import logging
 from pathlib import PurePosixPath
 from typing import Any
 
-from rft_core.algorithms.presets import get_preset, ignored_kl_penalty
+from rft_core.algorithms.presets import get_preset, ignored_kl_penalty, mixes_expert_data
 from rft_core.buffer import QUEUE_BETWEEN_JOBS_NEEDS_PATH
+from rft_core.config.expert_data import check_expert_data, expert_rows_per_step
 from rft_core.config.resources import check_world_size
 from rft_core.config.schema import (
     Config,
@@ -44,6 +46,7 @@ from rft_core.config.schema import (
     TasksetConfig,
 )
 from rft_core.config.stages import stage_config
+from rft_core.config.trainer_config import apply_trainer_config
 from rft_core.config.trinity_compat import (
     apply_deprecated,
     fold_rollout_model_overrides,
@@ -165,6 +168,7 @@ def _check_sampling(section: Any, path: str) -> None:
 
 def _derive(cfg: Config) -> None:
     apply_deprecated(cfg)
+    apply_trainer_config(cfg, getattr(cfg, "_written", cfg))
     fold_rollout_model_overrides(cfg)
     _check_top(cfg)
     _check_sampling(cfg.model, "model")
@@ -347,10 +351,21 @@ def _derive_buffer(cfg: Config) -> None:
                 value=ts.rollout_args.temperature,
             )
     rollout_rows = b.batch_size * a.repeat_times
-    if cfg.mode in ("both", "colocate") and not supervised and b.train_batch_size > rollout_rows:
+    # mix, mix_chord: part of each trainer step is expert data, not rollouts
+    expert_rows = 0
+    if mixes_expert_data(a.algorithm_type):
+        check_expert_data(cfg)
+        expert_rows = expert_rows_per_step(cfg)
+    if (
+        cfg.mode in ("both", "colocate")
+        and not supervised
+        and b.train_batch_size - expert_rows > rollout_rows
+    ):
         raise ConfigError(
             "buffer.train_batch_size",
-            f"{b.train_batch_size} experiences per trainer step, but an explorer step makes "
+            f"{b.train_batch_size - expert_rows} rollout experiences per trainer step"
+            + (f" (besides {expert_rows} expert rows)" if expert_rows else "")
+            + ", but an explorer step makes "
             f"buffer.batch_size {b.batch_size} x algorithm.repeat_times {a.repeat_times} = "
             f"{rollout_rows} and then waits for the trainer's weights: the run would stall; "
             f"use at most {rollout_rows}",

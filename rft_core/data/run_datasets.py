@@ -2,7 +2,7 @@
 
 ``read_run_datasets(cfg)`` reads what the stage's explorer rolls out and evaluates on (its
 tasksets) and, for an algorithm without rollouts, the SFT/DPO dataset its trainer reads in their
-place, and returns them with every problem found (each message names its YAML path, so the
+place (mix, mix_chord: the expert SFT dataset is checked too), and returns them with every problem found (each message names its YAML path, so the
 launcher's preflight reports them all in one error). The launcher hands the result to the
 actors (``Explorer(tasksets=...)``, ``Trainer(dataset_rows=...)``), so no dataset is read twice.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rft_core.algorithms.presets import get_preset
+from rft_core.algorithms.presets import get_preset, mixes_expert_data
 from rft_core.data.sft import check_sft_dataset
 from rft_core.data.source import Rows
 from rft_core.data.taskset import ExplorerTasksets, read_explorer_tasksets
@@ -41,6 +41,13 @@ def read_run_datasets(cfg: Any) -> tuple[RunDatasets, list[str]]:
     if not preset.use_rollout and eb is not None and eb.storage_type == "file" and eb.path:
         try:  # the file and the columns its format names, before the trainer reads it
             out.dataset_rows = check_sft_dataset(eb, schema=preset.schema)
+        except RFTError as err:
+            problems.append(str(err))
+    if mixes_expert_data(cfg.algorithm.algorithm_type) and cfg.mode != "explore":
+        from rft_core.config.expert_data import expert_buffer_config
+
+        try:  # mix, mix_chord: the expert SFT file (the trainer reads it at its start)
+            check_sft_dataset(expert_buffer_config(cfg)[0], schema="sft")
         except RFTError as err:
             problems.append(str(err))
     return out, problems

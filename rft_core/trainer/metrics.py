@@ -31,12 +31,14 @@ def step_metrics(
     tokens = sum(len(e.prompt_ids) + len(e.response_ids) + len(e.rejected_ids) for e in experiences)
     trained = [e for e in experiences if is_trained(e)]
     lengths = [len(e.response_ids) for e in trained]
-    (rows,) = ranks.total(len(trained))
+    # mix, mix_chord: expert rows carry no reward of their own
+    rollouts = [e for e in trained if not e.info.get("is_expert")]
+    rows, rollout_rows = ranks.total(len(trained), len(rollouts))
     rows = max(rows, 1.0)
     metrics = {
         "actor/grad_norm": grad_norm,
         "actor/lr": lr,
-        "critic/rewards/mean": sum(e.reward for e in trained) / rows,
+        "critic/rewards/mean": sum(e.reward for e in rollouts) / max(rollout_rows, 1.0),
         "response_length/mean": sum(lengths) / rows,
         "response_length/clip_ratio": sum(e.truncated for e in trained) / rows,
         "perf/throughput": tokens / elapsed,

@@ -14,7 +14,7 @@ The class orchestrates; each concern has its module:
 - ``collectives``: what keeps several trainer ranks (``ranks.PolicyGroup``) in step.
 
 Then grad clip, the optimizer step (skipped on a non-finite gradient norm or when nothing was
-trained), the LR schedule.
+trained) — ``trainer.ppo_epochs`` times over the same batch — and the LR schedule, once.
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ class PolicyTrainer(PolicyCheckpoints):
         use_remove_padding: bool | None = None,
         use_torch_compile: bool | None = None,
         compile_scope: str = DEFAULT_SCOPE,
+        ppo_epochs: int = 1,
     ) -> None:
         torch.manual_seed(seed)
         random.seed(seed)
@@ -83,6 +84,7 @@ class PolicyTrainer(PolicyCheckpoints):
         # longest response of each batch
         self.loss_horizon = loss_horizon
         self.grad_clip = grad_clip
+        self.ppo_epochs = ppo_epochs  # optimizer steps over each batch (verl's actor.ppo_epochs)
         self.total_steps = total_steps
         self.global_step = 0
         self.world_size, self.rank, self.sharded = ranks.world_size, ranks.rank, ranks.sharded
@@ -179,8 +181,40 @@ class PolicyTrainer(PolicyCheckpoints):
         start = time.perf_counter()
         self.reload_optimizer()  # a no-op unless colocate left the state on the host
         self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
         lr = self.scheduler.get_last_lr()[0]
+        if self.ppo_epochs > 1:
+            experiences = self._with_old_logprobs(experiences)
+        epochs: list[dict[str, float]] = []
+        for _ in range(self.ppo_epochs):
+            metrics, grad_norm, trained = self._update(experiences)
+            epochs.append({**metrics, "actor/grad_norm": float(grad_norm)})
+            if not trained:
+                break
+        # several epochs (trainer.ppo_epochs): their mean, as verl reports them
+        metrics = {k: sum(e[k] for e in epochs) / len(epochs) for k in epochs[-1]}
+        grad_norm = metrics.pop("actor/grad_norm")
+        with warnings.catch_warnings():
+            # a skipped update still advances the schedule: it counts trainer steps
+            warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step")
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.global_step += 1
+        elapsed = time.perf_counter() - start
+        metrics.update(
+            step_metrics(
+                experiences,
+                self.forward.ranks,
+                grad_norm=grad_norm,
+                lr=float(lr),
+                elapsed=elapsed,
+            )
+        )
+        return metrics
+
+    def _update(self, experiences: list[Experience]) -> tuple[dict[str, float], Any, bool]:
+        """One pass over ``experiences``: the policy loss's backward, grad clip and the
+        optimizer step; returns the metrics, the gradient norm and whether anything trained."""
+        self.optimizer.zero_grad(set_to_none=True)
         models = dict(model=self.model, ref_model=self.ref_model)
         if self.policy_loss.inputs == "pairs":
             metrics, trained = pair_losses_backward(
@@ -195,6 +229,7 @@ class PolicyTrainer(PolicyCheckpoints):
                 **models,
                 critic=self.critic,
                 loss_horizon=self.loss_horizon,
+                global_step=self.global_step,
             )
         stepped = self.master.masters if self.master else self.model.parameters()
         grad_norm = torch.nn.utils.clip_grad_norm_(stepped, self.grad_clip)
@@ -216,20 +251,27 @@ class PolicyTrainer(PolicyCheckpoints):
                 self.global_step + 1,
                 float(grad_norm),
             )
-        with warnings.catch_warnings():
-            # a skipped update still advances the schedule: it counts trainer steps
-            warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step")
-            self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.global_step += 1
-        elapsed = time.perf_counter() - start
-        metrics.update(
-            step_metrics(
-                experiences,
-                self.forward.ranks,
-                grad_norm=float(grad_norm),
-                lr=float(lr),
-                elapsed=elapsed,
-            )
-        )
-        return metrics
+        return metrics, grad_norm, trained
+
+    def _with_old_logprobs(self, experiences: list[Experience]) -> list[Experience]:
+        """Several epochs over one batch: an experience without the engine's log-probs gets
+        them from the model before the first update, so later epochs' ratios are against the
+        policy that sampled the batch, not the one being trained."""
+        if self.policy_loss.inputs == "pairs":
+            return experiences
+        missing = [
+            i
+            for i, e in enumerate(experiences)
+            if e.response_ids and len(e.logprobs) != len(e.response_ids)
+        ]
+        if not missing and not self.sharded:
+            return experiences
+        # sharded ranks run the forward together (FSDP collectives) even with nothing missing
+        rows = [experiences[i] for i in missing]
+        with torch.no_grad():
+            logprobs = self.forward.logprobs_of(self.model, rows)
+        self.model.train()
+        out = list(experiences)
+        for i, lp in zip(missing, logprobs, strict=True):
+            out[i] = dataclasses.replace(experiences[i], logprobs=list(lp))
+        return out

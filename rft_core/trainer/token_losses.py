@@ -1,6 +1,6 @@
 """The backward pass of a token-level policy loss over a step's micro-batches: PPO-clip on
-advantages (grpo, rloo, reinforceplusplus, ppo) and SFT's likelihood (``POLICY_LOSSES`` entries
-with ``inputs`` "advantages" and "logprobs").
+advantages (grpo, rloo, reinforceplusplus, ppo), SFT's likelihood, and the mixed losses of mix /
+mix_chord (``POLICY_LOSSES`` entries with ``inputs`` "advantages", "logprobs" and "mixed").
 
 For an advantage loss the micro-batch loss is
 
@@ -9,6 +9,10 @@ For an advantage loss the micro-batch loss is
 aggregated by ``algorithm.loss_agg_mode``; SFT's has the entropy term only. Micro-batch losses
 are weighted (``batching.loss_weight``) so that gradient accumulation equals one pass over the
 whole batch, and the critic (ppo) takes its own step over the same micro-batches.
+
+A mixed loss gets each micro-batch's expert-row mask (``info["is_expert"]``), the trainer step
+and the step's rollout/expert token and row counts, and weighs its two parts itself; the KL and
+entropy terms cover the rollout rows only.
 
 Old log-probs are the rollout engine's (``Experience.logprobs``), recomputed here only for an
 experience that carries none; the reference's come from the frozen reference model.
@@ -42,6 +46,7 @@ def token_losses_backward(
     ref_model: Any | None,
     critic: Critic | None,
     loss_horizon: int | None,
+    global_step: int = 0,
 ) -> tuple[dict[str, float], bool]:
     """Gradients of ``loss`` over ``experiences`` accumulated in ``model`` (and the critic's
     step); returns the metrics and whether any token was trained (the same on every rank)."""
@@ -56,7 +61,8 @@ def token_losses_backward(
         float(sum(mb.mask.sum() for mb in mbs)), _trained_rows(experiences, mbs)
     )
     metrics: dict[str, float] = {}
-    on_advantages = loss.inputs == "advantages"
+    mixed = loss.inputs == "mixed"  # mix, mix_chord: expert SFT rows among the rollouts
+    on_advantages = loss.inputs in ("advantages", "mixed")
     old: list[torch.Tensor] = []
     ref: list[torch.Tensor | None] = []
     critic_inputs: list[Any] = [None] * len(mbs)
@@ -73,35 +79,62 @@ def token_losses_backward(
         metrics["critic/advantages/mean"] = adv_sum / max(total_tokens, 1.0)
     args = accepted_args(loss.fn, algo.policy_loss_args, "algorithm.policy_loss_fn_args")
     mode = algo.loss_agg_mode
+    if mixed:
+        expert_rows, mixed_totals = _expert_rows(experiences, mbs, ranks)
+        args = {**args, "step": global_step, **mixed_totals}
     sums: dict[str, float] = {}
     weights = []
     for k, mb in enumerate(mbs):
         weight = 0.0 if mb.padding else loss_weight(mode, mb.mask, total_tokens, total_rows)
         share = float(mb.mask.sum()) / max(total_tokens, 1.0)  # for token-level metrics
         weights.append(weight)
+        # KL and entropy terms: over every row, or (mixed) over the rollout rows only, as
+        # Trinity's mix entropy; the mixed loss weighs its parts itself (its *_totals)
+        term_mask, term_weight, loss_scale = mb.mask, weight, weight
         entropy_bonus = algo.entropy_coef > 0
         logp, entropy = forward.logprobs(model, mb, entropy=True, entropy_grad=entropy_bonus)
-        if on_advantages:
+        if mixed:
+            expert = expert_rows[k].to(mb.mask.device)
+            term_mask = mb.mask * (~expert).unsqueeze(-1).to(mb.mask.dtype)
+            usual_tokens, usual_rows = mixed_totals["usual_totals"]
+            term_weight = (
+                0.0
+                if mb.padding
+                else loss_weight(mode, term_mask[~expert], usual_tokens, int(usual_rows))
+            )
+            loss_scale = 0.0 if mb.padding else 1.0
+            mb_loss, m = loss.fn(
+                logp, old[k], advantages[k], mb.mask, expert, loss_agg_mode=mode,
+                horizon=horizon, **args,
+            )  # fmt: skip
+            for name, value in m.items():  # come weighted by each part's share
+                if name == "mu":  # one value: its shares add up to it
+                    add_weighted(sums, "actor/mu", value, share)
+                else:
+                    add_weighted(sums, f"actor/{name}", value, loss_scale)
+        elif on_advantages:
             mb_loss, m = loss.fn(
                 logp, old[k], advantages[k], mb.mask, loss_agg_mode=mode, horizon=horizon, **args
             )
         else:
             mb_loss, m = loss.fn(logp, mb.mask, mode, horizon=horizon, **args)
-        for name, value in m.items():  # losses average as the loss does, the rest per token
-            add_weighted(sums, f"actor/{name}", value, weight if name.endswith("_loss") else share)
+        if not mixed:
+            for name, value in m.items():  # losses average as the loss does, the rest per token
+                add_weighted(
+                    sums, f"actor/{name}", value, weight if name.endswith("_loss") else share
+                )
         if on_advantages and algo.uses_kl_loss:
-            kl, km = kl_loss(logp, ref[k], mb.mask, algo.kl_loss_fn, mode, horizon=horizon)
-            mb_loss = mb_loss + algo.kl_coef * kl
-            add_weighted(sums, "actor/kl_loss", km["kl_loss"], weight)
+            kl, km = kl_loss(logp, ref[k], term_mask, algo.kl_loss_fn, mode, horizon=horizon)
+            mb_loss = mb_loss + algo.kl_coef * kl * (term_weight if mixed else 1.0)
+            add_weighted(sums, "actor/kl_loss", km["kl_loss"], term_weight)
             add_weighted(sums, "actor/kl_coef", algo.kl_coef, share)
         if entropy_bonus:
-            mb_loss = mb_loss - algo.entropy_coef * aggregate_loss(
-                entropy, mb.mask, mode, horizon=horizon
-            )
+            bonus = algo.entropy_coef * aggregate_loss(entropy, term_mask, mode, horizon=horizon)
+            mb_loss = mb_loss - bonus * (term_weight if mixed else 1.0)
         entropy = entropy.detach()
         add_weighted(sums, "actor/entropy", float(masked_mean(entropy, mb.mask)), share)
         # FSDP2 averages gradients over the ranks; each rank's weight is its global share
-        (mb_loss * (weight * ranks.world_size)).backward()
+        (mb_loss * (loss_scale * ranks.world_size)).backward()
     metrics.update(sums)
     if critic is not None and on_advantages:
         metrics.update(
@@ -165,6 +198,35 @@ def _old_logprobs(
         return engine
     has = torch.tensor([bool(g) or not e.response_ids for g, e in zip(given, rows, strict=True)])
     return torch.where(has.to(device).unsqueeze(-1), engine, recomputed)
+
+
+def _expert_rows(
+    experiences: list[Experience], mbs: list[MicroBatch], ranks: Any
+) -> tuple[list[torch.Tensor], dict[str, tuple[float, int]]]:
+    """Each micro-batch's [B] mask of expert rows (``info["is_expert"]``, set by the trainer's
+    mix sampling), and the step's ``usual_totals`` / ``expert_totals`` (tokens, rows) over
+    every rank, the denominators of each part's mean."""
+    masks: list[torch.Tensor] = []
+    counts = [0.0, 0.0, 0.0, 0.0]  # usual tokens, usual rows, expert tokens, expert rows
+    for mb in mbs:
+        flags = [bool(experiences[i].info.get("is_expert")) for i in mb.rows]
+        if len(flags) != mb.mask.shape[0]:  # a padding micro-batch's stand-in rows
+            flags = [False] * mb.mask.shape[0]
+        expert = torch.tensor(flags, dtype=torch.bool)
+        masks.append(expert)
+        if mb.padding:
+            continue
+        tokens = mb.mask.sum(-1).cpu()
+        counts[0] += float(tokens[~expert].sum())
+        counts[1] += float((~expert).sum())
+        counts[2] += float(tokens[expert].sum())
+        counts[3] += float(expert.sum())
+    usual_tokens, usual_rows, expert_tokens, expert_rows = ranks.total(*counts)
+    totals = {
+        "usual_totals": (usual_tokens, int(usual_rows)),
+        "expert_totals": (expert_tokens, int(expert_rows)),
+    }
+    return masks, totals
 
 
 def _trained_rows(experiences: list[Experience], mbs: list[MicroBatch]) -> int:

@@ -48,11 +48,10 @@ class DatasetExperiences:
         total_epochs: int,
         total_steps: int | None,
         start_step: int,
+        path: str = "buffer.trainer_input.experience_buffer",
     ):
         if not experiences:
-            raise ConfigError(
-                "buffer.trainer_input.experience_buffer.path", "the training dataset is empty"
-            )
+            raise ConfigError(f"{path}.path", "the training dataset is empty")
         self.experiences = experiences
         self.batch_size = batch_size
         steps_per_epoch = max(1, len(experiences) // batch_size)
@@ -95,12 +94,13 @@ class Trainer(RunActor):
         self._source = None
         self._sender = None
         self._experience_buffer = experience_buffer  # shared with an in-process explorer
+        self._expert_source: DatasetExperiences | None = None  # mix, mix_chord
         self._last_saved: int | None = None
 
     # -- setup -------------------------------------------------------------------------------
 
     def _build(self, model_path: str, resume_step: int | None) -> None:
-        from rft_core.algorithms.presets import get_preset
+        from rft_core.algorithms.presets import get_preset, mixes_expert_data
         from rft_core.config.resources import trainer_world_size
         from rft_core.trainer.policy import PolicyTrainer
         from rft_core.trainer.ranks import PolicyGroup
@@ -126,6 +126,7 @@ class Trainer(RunActor):
             loss_horizon=cfg.model.max_response_tokens,
             use_remove_padding=tr.use_remove_padding,
             use_torch_compile=tr.use_torch_compile,
+            ppo_epochs=tr.ppo_epochs,
         )
         world_size = trainer_world_size(cfg)
         if world_size == 1:
@@ -187,6 +188,8 @@ class Trainer(RunActor):
                 self._resume_buffer_offset(resume_step)
             if beside_explore_job:
                 log.info("trainer reading experiences from %s %r", eb.storage_type, eb.path)
+        if mixes_expert_data(cfg.algorithm.algorithm_type):
+            self._expert_source = self._expert_data_source()
         if self.synchronizer is not None or beside_explore_job:
             from rft_core.sync.synchronizer import WeightSender
 
@@ -243,6 +246,45 @@ class Trainer(RunActor):
             cfg.buffer.total_steps,
             self.step,
         )
+
+    def _expert_data_source(self) -> DatasetExperiences:
+        """mix, mix_chord: the expert SFT dataset, ``expert_rows_per_step`` rows a step over its
+        ``total_epochs`` / ``total_steps`` (``rft_core.config.expert_data``); resumed at the
+        step the checkpoint reached, as the SFT trainer's dataset is."""
+        from rft_core.config.expert_data import expert_buffer_config, expert_rows_per_step
+        from rft_core.data import load_sft_dataset
+        from rft_core.trainer.messages import experiences_from_messages
+
+        cfg = self.cfg
+        eb, passes = expert_buffer_config(cfg)
+        rows = load_sft_dataset(eb, schema="sft")
+        experiences = experiences_from_messages(
+            rows, self.policy.tokenizer, cfg.model.max_model_len or 2048
+        )
+        for i, e in enumerate(experiences):
+            # the RL loss's inputs, as Trinity's mix sampling fills them: reward and advantage
+            # 0, old log-probs 0 (the SFT part reads none); a group of its own
+            e.info["is_expert"] = True
+            e.reward, e.advantage = 0.0, 0.0
+            e.logprobs = [0.0] * len(e.response_ids)
+            e.group_id = f"expert-{i}"
+        per_step = expert_rows_per_step(cfg)
+        log.info("expert data %s: %d rows, %d a step", eb.path, len(experiences), per_step)
+        return DatasetExperiences(
+            experiences,
+            per_step,
+            passes["total_epochs"],
+            passes["total_steps"],
+            self.step,
+            path=eb._yaml_path,
+        )
+
+    @property
+    def _expert_rows(self) -> int:
+        """Expert rows in each step's batch (0 unless the algorithm mixes expert data)."""
+        if self._expert_source is None:
+            return 0
+        return self._expert_source.batch_size
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -327,7 +369,7 @@ class Trainer(RunActor):
         limit = self.step_limit
         if qsize is None or (limit is not None and self.step >= limit):
             return True
-        return qsize() >= self.cfg.buffer.train_batch_size
+        return qsize() >= self.cfg.buffer.train_batch_size - self._expert_rows
 
     def next_step(self) -> dict[str, float] | None:
         """Read one batch, train on it (publishing weights when the schedule says), checkpoint
@@ -337,9 +379,17 @@ class Trainer(RunActor):
         if limit is not None and self.step >= limit:
             return None
         timeout = self.cfg.buffer.trainer_input.experience_buffer.max_read_timeout
-        experiences = self._source.get(self.cfg.buffer.train_batch_size, timeout=timeout)
+        rollouts = self.cfg.buffer.train_batch_size - self._expert_rows
+        experiences = self._source.get(rollouts, timeout=timeout)
         if not experiences:
             return None
+        if self._expert_source is not None:
+            # mix, mix_chord: the step's expert rows after its rollouts; used up, the run ends
+            expert = self._expert_source.get(self._expert_rows)
+            if not expert:
+                log.info("expert data used up after %d steps: training ends", self.step)
+                return None
+            experiences = list(experiences) + expert
         metrics = self.train_step(experiences)
         if tr.save_interval and self.step % tr.save_interval == 0:
             self.save(save_hf=tr.save_hf_checkpoint == "always")

@@ -227,3 +227,46 @@ def test_a_failing_rank_raises_at_once_instead_of_waiting_in_a_collective(model_
         assert isinstance(err.value.cause, ValueError)
     finally:
         group.close()
+
+
+def test_two_ranks_take_the_mix_chord_step_of_one_process(model_dir, local_ray):
+    # group g2 is expert data (the ranks hold 2 groups and 1): each part of the mixed loss is
+    # averaged over its own rows of the whole step on every rank, KL/entropy over rollouts only
+    experiences = _uneven_batch(model_dir)
+    for exp in experiences:
+        if exp.group_id == "g2":
+            exp.info["is_expert"] = True
+            exp.advantage, exp.reward = 0.0, 0.0
+            exp.logprobs = [0.0] * len(exp.response_ids)
+    settings = dict(micro_batch_size=2, grad_clip=1e9, temperature=0.8)
+    algo = algorithm(
+        "mix_chord",
+        lr=1.0,
+        optimizer={"optimizer_type": "sgd", "weight_decay": 0.0},
+        kl_loss_fn_args={"kl_coef": 0.1},
+        entropy_loss_fn_args={"entropy_coef": 0.01},
+        policy_loss_fn_args={"mu_peak": 0.4, "mu_valley": 0.4},
+    )
+    single = PolicyTrainer(model_dir, algo, **settings)
+    start = _weights(single)
+    m1 = single.train_step(experiences)
+    after1 = _weights(single)
+    group = PolicyGroup(2, model_dir, algo, **settings)
+    try:
+        m2 = group.train_step(experiences)
+        after2 = _weights(group)
+    finally:
+        group.close()
+    assert float((after1["model.norm.weight"] - start["model.norm.weight"]).abs().sum()) > 1e-3
+    for name in after1:
+        torch.testing.assert_close(after2[name], after1[name], atol=3e-6, rtol=1e-4, msg=name)
+    assert m1["actor/mu"] == pytest.approx(0.4) and m2["actor/mu"] == pytest.approx(0.4)
+    for key in (
+        "actor/mix_loss",
+        "actor/usual/pg_loss",
+        "actor/expert/sft_phi_loss",
+        "actor/kl_loss",
+    ):
+        assert m2[key] == pytest.approx(m1[key], rel=1e-4, abs=1e-6), key
+    # the rollouts' rewards only: (1.0 + 0.0 + 0.5) x 2 groups / 6 rows
+    assert m1["critic/rewards/mean"] == pytest.approx(0.5)
