@@ -79,6 +79,8 @@ MAPPING: dict[str, Mapped] = {
         "trainer.gradient_checkpointing", True
     ),
     "actor_rollout_ref.model.use_remove_padding": Mapped("trainer.use_remove_padding", True),
+    # verl compiles the actor's log-prob/entropy computation; ours compiles that and the norms/MLP
+    f"{ACTOR}.use_torch_compile": Mapped("trainer.use_torch_compile", True),
 }
 
 # set by Trinity itself from our settings: named when given, never applied

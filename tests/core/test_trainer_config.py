@@ -45,6 +45,7 @@ def test_mapped_keys_arrive_in_the_resolved_config():
                         "ppo_max_token_len_per_gpu": 8192,
                         "ppo_epochs": 2,
                         "grad_clip": 0.5,
+                        "use_torch_compile": False,
                         "optim": {
                             "lr": 2e-5,
                             "weight_decay": 0.1,
@@ -62,6 +63,7 @@ def test_mapped_keys_arrive_in_the_resolved_config():
     assert (t.micro_batch_size_per_gpu, t.max_token_len_per_gpu, t.ppo_epochs) == (4, 8192, 2)
     assert (t.grad_clip, o.clip_grad) == (0.5, 0.5)
     assert t.gradient_checkpointing is True and t.use_remove_padding is True
+    assert t.use_torch_compile is False
     assert (o.lr, o.weight_decay, o.betas, o.lr_warmup_steps) == (2e-5, 0.1, [0.9, 0.95], 3)
     assert (o.lr_scheduler_type, o.min_lr_ratio) == ("cosine", 0.1)
 
