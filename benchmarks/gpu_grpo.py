@@ -220,6 +220,8 @@ def rollout_speed(model_dir: Path, args, out: dict) -> list[list]:
         }
         if name == "hf_engine_static_cuda_graphs":
             groups = result
+            if args.profile:  # the kernels inside the replayed graphs
+                speeds[name]["profile_top_kernels"] = profile_step(call)
             speeds[name]["graphs_captured"] = engine.static_decoder.graph_captures
         del engine
         free()
@@ -390,7 +392,8 @@ def train_and_step(model_dir: Path, groups: list[list], args, out: dict) -> None
 
 
 def profile_step(step) -> list[dict]:
-    """One trainer step under torch.profiler: the 25 kernels (by name) with the most GPU time."""
+    """One call (a trainer step, a rollout) under torch.profiler: the 25 kernels (by name) with
+    the most GPU time."""
     from torch.profiler import ProfilerActivity, profile
 
     cuda = DEVICE == "cuda"

@@ -94,17 +94,51 @@ class RowResult:
 @dataclass
 class _Layer:
     """The modules one plain decoder layer's step reads its weights from (live parameters, so a
-    weight update in place is seen by captured graphs without a recapture)."""
+    weight update in place is seen by captured graphs without a recapture).
+
+    ``fuse`` lays the q, k and v projections' weights (and biases) out as consecutive rows of
+    one tensor, and the MLP's gate and up projections' likewise, and makes each parameter a
+    view into it: the step then runs two matrix products where it ran five (on an H200 the
+    small ones ran at a third of the memory bandwidth), the model's own forward and in-place
+    weight updates (``load_weights``) see the same storage, and no memory is added."""
 
     attn: Any
     mlp: Any
     input_norm: Any
     post_norm: Any
+    qkv: torch.Tensor | None = None
+    qkv_bias: torch.Tensor | None = None
+    gate_up: torch.Tensor | None = None
 
     @classmethod
     def of(cls, layer: Any) -> _Layer | None:
         parts = plain_layer(layer)
         return None if parts is None else cls(*parts)
+
+    def fuse(self) -> None:
+        attn, mlp = self.attn, self.mlp
+        self.qkv = _share_storage([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
+        biases = [attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]
+        if all(b is not None for b in biases):
+            self.qkv_bias = _share_storage(biases)
+        elif any(b is not None for b in biases):  # some biased, some not: keep q, k, v apart
+            self.qkv = None
+        gate, up = mlp.gate_proj, mlp.up_proj
+        if gate.bias is None and up.bias is None:
+            self.gate_up = _share_storage([gate.weight, up.weight])
+
+
+@torch.no_grad()
+def _share_storage(params: list[torch.nn.Parameter]) -> torch.Tensor:
+    """One tensor of ``params`` concatenated along their first dimension; each parameter
+    becomes a view of its rows."""
+    whole = torch.cat([p.data for p in params])
+    start = 0
+    for p in params:
+        rows = p.shape[0]
+        p.data = whole[start : start + rows]
+        start += rows
+    return whole
 
 
 class _Buffers:
@@ -163,6 +197,8 @@ class StaticDecoder:
         self.layers: list[_Layer] = [
             _Layer.of(layer) for layer in model.model.layers[: config.num_hidden_layers]
         ]  # type: ignore[misc]
+        for layer in self.layers:
+            layer.fuse()
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
@@ -376,9 +412,14 @@ class StaticDecoder:
         for layer, keys, values in zip(self.layers, buf.keys, buf.values, strict=True):
             attn, mlp = layer.attn, layer.mlp
             h = _norm(x, layer.input_norm)
-            q = apply_rope(attn.q_proj(h).view(rows, heads, dim), cos, sin)
-            k = apply_rope(attn.k_proj(h).view(rows, kv_heads, dim), cos, sin)
-            v = attn.v_proj(h).view(rows, kv_heads, 1, dim)
+            if layer.qkv is not None:
+                qkv = F.linear(h, layer.qkv, layer.qkv_bias)
+                q, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], -1)
+            else:
+                q, k, v = attn.q_proj(h), attn.k_proj(h), attn.v_proj(h)
+            q = apply_rope(q.reshape(rows, heads, dim), cos, sin)
+            k = apply_rope(k.reshape(rows, kv_heads, dim), cos, sin)
+            v = v.reshape(rows, kv_heads, 1, dim)
             layer_keys, layer_values = keys[:rows], values[:rows]
             layer_keys.index_copy_(2, buf.column, k[:, :, None])
             layer_values.index_copy_(2, buf.column, v)
@@ -392,7 +433,11 @@ class StaticDecoder:
             )
             x = x + attn.o_proj(out.reshape(rows, heads * dim))
             h = _norm(x, layer.post_norm)
-            x = x + mlp.down_proj(mlp.act_fn(mlp.gate_proj(h)) * mlp.up_proj(h))
+            if layer.gate_up is not None:
+                gate, up = F.linear(h, layer.gate_up).chunk(2, -1)
+            else:
+                gate, up = mlp.gate_proj(h), mlp.up_proj(h)
+            x = x + mlp.down_proj(mlp.act_fn(gate) * up)
         x = F.rms_norm(x, x.shape[-1:], inner.norm.weight, self.eps)
         return self.model.lm_head(x).float()
 

@@ -154,6 +154,28 @@ def test_weights_loaded_in_place_are_seen_by_the_next_call(model_dir):
     )
 
 
+def test_fused_projections_share_the_parameters_storage_and_keep_the_forward(model_dir):
+    generic, static = engines(model_dir)
+    ids = torch.tensor([[5, 9, 14, 3, 7]])
+    want = generic.model(input_ids=ids).logits
+    layer = static.static_decoder.layers[0]
+    attn, mlp = layer.attn, layer.mlp
+    assert layer.qkv is not None and layer.qkv_bias is not None and layer.gate_up is not None
+    # each projection is a view of the fused rows, in order, with no copy of its own
+    q_rows, k_rows = attn.q_proj.weight.shape[0], attn.k_proj.weight.shape[0]
+    assert attn.q_proj.weight.data_ptr() == layer.qkv.data_ptr()
+    assert torch.equal(layer.qkv[q_rows : q_rows + k_rows], attn.k_proj.weight)
+    assert attn.v_proj.bias.data_ptr() == layer.qkv_bias[q_rows + k_rows :].data_ptr()
+    assert (
+        mlp.up_proj.weight.data_ptr() == layer.gate_up[mlp.gate_proj.weight.shape[0] :].data_ptr()
+    )
+    # the model's own forward (the prefill) is unchanged, and an update in place reaches both
+    torch.testing.assert_close(static.model(input_ids=ids).logits, want, atol=0, rtol=0)
+    with torch.no_grad():
+        attn.k_proj.weight.add_(1.0)
+    assert torch.equal(layer.qkv[q_rows : q_rows + k_rows], attn.k_proj.weight)
+
+
 def test_a_model_outside_the_plain_stacks_keeps_the_generic_path(tmp_path):
     # sliding-window attention is not a plain full-attention cache
     path = build_tiny_model(
