@@ -10,6 +10,8 @@ bytes for the same seed::
     DIR/gsm8k/main/train-00000-of-00001.parquet  question/answer, answers end in "#### N"
     DIR/gsm8k/main/test-00000-of-00001.parquet   (laid out as `huggingface-cli download openai/gsm8k`)
     DIR/sft/train.jsonl                        messages rows for the SFT warmup stage
+    DIR/frozen_lake/{train,test}.jsonl         3x3 lakes for frozen_lake_workflow, and
+    DIR/sft/frozen_lake.jsonl                  its multi-turn warmup (``rft_core.demo_frozen_lake``)
 
 The model is a randomly initialised Qwen2-architecture causal LM of ~3M parameters with a
 byte-level tokenizer that has no merges (one token per ASCII character) and a ChatML chat
@@ -45,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rft_core import demo_frozen_lake as frozen_lake
 from rft_core.errors import DataError
 
 if TYPE_CHECKING:  # transformers is imported lazily: `trinity --help` should stay fast
@@ -107,6 +110,8 @@ class DemoPaths:
     test_path: Path  # dataset_dir/main/test-00000-of-00001.parquet
     sft_path: Path  # messages-format jsonl for the SFT warmup stage
     marker_path: Path
+    frozen_lake_dir: Path  # train.jsonl / test.jsonl lakes for frozen_lake_workflow
+    frozen_lake_sft_path: Path  # multi-turn messages rows for its SFT warmup
 
     @classmethod
     def under(cls, root: Path) -> DemoPaths:
@@ -120,6 +125,8 @@ class DemoPaths:
             test_path=dataset_dir / "main" / "test-00000-of-00001.parquet",
             sft_path=root / "sft" / "train.jsonl",
             marker_path=root / MARKER_NAME,
+            frozen_lake_dir=root / "frozen_lake",
+            frozen_lake_sft_path=root / "sft" / "frozen_lake.jsonl",
         )
 
 
@@ -278,6 +285,23 @@ def build_demo(out_dir: Path, *, seed: int = 0, force: bool = False) -> DemoPath
     _install(paths.train_path, lambda p: _write_parquet(p, train), rewrite)
     _install(paths.test_path, lambda p: _write_parquet(p, test), rewrite)
     _install(paths.sft_path, lambda p: _write_jsonl(p, [sft_row(q) for q in train]), rewrite)
+    lakes_train, lakes_test = frozen_lake.lake_seeds(seed)
+    lakes = paths.frozen_lake_dir
+    _install(
+        lakes / "train.jsonl",
+        lambda p: _write_jsonl(p, frozen_lake.taskset_rows(lakes_train)),
+        rewrite,
+    )
+    _install(
+        lakes / "test.jsonl",
+        lambda p: _write_jsonl(p, frozen_lake.taskset_rows(lakes_test)),
+        rewrite,
+    )
+    _install(
+        paths.frozen_lake_sft_path,
+        lambda p: _write_jsonl(p, frozen_lake.sft_rows(lakes_train, seed)),
+        rewrite,
+    )
     # last when rewriting: a rebuild interrupted halfway still carries the old marker, is redone
     _install(paths.marker_path, write_marker, overwrite=rewrite)
     return paths
@@ -388,4 +412,7 @@ def cli_init_demo(args: argparse.Namespace) -> int:
     print(f"  model:    {paths.model_dir}")
     print(f"  taskset:  {paths.dataset_dir} (subset main, splits train/test)")
     print(f"  sft data: {paths.sft_path}")
+    print(
+        f"  frozen lake: {paths.frozen_lake_dir} (splits train/test), sft {paths.frozen_lake_sft_path}"
+    )
     return 0

@@ -15,8 +15,9 @@ valid action leaves the player where it is, and the next observation says so. Th
 on the goal (reward 1), in a hole (reward 0), or after ``max_steps`` turns (reward 0). Metrics:
 ``success``, ``env_steps``, ``env_done``.
 
-The taskset's ``format.system_prompt`` replaces the default system prompt (the tiny demo model
-needs a short one).
+The taskset's ``format.system_prompt`` replaces the default system prompt, and
+``workflow_args.prompt_style: short`` words each observation as the lake and the steps left only:
+the tiny demo model reads one token per character.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections import deque
 from typing import Any
 
 from rft_core.data.task import Task
-from rft_core.errors import DataError
+from rft_core.errors import ConfigError, DataError
 from rft_core.workflows.base import register
 from rft_core.workflows.multi_turn import Environment, MultiTurnWorkflow, StepResult
 
@@ -80,11 +81,14 @@ def parse_action(response: str) -> int:
     return 0
 
 
-def shortest_path(board: list[str], max_steps: int | None = None) -> list[int] | None:
-    """Actions (1-4) of a shortest walk from S to G avoiding holes; None when there is none
-    (or none within ``max_steps`` moves)."""
+def shortest_path(
+    board: list[str], max_steps: int | None = None, start: tuple[int, int] | None = None
+) -> list[int] | None:
+    """Actions (1-4) of a shortest walk from S (or ``start``) to G avoiding holes; None when
+    there is none (or none within ``max_steps`` moves)."""
     size = len(board)
-    start = next((r, c) for r in range(size) for c in range(size) if board[r][c] == "S")
+    if start is None:
+        start = next((r, c) for r in range(size) for c in range(size) if board[r][c] == "S")
     previous: dict[tuple[int, int], tuple[tuple[int, int], int] | None] = {start: None}
     queue = deque([start])
     while queue:
@@ -127,17 +131,30 @@ def random_map(size: int, p: float, seed: int, max_steps: int) -> list[str]:
             return rows
 
 
+PROMPT_STYLES = ("trinity", "short")
+
+
 class FrozenLake(Environment):
-    """One episode on one map (``gymnasium``'s ``FrozenLakeEnv``)."""
+    """One episode on one map (``gymnasium``'s ``FrozenLakeEnv``). ``prompt_style`` "trinity"
+    words each observation as Trinity does; "short" gives the lake and the steps left only
+    (for a small context: the tiny demo model reads one token per character)."""
 
     def __init__(
-        self, board: list[str], *, max_steps: int, is_slippery: bool, seed: int, system: str
+        self,
+        board: list[str],
+        *,
+        max_steps: int,
+        is_slippery: bool,
+        seed: int,
+        system: str,
+        prompt_style: str = "trinity",
     ):
         from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv
 
         self.board = board
         self.max_steps = max_steps
         self.system = system
+        self.prompt_style = prompt_style
         self.gym = FrozenLakeEnv(desc=board, is_slippery=is_slippery)
         self.gym.reset(seed=seed)  # slipping is drawn from this seed: episodes replay
         self.steps = 0
@@ -164,6 +181,10 @@ class FrozenLake(Environment):
 
     def observation(self) -> str:
         current = self.render()
+        remaining = self.max_steps - self.steps
+        if self.prompt_style == "short":
+            invalid = self.steps > 0 and current == self.last_observation
+            return current + ("\nInvalid move." if invalid else "") + f"\n{remaining} steps left."
         text = (
             f"Current Observation ({self.steps}): \n{current}\n"
             "You have not achieved the goal, P has not reached G yet. Please give the next action."
@@ -175,8 +196,8 @@ class FrozenLake(Environment):
                 "response. Remember, you should only output the NEXT ACTION at each interation "
                 "in the ``` ```. For example, if you want to move up, you should output ```Up```."
             )
-        if self.max_steps - self.steps > 0:
-            text += f"\nThe maximum number of steps remaining is {self.max_steps - self.steps}."
+        if remaining > 0:
+            text += f"\nThe maximum number of steps remaining is {remaining}."
         return text
 
     def first_messages(self) -> list[dict[str, str]]:
@@ -215,6 +236,18 @@ class FrozenLakeWorkflow(MultiTurnWorkflow):
                 "implemented; using the plain system prompt"
             )
 
+    @property
+    def prompt_style(self) -> str:
+        style = str(self.args.get("prompt_style", "trinity"))
+        if style not in PROMPT_STYLES:
+            raise ConfigError(
+                "buffer.explorer_input.taskset.workflow_args.prompt_style",
+                f"unknown prompt style {style!r}; one of: {', '.join(PROMPT_STYLES)}",
+                value=style,
+                allowed=list(PROMPT_STYLES),
+            )
+        return style
+
     def board(self, task: Task) -> list[str]:
         if self.args.get("desc"):
             return [str(row) for row in self.args["desc"]]
@@ -233,4 +266,5 @@ class FrozenLakeWorkflow(MultiTurnWorkflow):
             is_slippery=bool(self.args.get("is_slippery", False)),
             seed=int(task.raw.get("seed", 42)) * 1000 + run,
             system=task.system_prompt or SYSTEM_PROMPT,
+            prompt_style=self.prompt_style,
         )

@@ -58,6 +58,9 @@ def test_it_writes_the_fixed_layout(demo):
         "gsm8k/main/train-00000-of-00001.parquet",
         "gsm8k/main/test-00000-of-00001.parquet",
         "sft/train.jsonl",
+        "frozen_lake/train.jsonl",
+        "frozen_lake/test.jsonl",
+        "sft/frozen_lake.jsonl",
     }
     assert set(hashes(demo.root)) == expected
     assert json.loads(demo.marker_path.read_text()) == {
