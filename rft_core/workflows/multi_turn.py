@@ -9,20 +9,23 @@ A subclass says how a task becomes an :class:`Environment`; :meth:`MultiTurnWork
 runs every episode of the batch (``repeat_times`` per task) side by side, sending the next turn
 of every live episode in ONE ``engine.chat`` call per turn (per sampling setting).
 
-Token layout of an episode (turn k's prompt is the whole conversation so far, rendered by the
-engine with the chat template)::
+Token layout of an episode::
 
     prompt_ids   = prompt of turn 0 (system + first observation + generation prompt)
     response_ids = r0 | env1 | r1 | env2 | r2 ...
     action_mask  = 1s | 0s   | 1s | 0s   | 1s
     logprobs     = engine's | 0.0 | engine's | 0.0 | engine's
 
-where ``rk`` are the tokens sampled at turn k and ``envk`` are the tokens turn k's prompt adds
-after ``prompt0 + r0 | ... | r(k-1)``: the end of the assistant turn as the template closes it
-and the environment's next message up to the next generation prompt. When the rendered prompt
-of turn k does not start with the tokens sampled before (a template that rewrites assistant
-turns, a sampled end token the template spells differently), ``envk`` is what follows the
-longest common prefix; the experience counts such turns in ``info["retokenized_turns"]``.
+where ``rk`` are the tokens sampled at turn k and ``envk`` the tokens between them: the end of
+the assistant turn as the chat template closes it and the environment's next message up to the
+next generation prompt. Turn 0 goes through ``engine.chat``; every later turn is sampled from
+the token ids above (``engine.generate_ids``: prompt_ids + r0 | env1 | ...), so the experience
+is exactly the sequence the model saw, whatever the sampled tokens decode to. Where that is not
+possible (an engine without ``generate_ids``, a template that rewrites earlier assistant turns)
+the turn goes through ``engine.chat`` on the conversation; when the rendered prompts then do not
+extend each other token for token, the experience is the final conversation rendered again
+with its assistant turns trained and no engine log-probs (the trainer computes them), as
+Trinity's ``convert_messages_to_experience`` does, and ``info["retokenized"]`` is True.
 """
 
 from __future__ import annotations
@@ -72,38 +75,59 @@ class Episode:
     done: bool = False
 
 
-def pack_turns(turns: list[Generation]) -> tuple[list[int], list[int], list[float], list[int], int]:
-    """``(prompt_ids, response_ids, logprobs, action_mask, retokenized_turns)`` of an episode
-    whose turn k was sampled from ``turns[k].prompt_ids`` (the layout in the module doc)."""
+def pack_turns(
+    turns: list[Generation],
+) -> tuple[list[int], list[int], list[float], list[int]] | None:
+    """``(prompt_ids, response_ids, logprobs, action_mask)`` of an episode whose turn k was
+    sampled from ``turns[k].prompt_ids`` (the layout in the module doc); None when a turn's
+    prompt does not start with the previous turn's prompt and sampled tokens."""
     prompt = list(turns[0].prompt_ids)
     response: list[int] = []
     logprobs: list[float] = []
     mask: list[int] = []
-    retokenized = 0
     for k, turn in enumerate(turns):
         if k:
-            context = prompt + response
-            rendered = turn.prompt_ids
-            common = _common_prefix(context, rendered)
-            if common < len(context):
-                retokenized += 1
-            env_ids = list(rendered[max(common, len(prompt)) :])
+            before = len(turns[k - 1].prompt_ids) + len(turns[k - 1].response_ids)
+            if turn.prompt_ids[:before] != prompt + response:
+                return None
+            env_ids = list(turn.prompt_ids[before:])
             response += env_ids
             logprobs += [0.0] * len(env_ids)
             mask += [0] * len(env_ids)
         response += list(turn.response_ids)
         logprobs += list(turn.logprobs)
         mask += [1] * len(turn.response_ids)
-    return prompt, response, logprobs, mask, retokenized
+    return prompt, response, logprobs, mask
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
+def continuation_ids(
+    tokenizer: Any, messages: list[dict[str, str]], last: Generation, template_kwargs: dict
+) -> list[int] | None:
+    """The tokens between the last turn's sampled tokens and the next generation prompt, for
+    ``messages`` = [..., assistant (the last turn, ``last``), user (the environment)]: the rest
+    of the assistant turn as the template closes it, the user message, the generation prompt.
+    None when the template does not render the conversation as a growing prefix."""
+
+    def render(conversation: list[dict[str, str]], generation_prompt: bool) -> str:
+        return tokenizer.apply_chat_template(
+            conversation,
+            tokenize=False,
+            add_generation_prompt=generation_prompt,
+            **template_kwargs,
+        )
+
+    asked = render(messages[:-2], True)
+    closed = render(messages[:-1], False)
+    following = render(messages, True)
+    content = messages[-2]["content"]
+    if not (closed.startswith(asked + content) and following.startswith(closed)):
+        return None
+    tail = closed[len(asked) + len(content) :]
+    if last.finish_reason == "stop" and last.response_ids:
+        end = tokenizer.decode(last.response_ids[-1:])  # the sampled end token, e.g. <|im_end|>
+        if tail.startswith(end):  # another end token (<|endoftext|>) stays, and so does the tail
+            tail = tail[len(end) :]
+    return tokenizer(tail + following[len(closed) :], add_special_tokens=False)["input_ids"]
 
 
 class MultiTurnWorkflow(Workflow):
@@ -150,18 +174,25 @@ class MultiTurnWorkflow(Workflow):
         group_ids = _group_ids(tasks)
         for i, episode in enumerate(episodes):
             task = tasks[i // repeat_times]
-            experiences.append(
-                self._experience(task, episode, group_ids[i // repeat_times], version)
-            )
+            group_id = group_ids[i // repeat_times]
+            experiences.append(self._experience(task, episode, group_id, version, engine.tokenizer))
         return experiences
 
     def _next_turn(self, live: list[Episode], engine: RolloutEngine) -> None:
-        """One model turn of every live episode: one engine call per sampling setting."""
-        by_params: dict[tuple, list[Episode]] = {}
+        """One model turn of every live episode: one engine call per sampling setting (and per
+        way in: token ids where the episode's context is known, the conversation otherwise)."""
+        by_call: dict[tuple, list[tuple[Episode, list[int] | None]]] = {}
         for episode in live:
-            by_params.setdefault(astuple(episode.params), []).append(episode)
-        for group in by_params.values():
-            outputs = engine.chat([e.messages for e in group], group[0].params)
+            ids = self._context_ids(episode, engine)
+            key = (astuple(episode.params), ids is None)
+            by_call.setdefault(key, []).append((episode, ids))
+        for calls in by_call.values():
+            group = [episode for episode, _ in calls]
+            params = group[0].params
+            if calls[0][1] is None:
+                outputs = engine.chat([e.messages for e in group], params)
+            else:
+                outputs = engine.generate_ids([ids for _, ids in calls], params)  # type: ignore[misc]
             if len(outputs) != len(group) or any(len(g) != 1 for g in outputs):
                 raise RuntimeError(
                     f"engine returned {[len(g) for g in outputs]} generations for "
@@ -177,8 +208,27 @@ class MultiTurnWorkflow(Workflow):
                     episode.messages.append({"role": "user", "content": result.observation})
                 episode.done = episode.done or result.observation is None
 
-    def _experience(self, task: Task, episode: Episode, group_id: str, version: int) -> Experience:
-        prompt, response, logprobs, mask, retokenized = pack_turns(episode.turns)
+    @staticmethod
+    def _context_ids(episode: Episode, engine: RolloutEngine) -> list[int] | None:
+        """Turn k's prompt as token ids (turn k-1's prompt and sampled tokens, then the
+        environment's), or None: turn 0, or the conversation must be rendered again."""
+        if not episode.turns or not hasattr(engine, "generate_ids"):
+            return None
+        last = episode.turns[-1]
+        kwargs = getattr(engine, "chat_template_kwargs", None) or {}
+        env_ids = continuation_ids(engine.tokenizer, episode.messages, last, kwargs)
+        if env_ids is None:
+            return None
+        return list(last.prompt_ids) + list(last.response_ids) + env_ids
+
+    def _experience(
+        self, task: Task, episode: Episode, group_id: str, version: int, tokenizer: Any
+    ) -> Experience:
+        packed = pack_turns(episode.turns)
+        retokenized = packed is None
+        if packed is None:  # the engine saw re-rendered conversations: the final one is trained
+            packed = _rendered(tokenizer, episode.messages)
+        prompt, response, logprobs, mask = packed
         metrics = episode.env.metrics()
         last = episode.turns[-1]
         return Experience(
@@ -199,7 +249,19 @@ class MultiTurnWorkflow(Workflow):
                 "finish_reason": last.finish_reason,
                 "is_eval": task.is_eval,
                 "turns": len(episode.turns),
-                "retokenized_turns": retokenized,
+                "retokenized": retokenized,
                 "messages": episode.messages,
             },
         )
+
+
+def _rendered(
+    tokenizer: Any, messages: list[dict[str, str]]
+) -> tuple[list[int], list[int], list[float], list[int]]:
+    """The final conversation rendered again, assistant turns trained (as Trinity's
+    ``convert_messages_to_experience``); no log-probs: the trainer computes the old ones."""
+    from rft_core.trainer.messages import sft_experience
+
+    exp = sft_experience(tokenizer, messages, max_len=1 << 30)
+    assert exp is not None  # an episode has at least one assistant turn
+    return exp.prompt_ids, exp.response_ids, [], exp.action_mask

@@ -18,7 +18,7 @@ from rft_core.workflows.frozen_lake import (
     random_map,
     shortest_path,
 )
-from rft_core.workflows.multi_turn import pack_turns
+from rft_core.workflows.multi_turn import continuation_ids, pack_turns
 
 
 def gen(prompt: list[int], response: list[int], logprob: float) -> Generation:
@@ -29,26 +29,22 @@ def test_pack_turns_masks_the_environment_tokens_by_hand():
     # turn 0 sampled [5, 6] after prompt [1, 2]; the engine's turn-1 prompt is the conversation
     # re-rendered: [1, 2, 5, 6] + environment tokens [7, 8, 9]; turn 1 sampled [10]
     turns = [gen([1, 2], [5, 6], -0.5), gen([1, 2, 5, 6, 7, 8, 9], [10], -0.25)]
-    prompt, response, logprobs, mask, retokenized = pack_turns(turns)
+    prompt, response, logprobs, mask = pack_turns(turns)
     assert prompt == [1, 2]
     assert response == [5, 6, 7, 8, 9, 10]
     assert mask == [1, 1, 0, 0, 0, 1]
     assert logprobs == [-0.5, -0.5, 0.0, 0.0, 0.0, -0.25]
-    assert retokenized == 0
 
 
-def test_pack_turns_keeps_sampled_tokens_when_the_template_respells_them():
-    # the template closes turn 0 with 4 where the model sampled 6: the experience keeps the
-    # sampled 5, 6 (trained) and appends what follows the common prefix [1, 2, 5] as env tokens
+def test_pack_turns_refuses_prompts_that_do_not_extend_the_sampled_tokens():
+    # the template closes turn 0 with 4 where the model sampled 6: no exact layout exists
     turns = [gen([1, 2], [5, 6], -0.5), gen([1, 2, 5, 4, 7], [10], -0.25)]
-    prompt, response, logprobs, mask, retokenized = pack_turns(turns)
-    assert (prompt, response, mask, retokenized) == ([1, 2], [5, 6, 4, 7, 10], [1, 1, 0, 0, 1], 1)
-    assert logprobs == [-0.5, -0.5, 0.0, 0.0, -0.25]
+    assert pack_turns(turns) is None
 
 
 def test_the_trainer_batch_masks_the_environment_tokens():
     turns = [gen([1, 2], [5, 6], -0.5), gen([1, 2, 5, 6, 7, 8, 9], [10], -0.25)]
-    prompt, response, _, mask, _ = pack_turns(turns)
+    prompt, response, _, mask = pack_turns(turns)
     from rft_core.experience import Experience
 
     exp = Experience(prompt_ids=prompt, response_ids=response, action_mask=mask)
@@ -138,7 +134,7 @@ def test_a_frozen_lake_episode_runs_one_batched_call_per_turn_and_masks_the_lake
     for exp, path in zip(experiences, [paths[0]] * 2 + [paths[1]] * 2, strict=True):
         assert exp.reward == 1.0 and exp.metrics["success"] == 1.0
         assert exp.metrics["env_steps"] == len(path) and exp.info["turns"] == len(path)
-        assert exp.info["retokenized_turns"] == 0
+        assert exp.info["retokenized"] is False
         assert exp.model_version == 3
         assert len(exp.response_ids) == len(exp.logprobs) == len(exp.action_mask)
         trained = tok.decode(
@@ -215,3 +211,84 @@ def test_maps_are_seeded_and_reachable_within_max_steps():
         assert sum(row.count("S") for row in board) == 1
         assert sum(row.count("G") for row in board) == 1
         assert len(shortest_path(board)) <= 4
+
+
+def test_a_turn_cut_at_max_tokens_gets_the_templates_end_token_masked():
+    tok = build_tokenizer()
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u0"},
+        {"role": "assistant", "content": "ab"},
+        {"role": "user", "content": "u1"},
+    ]
+    im_end = tok.convert_tokens_to_ids(IM_END)
+    ab = tok("ab", add_special_tokens=False)["input_ids"]
+    stopped = Generation([], ab + [im_end], [-0.1] * 3, "ab", "stop")
+    cut = Generation([], ab, [-0.1] * 2, "ab", "length")
+    # ChatML closes a turn with "<|im_end|>\n": after a sampled <|im_end|> only "\n" is left
+    after_stop = tok.decode(continuation_ids(tok, messages, stopped, {}))
+    assert after_stop == "\n<|im_start|>user\nu1<|im_end|>\n<|im_start|>assistant\n"
+    after_cut = tok.decode(continuation_ids(tok, messages, cut, {}))
+    assert after_cut == "<|im_end|>" + after_stop
+    # another end token the model sampled stays (trained); the template's closing follows it
+    other = Generation(
+        [], ab + [tok.convert_tokens_to_ids("<|endoftext|>")], [-0.1] * 3, "ab", "stop"
+    )
+    assert tok.decode(continuation_ids(tok, messages, other, {})) == "<|im_end|>" + after_stop
+
+
+def test_an_episode_the_engine_saw_re_rendered_is_trained_as_the_final_conversation():
+    # a chat-only engine whose answers do not survive decoding and encoding again (a byte
+    # that is not UTF-8): the final conversation is rendered again, its assistant turns trained
+    workflow = get("frozen_lake_workflow")({"max_steps": 2})
+    engine = ChatOnlyEngine(lambda c: "```Up```")
+    bad = engine.tokenizer.convert_tokens_to_ids("\u00ff")  # byte 0xff alone
+    original = ScriptedEngine.generate_ids
+
+    def with_bad_byte(self, prompt_ids, params):
+        out = original(self, prompt_ids, params)
+        for (g,) in out:
+            g.response_ids = [bad, *g.response_ids]
+            g.logprobs = [-0.1, *g.logprobs]
+        return out
+
+    engine.__class__ = type("BadBytes", (ChatOnlyEngine,), {"generate_ids": with_bad_byte})
+    (exp,) = workflow.run_batch([lake_task(0, seed=1)], engine, repeat_times=1)
+    assert exp.info["retokenized"] is True
+    assert exp.logprobs == []
+    tok = engine.tokenizer
+    trained = tok.decode([t for t, m in zip(exp.response_ids, exp.action_mask, strict=True) if m])
+    assert trained == f"```Up```{IM_END}\n```Up```{IM_END}\n"
+
+
+class ChatOnlyEngine(ScriptedEngine):
+    """An engine without generate_ids: every turn goes through chat (the conversation)."""
+
+    def __getattribute__(self, name):
+        if name == "generate_ids" and not object.__getattribute__(self, "_inside"):
+            raise AttributeError(name)
+        return object.__getattribute__(self, name)
+
+    _inside = False
+
+    def chat(self, conversations, params):
+        self._inside = True
+        try:
+            return super().chat(conversations, params)
+        finally:
+            self._inside = False
+
+
+def test_an_engine_without_token_ids_gets_the_conversation_and_the_same_experience():
+    workflow = get("frozen_lake_workflow")({"max_steps": 3})
+    tokens = workflow.run_batch(
+        [lake_task(0, seed=1)], ScriptedEngine(lambda c: "```Up```"), repeat_times=1
+    )
+    chat = workflow.run_batch(
+        [lake_task(0, seed=1)], ChatOnlyEngine(lambda c: "```Up```"), repeat_times=1
+    )
+    assert not hasattr(ChatOnlyEngine(lambda c: ""), "generate_ids")
+    assert chat[0].response_ids == tokens[0].response_ids
+    assert chat[0].action_mask == tokens[0].action_mask
+    assert chat[0].info["retokenized"] is False
+    assert chat[0].logprobs == tokens[0].logprobs
