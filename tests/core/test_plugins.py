@@ -158,7 +158,11 @@ def test_the_env_var_loads_plugins_for_the_config_check(demo, tmp_path):
     assert "default_workflow_type: plugin_workflow" in proc.stdout
 
 
-def _one_line_error(proc: subprocess.CompletedProcess) -> str:
+def _dry_run_error(demo, tmp_path: Path, *plugin_dirs: Path) -> str:
+    """The one line a dry run with ``--plugin-dir`` for each of ``plugin_dirs`` fails with."""
+    options = [arg for d in plugin_dirs for arg in ("--plugin-dir", str(d))]
+    config = _config(demo, tmp_path)
+    proc = _trinity("run", "--config", str(config), "--dry-run", *options, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     err = proc.stderr.strip()
     assert "Traceback" not in err and len(err.splitlines()) == 1, err
@@ -169,16 +173,7 @@ def test_a_plugin_that_fails_to_import_is_one_line_naming_the_file(demo, tmp_pat
     plugins = _plugin_dir(
         tmp_path / "p", {"good.py": PLUGIN, "broken.py": "import os\n\nvalue = 1 / 0\n"}
     )
-    proc = _trinity(
-        "run",
-        "--config",
-        str(_config(demo, tmp_path)),
-        "--dry-run",
-        "--plugin-dir",
-        str(plugins),
-        cwd=tmp_path,
-    )
-    err = _one_line_error(proc)
+    err = _dry_run_error(demo, tmp_path, plugins)
     assert f"plugin {plugins / 'broken.py'}:3: failed to import: ZeroDivisionError" in err
 
 
@@ -192,16 +187,7 @@ def test_a_plugin_name_that_exists_is_an_error_naming_both(demo, tmp_path):
         pass
     """
     plugins = _plugin_dir(tmp_path / "p", {"clash.py": clash})
-    proc = _trinity(
-        "run",
-        "--config",
-        str(_config(demo, tmp_path)),
-        "--dry-run",
-        "--plugin-dir",
-        str(plugins),
-        cwd=tmp_path,
-    )
-    err = _one_line_error(proc)
+    err = _dry_run_error(demo, tmp_path, plugins)
     assert "workflow 'math_workflow' of rft_plugins.clash.MyMath" in err
     assert str(plugins / "clash.py") in err
     assert "already registered by rft_core.workflows.math.MathWorkflow" in err
@@ -210,31 +196,11 @@ def test_a_plugin_name_that_exists_is_an_error_naming_both(demo, tmp_path):
 def test_two_plugins_registering_one_name_are_both_named(demo, tmp_path):
     a = _plugin_dir(tmp_path / "a", {"first.py": PLUGIN})
     b = _plugin_dir(tmp_path / "b", {"second.py": PLUGIN})
-    proc = _trinity(
-        "run",
-        "--config",
-        str(_config(demo, tmp_path)),
-        "--dry-run",
-        "--plugin-dir",
-        str(a),
-        "--plugin-dir",
-        str(b),
-        cwd=tmp_path,
-    )
-    err = _one_line_error(proc)
+    err = _dry_run_error(demo, tmp_path, a, b)
     assert "reward function 'starts_with_think'" in err
     assert str(a / "first.py") in err and str(b / "second.py") in err
 
 
 def test_a_missing_plugin_directory_is_refused(demo, tmp_path):
-    proc = _trinity(
-        "run",
-        "--config",
-        str(_config(demo, tmp_path)),
-        "--dry-run",
-        "--plugin-dir",
-        str(tmp_path / "nowhere"),
-        cwd=tmp_path,
-    )
-    err = _one_line_error(proc)
+    err = _dry_run_error(demo, tmp_path, tmp_path / "nowhere")
     assert "plugin directory" in err and "nowhere" in err and "does not exist" in err
