@@ -20,7 +20,7 @@ import random
 SYSTEM_PROMPT = "Reach G, avoid O."  # the warmup teaches the ```Down``` answers
 SIZE, FROZEN, MAX_STEPS = 3, 0.8, 4
 TRAIN_SIZE, TEST_SIZE, SFT_EPISODES = 2000, 100, 2000
-TEACHER_SKILL = 0.25  # this teacher wins ~51% of the held-out lakes (a safe random walk ~35%)
+TEACHER_SKILL = 0.5  # this teacher wins ~76% of the held-out lakes (a safe random walk ~35%)
 ACTION_NAMES = {1: "Left", 2: "Down", 3: "Right", 4: "Up"}
 
 
