@@ -299,7 +299,7 @@ def build_demo(out_dir: Path, *, seed: int = 0, force: bool = False) -> DemoPath
     )
     _install(
         paths.frozen_lake_sft_path,
-        lambda p: _write_jsonl(p, frozen_lake.sft_rows(lakes_train, seed)),
+        lambda p: _write_jsonl(p, frozen_lake.sft_rows(seed)),
         rewrite,
     )
     # last when rewriting: a rebuild interrupted halfway still carries the old marker, is redone

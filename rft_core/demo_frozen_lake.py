@@ -1,16 +1,17 @@
-"""The demo's multi-turn task: small FrozenLake maps for ``frozen_lake_workflow`` on the tiny
-demo model (``examples/demo/frozen_lake_demo.yaml``), written by ``trinity init-demo``::
+"""The demo's multi-turn task for ``frozen_lake_workflow`` on the tiny demo model
+(``examples/demo/frozen_lake_demo.yaml``), written by ``trinity init-demo``::
 
-    DIR/frozen_lake/train.jsonl   {"prompt", "size", "p", "seed"} rows: one 3x3 lake each
+    DIR/frozen_lake/train.jsonl   {"prompt", "size", "p", "seed"} rows: one random 3x3 lake each
     DIR/frozen_lake/test.jsonl    held-out lakes (other seeds)
     DIR/sft/frozen_lake.jsonl     multi-turn messages rows for the SFT warmup stage
 
-The lakes are 3x3, 80% frozen, not slippery, the goal within ``MAX_STEPS`` moves. The model
-reads one token per character, so the demo uses the short system prompt below and the "short"
-observations (the lake and the steps left). The SFT episodes are played in the real environment
-by a teacher that takes the shortest-path move ``TEACHER_SKILL`` of the time and otherwise a
-random move that stays on the lake and out of the holes: the warmup teaches the answer format
-and some of the way, and leaves GRPO room to raise the success rate.
+The demo config plays ONE fixed lake, ``DEMO_LAKE`` (Trinity's ``workflow_args.desc``): the
+3M-parameter model does not learn to read random maps in minutes on a CPU (after 80 warmup steps
+on them it answered ```Left``` whatever the map), but it does learn a way across one lake from
+the lake's reward. The warmup episodes are random walks on that lake that never step into a hole
+or off it: they teach the answer format (```Right```) and no way to the goal; such a walk reaches
+G within ``MAX_STEPS`` moves 13% of the time, the shortest way (Right Right Down Down, or Down
+Down Right Right) always. The random lakes in the taskset serve configs without ``desc``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import random
 SYSTEM_PROMPT = "Reach G, avoid O."  # the warmup teaches the ```Down``` answers
 SIZE, FROZEN, MAX_STEPS = 3, 0.8, 4
 TRAIN_SIZE, TEST_SIZE, SFT_EPISODES = 2000, 100, 2000
-TEACHER_SKILL = 0.5  # this teacher wins ~76% of the held-out lakes (a safe random walk ~35%)
+DEMO_LAKE = ["SFF", "FHF", "FFG"]
 ACTION_NAMES = {1: "Left", 2: "Down", 3: "Right", 4: "Up"}
 
 
@@ -34,42 +35,39 @@ def taskset_rows(seeds: list[int]) -> list[dict]:
     return [{"prompt": f"frozen lake {s}", "size": SIZE, "p": FROZEN, "seed": s} for s in seeds]
 
 
-def teacher_action(board: list[str], position: tuple[int, int], rng: random.Random) -> int:
-    """The shortest-path move with probability ``TEACHER_SKILL``, else a random safe move."""
-    from rft_core.workflows.frozen_lake import MOVES, shortest_path
+def safe_move(board: list[str], position: tuple[int, int], rng: random.Random) -> int:
+    """A random move (1-4) that stays on the lake and out of its holes."""
+    from rft_core.workflows.frozen_lake import MOVES
 
-    path = shortest_path(board, start=position)
-    if path and rng.random() < TEACHER_SKILL:
-        return path[0]
+    size = len(board)
     safe = [
         action
         for action, (dr, dc) in MOVES.items()
-        if 0 <= position[0] + dr < SIZE
-        and 0 <= position[1] + dc < SIZE
+        if 0 <= position[0] + dr < size
+        and 0 <= position[1] + dc < size
         and board[position[0] + dr][position[1] + dc] != "H"
     ]
-    return rng.choice(safe or list(MOVES))
+    return rng.choice(safe)
 
 
-def sft_rows(seeds: list[int], seed: int) -> list[dict]:
-    """One teacher episode per map seed, as the workflow would render it (messages rows)."""
-    from rft_core.workflows.frozen_lake import FrozenLake, random_map
+def sft_rows(seed: int, board: list[str] = DEMO_LAKE) -> list[dict]:
+    """``SFT_EPISODES`` random safe walks on ``board``, as the workflow renders them."""
+    from rft_core.workflows.frozen_lake import FrozenLake
 
     rng = random.Random(seed)
     rows = []
-    for s in seeds[:SFT_EPISODES]:
-        board = random_map(SIZE, FROZEN, s, MAX_STEPS)
+    for _ in range(SFT_EPISODES):
         env = FrozenLake(
             board,
             max_steps=MAX_STEPS,
             is_slippery=False,
-            seed=s,
+            seed=0,
             system=SYSTEM_PROMPT,
             prompt_style="short",
         )
         messages = env.first_messages()
         while True:
-            answer = f"```{ACTION_NAMES[teacher_action(board, env.position, rng)]}```"
+            answer = f"```{ACTION_NAMES[safe_move(board, env.position, rng)]}```"
             messages.append({"role": "assistant", "content": answer})
             result = env.step(answer)
             if result.done:
