@@ -3,8 +3,9 @@
 ``RunActor.__init__`` holds the attributes both share (config, role, job dir, monitor,
 synchronizer, step) and calls :func:`setup_actor_logging`: the actor's log file
 ``job_dir/log/<role>.log`` (``rft_core.actor_log``), its monitor (metrics, status and log lines
-for the dashboard), the Trinity keys the run ignores said again in that log, torch on every core
-of a CPU run, and no download progress bars. Actors import this module, never the launcher that
+for the dashboard), the Trinity keys the run ignores said again in that log, the user's plugins
+(``TRINITY_PLUGIN_DIRS``, exported by ``trinity run``: an actor is a process of its own), torch
+on every core of a CPU run, and no download progress bars. Actors import this module, never the launcher that
 starts them.
 """
 
@@ -67,6 +68,9 @@ def setup_actor_logging(
 
     # Trinity keys this run accepts but ignores, in the run's own log (the validator's list)
     log_unimplemented(cfg._unimplemented)
+    from rft_core.plugins import load_plugins_from_env
+
+    load_plugins_from_env()  # the workflows, rewards and losses the config names may be there
     _use_all_cores(cfg)
     from transformers.utils import logging as hf_logging
 

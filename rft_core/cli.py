@@ -1,6 +1,6 @@
 """``trinity``: the command line of rft_core.
 
-    trinity run --config X.yaml [--dry-run] [key=value ...]
+    trinity run --config X.yaml [--plugin-dir DIR ...] [--dry-run] [key=value ...]
     trinity convert --checkpoint-dir D [--base-model-dir B] [--step 100,200] [--dtype auto|bf16|fp32] [--force]
     trinity init-demo [--out DIR] [--force]
 
@@ -33,6 +33,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run an experiment from a Trinity-RFT YAML config")
     run.add_argument("--config", required=True, help="path to the YAML config")
+    run.add_argument(
+        "--plugin-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="load the *.py files of DIR (repeatable; also $TRINITY_PLUGIN_DIRS): workflows, "
+        "rewards and algorithm pieces registered there can be named in the config",
+    )
     run.add_argument(
         "--dry-run",
         action="store_true",

@@ -12,6 +12,8 @@ bytes for the same seed::
     DIR/sft/train.jsonl                        messages rows for the SFT warmup stage
     DIR/countdown/main/{train,test}-00000-of-00001.parquet  Countdown games: question, answer
                                                (JSON {"target", "numbers"}; countdown_reward)
+    DIR/frozen_lake/{train,test}.jsonl         3x3 lakes for frozen_lake_workflow, and
+    DIR/sft/frozen_lake.jsonl                  its multi-turn warmup (``rft_core.demo_frozen_lake``)
 
 The model is a randomly initialised Qwen2-architecture causal LM of ~3M parameters with a
 byte-level tokenizer that has no merges (one token per ASCII character) and a ChatML chat
@@ -47,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rft_core import demo_frozen_lake as frozen_lake
 from rft_core.errors import DataError
 
 if TYPE_CHECKING:  # transformers is imported lazily: `trinity --help` should stay fast
@@ -112,6 +115,8 @@ class DemoPaths:
     countdown_dir: Path  # Countdown taskset directory (question/answer, `subset_name: main`)
     countdown_train_path: Path
     countdown_test_path: Path
+    frozen_lake_dir: Path  # train.jsonl / test.jsonl lakes for frozen_lake_workflow
+    frozen_lake_sft_path: Path  # multi-turn messages rows for its SFT warmup
 
     @classmethod
     def under(cls, root: Path) -> DemoPaths:
@@ -128,6 +133,8 @@ class DemoPaths:
             countdown_dir=root / "countdown",
             countdown_train_path=root / "countdown" / "main" / "train-00000-of-00001.parquet",
             countdown_test_path=root / "countdown" / "main" / "test-00000-of-00001.parquet",
+            frozen_lake_dir=root / "frozen_lake",
+            frozen_lake_sft_path=root / "sft" / "frozen_lake.jsonl",
         )
 
 
@@ -322,6 +329,23 @@ def build_demo(out_dir: Path, *, seed: int = 0, force: bool = False) -> DemoPath
         (paths.countdown_test_path, games[COUNTDOWN_TRAIN_SIZE:]),
     ):
         _install(path, lambda p, part=part: _write_countdown_parquet(p, part), rewrite)
+    lakes_train, lakes_test = frozen_lake.lake_seeds(seed)
+    lakes = paths.frozen_lake_dir
+    _install(
+        lakes / "train.jsonl",
+        lambda p: _write_jsonl(p, frozen_lake.taskset_rows(lakes_train)),
+        rewrite,
+    )
+    _install(
+        lakes / "test.jsonl",
+        lambda p: _write_jsonl(p, frozen_lake.taskset_rows(lakes_test)),
+        rewrite,
+    )
+    _install(
+        paths.frozen_lake_sft_path,
+        lambda p: _write_jsonl(p, frozen_lake.sft_rows(seed)),
+        rewrite,
+    )
     # last when rewriting: a rebuild interrupted halfway still carries the old marker, is redone
     _install(paths.marker_path, write_marker, overwrite=rewrite)
     return paths
@@ -449,4 +473,7 @@ def cli_init_demo(args: argparse.Namespace) -> int:
     print(f"  taskset:  {paths.dataset_dir} (subset main, splits train/test)")
     print(f"  sft data: {paths.sft_path}")
     print(f"  countdown: {paths.countdown_dir} (subset main, splits train/test)")
+    print(
+        f"  frozen lake: {paths.frozen_lake_dir} (splits train/test), sft {paths.frozen_lake_sft_path}"
+    )
     return 0

@@ -44,12 +44,13 @@ from rft_core.checkpoint.layout import (
 )
 from rft_core.errors import ActorFailed, ConfigError, RFTError, ServiceUnavailable
 from rft_core.monitor.events import ENV_REDIS_URL, ENV_RUN_ID
+from rft_core.plugins import ENV_PLUGIN_DIRS, export_plugin_dirs, load_plugins, plugin_dirs_from_env
 
 if TYPE_CHECKING:  # read by the preflight, imported there (pyarrow)
     from rft_core.data.run_datasets import RunDatasets
 
 # env vars the dashboard sets for the monitor's Redis sink; actors need them too
-FORWARDED_ENV = (ENV_REDIS_URL, ENV_RUN_ID, "RFT_DEMO_DIR", "HF_HUB_OFFLINE")
+FORWARDED_ENV = (ENV_REDIS_URL, ENV_RUN_ID, "RFT_DEMO_DIR", "HF_HUB_OFFLINE", ENV_PLUGIN_DIRS)
 
 log = logging.getLogger("rft_core.launcher")
 
@@ -549,10 +550,13 @@ def run_experiment(cfg: Any, on_job_dir: Callable[[Any], None] | None = None) ->
 
 
 def cli_run(args: argparse.Namespace) -> int:
-    """``trinity run --config X [--dry-run] [key=value ...]``."""
+    """``trinity run --config X [--plugin-dir DIR ...] [--dry-run] [key=value ...]``."""
     from rft_core.config import config_to_yaml, load_config
     from rft_core.config.registered import check_registered_names
 
+    own_dirs = list(getattr(args, "plugin_dir", None) or ())
+    load_plugins([*own_dirs, *plugin_dirs_from_env()])
+    export_plugin_dirs(own_dirs)  # the run's actors load them too
     cfg = load_config(args.config, list(getattr(args, "overrides", None) or ()))
     if getattr(args, "dry_run", False):
         check_registered_names(cfg)

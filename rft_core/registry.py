@@ -10,6 +10,7 @@ Torch-free: registries of torch code live beside that code, not here."""
 from __future__ import annotations
 
 import difflib
+import sys
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -46,8 +47,8 @@ class Registry(Generic[T]):
             raise RFTError(f"a {self.kind} needs a non-empty string name, got {name!r}")
         if name in self._entries:
             raise RFTError(
-                f"{self.kind} {name!r} is already registered ({self._entries[name]!r}); "
-                "pick another name"
+                f"{self.kind} {name!r} of {describe(obj)} is already registered by "
+                f"{describe(self._entries[name])}; pick another name"
             )
         self._entries[name] = obj
 
@@ -71,3 +72,14 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries
+
+
+def describe(obj: object) -> str:
+    """Where a registered object comes from, for a duplicate-name error: ``module.Name``, and
+    the file of a user's plugin (``rft_core.plugins``: modules ``rft_plugins.*``)."""
+    obj = getattr(obj, "fn", obj)  # advantage fns and policy losses are registered wrapped
+    module = getattr(obj, "__module__", None) or type(obj).__module__
+    qualname = getattr(obj, "__qualname__", None) or type(obj).__qualname__
+    source = getattr(sys.modules.get(module), "__file__", None)
+    plugin = module.startswith("rft_plugins.") and source
+    return f"{module}.{qualname}" + (f" ({source})" if plugin else "")

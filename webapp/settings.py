@@ -214,6 +214,11 @@ RFT_FOLLOW_INTERVAL_S = float(os.environ.get("RFT_FOLLOW_INTERVAL_S", 3))
 RFT_CANCEL_TIMEOUT_S = float(os.environ.get("RFT_CANCEL_TIMEOUT_S", 60))
 RFT_TRINITY_COMMAND = os.environ.get("RFT_TRINITY_COMMAND", "trinity")
 RFT_RAY_RUNTIME_ENV = json.loads(os.environ.get("RFT_RAY_RUNTIME_ENV") or "{}")
+# Plugin directories (os.pathsep-joined) whose workflows/rewards/algorithm pieces web users may
+# name: the config checks load them, and every run's Ray job gets them as TRINITY_PLUGIN_DIRS.
+# Empty (the default): no plugin is ever loaded on the web path, and a TRINITY_PLUGIN_DIRS in
+# the worker's environment is ignored (the job's is set to empty).
+RFT_PLUGIN_DIRS = [d for d in os.environ.get("RFT_PLUGIN_DIRS", "").split(os.pathsep) if d.strip()]
 
 REST_FRAMEWORK = {
     # Token first: its WWW-Authenticate header makes an anonymous API call a 401, not a 403.

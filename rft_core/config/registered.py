@@ -63,6 +63,16 @@ OUTSIDE_SERVICE_REWARDS = {
     "openjudge_multi_grader_reward": _OPENJUDGE,
     "rm_gallery_reward": "the RM-Gallery package and the reward model service it is set up for",
 }
+# Trinity's environment workflows whose simulators are packages of their own, not installed with
+# RFT Studio: a config naming one is refused with the package to install (and a plugin
+# directory, --plugin-dir, can register the workflow once it is)
+SIMULATOR_PACKAGES = {
+    "alfworld_workflow": "alfworld",
+    "RAFT_alfworld_workflow": "alfworld",
+    "RAFT_reflect_alfworld_workflow": "alfworld",
+    "sciworld_workflow": "scienceworld",
+    "webshop_workflow": "webshop",
+}
 
 
 def registered_names_table() -> dict[str, Any]:
@@ -124,7 +134,7 @@ def check_registered_names(cfg: Config, table: dict[str, Any] | None = None) -> 
         ei = stage.buffer.explorer_input
         for ts in [*ei.all_tasksets, *ei.eval_tasksets]:
             where = getattr(ts, "_yaml_path", "buffer.explorer_input.taskset")  # stage's own
-            workflows.get(ts.default_workflow_type, path=f"{where}.default_workflow_type")
+            _check_workflow(workflows, ts.default_workflow_type, f"{where}.default_workflow_type")
             if ts.default_reward_fn_type:
                 path = f"{where}.default_reward_fn_type"
                 needs = OUTSIDE_SERVICE_REWARDS.get(ts.default_reward_fn_type)
@@ -137,6 +147,19 @@ def check_registered_names(cfg: Config, table: dict[str, Any] | None = None) -> 
                         value=ts.default_reward_fn_type,
                     )
                 rewards.get(ts.default_reward_fn_type, path=path)
+
+
+def _check_workflow(workflows: Registry[None], name: str, path: str) -> None:
+    if name in SIMULATOR_PACKAGES and name not in workflows:
+        package = SIMULATOR_PACKAGES[name]
+        raise ConfigError(
+            path,
+            f"workflow {name!r} needs the {package!r} package (its simulator), which is not "
+            f"installed; install {package} and register the workflow from a plugin directory "
+            "(trinity run --plugin-dir DIR)",
+            value=name,
+        )
+    workflows.get(name, path=path)
 
 
 def _registry(kind: str, path: str, names: Any) -> Registry[None]:

@@ -52,6 +52,11 @@ class RolloutEngine(Protocol):
     ) -> list[list[Generation]]:
         """Render each conversation with the chat template (generation prompt on) and sample."""
 
+    def generate_ids(
+        self, prompt_ids: list[list[int]], params: SamplingParams
+    ) -> list[list[Generation]]:
+        """Sample for each already-tokenized prompt (a multi-turn episode's exact context)."""
+
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Replace the engine's weights (called by the synchronizer)."""
 

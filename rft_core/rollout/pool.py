@@ -125,6 +125,11 @@ class EngineWorker:
     ) -> list[list[Generation]]:
         return self._tagged(self.engine.chat(conversations, params))
 
+    def generate_ids(
+        self, prompt_ids: list[list[int]], params: SamplingParams
+    ) -> list[list[Generation]]:
+        return self._tagged(self.engine.generate_ids(prompt_ids, params))
+
     def _tagged(self, outputs: list[list[Generation]]) -> list[list[Generation]]:
         for gens in outputs:
             for gen in gens:
@@ -168,6 +173,8 @@ class EnginePool:
         self.engine_num = engine_num
         self._model_path = model_path
         self._chat_template = engine_kwargs.get("chat_template")
+        # what the engines render conversations with (multi-turn workflows render the same)
+        self.chat_template_kwargs = dict(engine_kwargs.get("chat_template_kwargs") or {})
         self._tokenizer = None
         self._model_version = 0
         self._actors: list[Any] = []
@@ -258,6 +265,11 @@ class EnginePool:
         self, conversations: list[list[dict]], params: SamplingParams
     ) -> list[list[Generation]]:
         return self._spread("chat", conversations, params)
+
+    def generate_ids(
+        self, prompt_ids: list[list[int]], params: SamplingParams
+    ) -> list[list[Generation]]:
+        return self._spread("generate_ids", prompt_ids, params)
 
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         """One copy into the object store, read by every engine; returns when all loaded."""

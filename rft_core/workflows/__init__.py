@@ -10,11 +10,24 @@ rollout/eval metric helpers.
 """
 
 from rft_core.workflows import countdown as _countdown_workflow  # noqa: F401  (built-ins register)
+from rft_core.workflows import frozen_lake as _frozen_lake_workflow  # noqa: F401
 from rft_core.workflows import math as _math_workflow  # noqa: F401
 from rft_core.workflows import math_boxed as _math_boxed_workflow  # noqa: F401
 from rft_core.workflows import math_rm as _math_rm_workflow  # noqa: F401
 from rft_core.workflows import simple as _simple_workflow  # noqa: F401
 from rft_core.workflows.base import WORKFLOWS, Workflow, get, names, register
 from rft_core.workflows.metrics import eval_metrics, rollout_metrics
+from rft_core.workflows.multi_turn import Environment, MultiTurnWorkflow, StepResult
 
-__all__ = ["WORKFLOWS", "Workflow", "eval_metrics", "get", "names", "register", "rollout_metrics"]
+__all__ = [
+    "WORKFLOWS",
+    "Environment",
+    "MultiTurnWorkflow",
+    "StepResult",
+    "Workflow",
+    "eval_metrics",
+    "get",
+    "names",
+    "register",
+    "rollout_metrics",
+]

@@ -60,6 +60,9 @@ def test_it_writes_the_fixed_layout(demo):
         "sft/train.jsonl",
         "countdown/main/train-00000-of-00001.parquet",
         "countdown/main/test-00000-of-00001.parquet",
+        "frozen_lake/train.jsonl",
+        "frozen_lake/test.jsonl",
+        "sft/frozen_lake.jsonl",
     }
     assert set(hashes(demo.root)) == expected
     assert json.loads(demo.marker_path.read_text()) == {

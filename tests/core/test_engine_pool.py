@@ -88,6 +88,9 @@ def test_pool_generates_like_one_engine_on_both_engines(pool, single):
     assert [i["num_threads"] for i in pool.identities] == [max(1, cores // 2)] * 2
     conversations = [[{"role": "user", "content": p}] for p in PROMPTS[:3]]
     assert _ids(pool.chat(conversations, GREEDY)) == _ids(single.chat(conversations, GREEDY))
+    # token ids in (a multi-turn episode's exact context): the same samples as the chat above
+    ids = [single.encode_chat(c) for c in conversations]
+    assert _ids(pool.generate_ids(ids, GREEDY)) == _ids(single.chat(conversations, GREEDY))
 
 
 def test_load_weights_reaches_every_engine(pool, demo):

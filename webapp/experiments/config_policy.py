@@ -20,7 +20,8 @@ In order, each failure an ``ActionError`` (400) whose ``errors`` map the YAML pa
    against the table ``rft_core/config/registered_names.json``: the registries themselves
    import torch, which the web process must not (the table is generated from them, and a core
    test fails when it is stale). There is no dotted-import path anywhere: a name is either in
-   the table or refused.
+   the table or refused. A deployment that sets ``RFT_PLUGIN_DIRS`` loads those plugins and
+   checks against the live registries instead (``registered_names``).
 5. Paths resolve (``os.path.realpath``: symlinks and ``..``) inside ``RFT_ALLOWED_PATH_ROOTS``:
    model and critic model, chat template file, every taskset and eval taskset, every experience
    buffer (``sqlite:///`` included, a stage's own SFT/DPO data too) and ``checkpoint_root_dir``.
@@ -331,8 +332,21 @@ def check_config(
     raise_errors(non_finite_errors(dataclasses.asdict(cfg)))  # an interpolation may resolve to one
     if not record_only:
         try:
-            check_registered_names(cfg, committed_registered_names())
+            check_registered_names(cfg, registered_names())
         except ConfigError as err:
             raise config_error(err) from err
         raise_errors(path_errors(cfg))
     return CheckedConfig(data=data, canonical_yaml=text, config=cfg)
+
+
+def registered_names() -> dict[str, Any]:
+    """What a web-submitted config may name: the built-ins (the committed table, no torch), or,
+    when the deployment names plugin directories (``RFT_PLUGIN_DIRS``), the live registries
+    after loading them. ``TRINITY_PLUGIN_DIRS`` is never read here."""
+    if not settings.RFT_PLUGIN_DIRS:
+        return committed_registered_names()
+    from rft_core.config.registered import registered_names_table
+    from rft_core.plugins import load_plugins
+
+    load_plugins(settings.RFT_PLUGIN_DIRS)
+    return registered_names_table()
