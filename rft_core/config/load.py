@@ -338,6 +338,10 @@ def _to_choice(value: str, path: str, meta: Mapping[str, Any]) -> str:
     key = aliases.get(key, key)
     if key in choices:
         return key
+    refused = meta.get("refused") or {}
+    if key in refused:
+        msg = f"{value!r} {refused[key]}; implemented: {', '.join(choices)}"
+        raise ConfigError(path, msg, value=value, allowed=list(choices))
     hint = _closest(key, list(choices) + list(aliases))
     msg = f"{value!r} is not one of {', '.join(choices)}"
     if aliases:
