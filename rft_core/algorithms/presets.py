@@ -17,11 +17,11 @@ rewards). Trinity ignores it there silently; we say so (:func:`ignored_kl_penalt
 from __future__ import annotations
 
 import copy
-import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
 from rft_core.errors import ConfigError
+from rft_core.registry import closest_name
 
 
 @dataclass
@@ -260,8 +260,8 @@ def unknown_algorithm_message(algorithm_type: object) -> str:
     if key in refused:
         return f"{algorithm_type!r} {refused[key]}; implemented: {implemented}"
     msg = f"{algorithm_type!r} is not one of {implemented}"
-    close = difflib.get_close_matches(key, list(PRESETS), n=1, cutoff=0.6)
-    return f"{msg}; did you mean {close[0]!r}?" if close else msg
+    close = closest_name(key, list(PRESETS))
+    return f"{msg}; did you mean {close!r}?" if close else msg
 
 
 def ignored_kl_penalty(algorithm_type: str, kl_penalty_fn: str | None) -> str | None:

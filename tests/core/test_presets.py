@@ -120,3 +120,10 @@ def test_a_misspelt_algorithm_gets_a_close_hint_only():
     assert "did you mean" not in str(err.value)
     with pytest.raises(ConfigError, match="DAPO is algorithm_type grpo with"):
         get_preset("dapo")
+
+
+def test_a_swap_of_two_letters_is_closer_than_two_edits():
+    # 'gpro' is as similar to 'gspo' as to 'grpo' by difflib's ratio (0.75 each), but one swap
+    # away from grpo and two edits (insert s, drop r) from gspo
+    with pytest.raises(ConfigError, match="did you mean 'grpo'"):
+        get_preset("gpro")
