@@ -19,6 +19,30 @@ from rft_core.errors import ConfigError, RFTError
 T = TypeVar("T")
 
 
+def closest_name(word: str, candidates: list[str], cutoff: float = 0.6) -> str | None:
+    """The candidate a misspelt ``word`` most likely meant (case-insensitive), or None when none
+    is close: of those difflib finds similar enough (``cutoff``), the fewest edits away, a swap
+    of two neighbours counting as one (``gpro`` -> ``grpo``, not ``gspo``)."""
+    lowered = {c.lower(): c for c in candidates}
+    close = difflib.get_close_matches(word.lower(), list(lowered), n=len(lowered), cutoff=cutoff)
+    if not close:
+        return None
+    return lowered[min(close, key=lambda c: _edits(word.lower(), c))]  # min keeps difflib's order
+
+
+def _edits(a: str, b: str) -> int:
+    """Optimal string alignment distance: insertions, deletions, substitutions and swaps of two
+    neighbouring characters, one edit each."""
+    d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            cost = a[i - 1] != b[j - 1]
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[len(a)][len(b)]
+
+
 class Registry(Generic[T]):
     """``kind`` names what is registered ("workflow", "reward function") in error messages;
     ``path`` is the YAML key that selects an entry (used when the caller gives none).
@@ -58,8 +82,8 @@ class Registry(Generic[T]):
         except (KeyError, TypeError):
             pass
         valid = self.names()
-        close = difflib.get_close_matches(str(name), valid, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        close = closest_name(str(name), valid)
+        hint = f" (did you mean {close!r}?)" if close else ""
         raise ConfigError(
             self.path if path is None else path,
             f"unknown {self.kind} {name!r}{hint}; registered: {', '.join(valid)}",

@@ -14,6 +14,7 @@ Two levels, stated by each registry entry's ``level``:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -94,6 +95,109 @@ def rloo_advantages(rewards: torch.Tensor, group_ids: Sequence[str]) -> torch.Te
             others_mean = (group.sum() - group) / (n - 1)
             advantages[idx] = group - others_mean
     return advantages
+
+
+def reinforce_advantages(rewards: torch.Tensor, group_ids: Sequence[str]) -> torch.Tensor:
+    """REINFORCE without a baseline: ``A_i = r_i`` (Trinity's ``reinforce``, TOPR's default,
+    whose paper trains on the raw reward)."""
+    _check_batch(rewards, group_ids)
+    return rewards.detach().float().clone()
+
+
+def _baseline_advantages(
+    rewards: torch.Tensor,
+    group_ids: Sequence[str],
+    baseline: Callable[[torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
+    """``A_i = r_i - baseline(r_group)``; a group of one keeps its raw reward (baseline 0)."""
+    _check_batch(rewards, group_ids)
+    rewards = rewards.detach().float()
+    advantages = rewards.clone()
+    for idx in _group_indices(group_ids).values():
+        if len(idx) > 1:
+            advantages[idx] = rewards[idx] - baseline(rewards[idx])
+    return advantages
+
+
+def opmd_advantages(
+    rewards: torch.Tensor,
+    group_ids: Sequence[str],
+    *,
+    opmd_baseline: str = "mean",
+    tau: float = 1.0,
+) -> torch.Tensor:
+    """OPMD (Trinity-RFT's online policy mirror descent): ``A_i = r_i - b`` with the group
+    baseline ``b = mean(r)`` or, with ``opmd_baseline="logavgexp"``,
+    ``b = tau · log(mean(exp(r / tau)))`` (the soft maximum the mirror-descent step aims at)."""
+    if opmd_baseline == "mean":
+        return _baseline_advantages(rewards, group_ids, torch.mean)
+    if opmd_baseline == "logavgexp":
+        return _baseline_advantages(
+            rewards,
+            group_ids,
+            lambda r: tau * (torch.logsumexp(r / tau, dim=0) - math.log(r.numel())),
+        )
+    raise ConfigError(
+        "algorithm.advantage_fn_args.opmd_baseline",
+        f"must be 'mean' or 'logavgexp', got {opmd_baseline!r}",
+        value=opmd_baseline,
+        allowed=["mean", "logavgexp"],
+    )
+
+
+def asymre_advantages(
+    rewards: torch.Tensor, group_ids: Sequence[str], *, baseline_shift: float = -0.1
+) -> torch.Tensor:
+    """AsymRE (Arnal et al. 2025, asymmetric REINFORCE): ``A_i = r_i - (mean(r) + shift)``; a
+    negative ``baseline_shift`` weighs positive rewards more than negative ones."""
+    return _baseline_advantages(rewards, group_ids, lambda r: r.mean() + baseline_shift)
+
+
+def rec_advantages(
+    rewards: torch.Tensor,
+    group_ids: Sequence[str],
+    *,
+    epsilon: float = 1e-6,
+    std_normalize: bool = False,
+    drop: str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REC (Trinity-RFT's REINFORCE-with-clipping family): ``A_i = r_i - mean(r)``, divided by
+    ``std(r) + epsilon`` (biased std) with ``std_normalize``.
+
+    ``drop="balance"``: where a group has more responses below its mean than at or above it,
+    that many extra ones below, picked at random, are dropped (``keep`` False, advantage 0) and
+    the mean and std are those of the responses kept. A group of one (or one kept response)
+    has mean 0 and std 1. Returns ``(advantages[B], keep[B] bool)``.
+    """
+    _check_batch(rewards, group_ids)
+    if drop not in (None, "none", "balance"):
+        raise ConfigError(
+            "algorithm.advantage_fn_args.drop",
+            f"must be null or 'balance', got {drop!r}",
+            value=drop,
+            allowed=["balance"],
+        )
+    rewards = rewards.detach().float()
+    advantages = torch.zeros_like(rewards)
+    keep = torch.ones_like(rewards, dtype=torch.bool)
+    for idx in _group_indices(group_ids).values():
+        group = rewards[idx]
+        kept = torch.ones(len(idx), dtype=torch.bool)
+        below = group < group.mean()
+        extra = int(below.sum()) - int((~below).sum())
+        if drop == "balance" and extra > 0:
+            below_idx = below.nonzero(as_tuple=True)[0]
+            kept[below_idx[torch.randperm(len(below_idx))[:extra]]] = False
+        if int(kept.sum()) <= 1:
+            mean, std = torch.tensor(0.0), torch.tensor(1.0)
+        else:
+            mean, std = group[kept].mean(), group[kept].std(unbiased=False)
+        adv = group - mean
+        if std_normalize:
+            adv = adv / (std + epsilon)
+        advantages[idx] = torch.where(kept, adv, torch.zeros_like(adv))
+        keep[idx] = kept
+    return advantages, keep
 
 
 def masked_whiten(
@@ -224,6 +328,10 @@ def get_advantage_fn(name: str) -> AdvantageFn:
 
 register_advantage_fn("grpo", "group")(grpo_advantages)
 register_advantage_fn("rloo", "group")(rloo_advantages)
+register_advantage_fn("opmd", "group")(opmd_advantages)
+register_advantage_fn("asymre", "group")(asymre_advantages)
+register_advantage_fn("rec", "group")(rec_advantages)
+register_advantage_fn("reinforce", "group")(reinforce_advantages)
 register_advantage_fn("reinforceplusplus", "token")(reinforce_plus_plus_advantages)
 register_advantage_fn("ppo", "token", needs_values=True)(gae_advantages)
 register_advantage_fn("gae", "token", needs_values=True)(gae_advantages)

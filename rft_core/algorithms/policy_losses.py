@@ -1,5 +1,6 @@
-"""Policy losses (``algorithm.policy_loss_fn``): PPO clip with dual clip, SFT, DPO, in the
-``POLICY_LOSSES`` registry; and the critic's clipped value loss. Each returns
+"""Policy losses (``algorithm.policy_loss_fn``): PPO clip with dual clip, SFT, DPO, and the
+rest of Trinity-RFT's family (OPMD, GSPO, CISPO, TOPR, sPPO, REC), in the ``POLICY_LOSSES``
+registry; and the critic's clipped value loss. Each returns
 ``(loss, metrics)``; metric names are the ones the trainer logs under ``actor/`` (``pg_loss``,
 ``pg_clipfrac``, ``ppo_kl``, ``pg_clipfrac_lower``, ``sft_loss``, ``dpo_loss``...) or
 ``critic/`` (``vf_loss``, ``vf_clipfrac``).
@@ -165,6 +166,240 @@ def dpo_loss(
             "dpo_accuracy": float((chosen_rewards > rejected_rewards).float().mean()),
             "dpo_margin": float(logits.mean()),
         }
+    return loss, metrics
+
+
+def _ratio_metrics(log_ratio: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """``ppo_kl`` (mean of -log ratio) and ``avg_ratio`` over trained tokens."""
+    with torch.no_grad():
+        return {
+            "ppo_kl": float(masked_mean(-log_ratio, mask)),
+            "avg_ratio": float(masked_mean(torch.exp(log_ratio), mask)),
+        }
+
+
+@register_policy_loss("opmd", "advantages")
+def opmd_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    tau: float = 1.0,
+    loss_agg_mode: str = "token-mean",
+    horizon: int | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """OPMD (Trinity-RFT): the policy-gradient surrogate without a ratio,
+    L = -A·lp / (1 + tau); ``tau`` regularizes the step towards the current policy. Old
+    log-probs are not used."""
+    loss = aggregate_loss(-advantages * logprobs, mask, loss_agg_mode, horizon=horizon) / (
+        1.0 + tau
+    )
+    value = float(loss.detach())
+    return loss, {"opmd_loss": value, "pg_loss": value}
+
+
+@register_policy_loss("gspo", "advantages")
+def gspo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_range: float | None = None,
+    clip_range_low: float | None = None,
+    clip_range_high: float | None = None,
+    loss_agg_mode: str = "seq-mean-token-mean",
+    horizon: int | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """GSPO (Zheng et al. 2025): PPO clipping on the sequence-level importance ratio
+    s_i = exp(mean_t(lp - old_lp)) over each response's trained tokens.
+
+    Per token the ratio is exp(lp_t - sg(lp_t) + sg(log s_i)): its value is s_i, its gradient
+    flows through lp_t; L = max(-A·s, -A·clip(s, 1-low, 1+high)). ``clip_range_low/high``
+    default to ``clip_range``, else to the paper's (and Trinity's) 3e-4 / 4e-4. The sequence log
+    ratio is clamped to ±20 as PPO's is.
+    """
+    low = clip_range_low if clip_range_low is not None else clip_range
+    high = clip_range_high if clip_range_high is not None else clip_range
+    low = 3e-4 if low is None else low
+    high = 4e-4 if high is None else high
+    log_ratio = logprobs - old_logprobs
+    seq_log_ratio = torch.clamp(masked_mean(log_ratio, mask, dim=-1), min=-20.0, max=20.0)
+    ratio = torch.exp(logprobs - logprobs.detach() + seq_log_ratio.detach().unsqueeze(-1))
+    loss_unclipped = -advantages * ratio
+    loss_clipped = -advantages * torch.clamp(ratio, 1.0 - low, 1.0 + high)
+    pg_loss = aggregate_loss(
+        torch.maximum(loss_unclipped, loss_clipped), mask, loss_agg_mode, horizon=horizon
+    )
+    with torch.no_grad():
+        rows = mask.sum(dim=-1) > 0
+        metrics = {
+            "pg_loss": float(pg_loss.detach()),
+            "pg_clipfrac": float(masked_mean(torch.gt(loss_clipped, loss_unclipped).float(), mask)),
+            "ppo_kl": float(masked_mean(-log_ratio, mask)),
+            "ppo_kl_seq": float(-seq_log_ratio[rows].mean()) if rows.any() else 0.0,
+        }
+    return pg_loss, metrics
+
+
+@register_policy_loss("cispo", "advantages")
+def cispo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_range_low: float = 1.0,
+    clip_range_high: float = 0.28,
+    loss_agg_mode: str = "token-mean",
+    horizon: int | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """CISPO (MiniMax-M1, 2025): clip the importance weight, not the update.
+
+    L = -sg(clip(ratio, 1-low, 1+high) · m) · A · lp, where m = 0 on a token whose ratio is
+    above 1+high with A > 0 or below 1-low with A < 0 (else 1). Every other token keeps a
+    gradient, however far its ratio is clipped. Defaults as the paper: no lower bound (low 1.0).
+    """
+    log_ratio = logprobs - old_logprobs
+    ratio = torch.exp(log_ratio).detach()
+    dropped = ((ratio > 1.0 + clip_range_high) & (advantages > 0)) | (
+        (ratio < 1.0 - clip_range_low) & (advantages < 0)
+    )
+    weight = torch.clamp(ratio, 1.0 - clip_range_low, 1.0 + clip_range_high) * (~dropped).float()
+    loss = aggregate_loss(-advantages * weight * logprobs, mask, loss_agg_mode, horizon=horizon)
+    value = float(loss.detach())
+    metrics = {"cispo_loss": value, "pg_loss": value, **_ratio_metrics(log_ratio.detach(), mask)}
+    metrics["masked_frac"] = float(masked_mean((~dropped).float(), mask))
+    return loss, metrics
+
+
+@register_policy_loss("topr", "advantages")
+def topr_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    advantage_threshold: float = 0.0,
+    loss_agg_mode: str = "token-mean",
+    horizon: int | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """TOPR (Le Roux et al. 2025, tapered off-policy REINFORCE): L = -sg(α)·A·lp with
+    α = clip(ratio, 0, 1) where A <= ``advantage_threshold`` (negative samples are tapered) and
+    α = 1 elsewhere (positive samples get plain SFT-like updates). ``A`` is the raw reward with
+    the ``reinforce`` advantage fn, as in the paper, or a baselined advantage."""
+    log_ratio = logprobs - old_logprobs
+    ratio = torch.exp(log_ratio).detach()
+    alpha = torch.where(
+        advantages <= advantage_threshold, torch.clamp(ratio, 0.0, 1.0), torch.ones_like(ratio)
+    )
+    loss = aggregate_loss(-alpha * advantages * logprobs, mask, loss_agg_mode, horizon=horizon)
+    value = float(loss.detach())
+    metrics = {"topr_loss": value, "pg_loss": value, **_ratio_metrics(log_ratio.detach(), mask)}
+    metrics["avg_alpha"] = float(masked_mean(alpha, mask))
+    return loss, metrics
+
+
+@register_policy_loss("sppo", "advantages")
+def sppo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    epsilon: float = 0.3,
+    loss_agg_mode: str = "token-mean",
+    horizon: int | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """sPPO (Vaswani et al. 2021, arXiv 2108.05828), as Trinity-RFT trains it: the surrogate
+    -A·(lp - old_lp) on tokens whose ratio lies in [1/(1+eps), 1+eps], zero (no gradient)
+    outside."""
+    log_ratio = logprobs - old_logprobs
+    ratio = torch.exp(log_ratio).detach()
+    inside = (ratio >= 1.0 / (1.0 + epsilon)) & (ratio <= 1.0 + epsilon)
+    loss = aggregate_loss(
+        -advantages * log_ratio * inside.float(), mask, loss_agg_mode, horizon=horizon
+    )
+    metrics = {"pg_loss": float(loss.detach()), **_ratio_metrics(log_ratio.detach(), mask)}
+    metrics["pg_clipfrac"] = float(masked_mean((~inside).float(), mask))
+    return loss, metrics
+
+
+REC_CLIP_MODES = ("none", "one-side", "two-side", "ring")
+REC_WEIGHTS = ("none", "importance_sampling", "advantage")
+REC_REGULARIZERS = ("none", "k2", "forward-kl")
+
+
+def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(
+            f"algorithm.policy_loss_fn_args.{name}",
+            f"must be one of {', '.join(allowed)}, got {value!r}",
+            value=value,
+            allowed=list(allowed),
+        )
+
+
+@register_policy_loss("rec", "advantages")
+def rec_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.2,
+    epsilon_low_prime: float = 0.6,
+    epsilon_high_prime: float = 2.0,
+    clip_mode: str = "none",
+    weight: str = "none",
+    regularizer: str = "none",
+    regularizer_coef: float = 0.0,
+    temp: float = 1.0,
+    loss_agg_mode: str = "token-mean",
+    horizon: int | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """REC (Trinity-RFT's REINFORCE with clipping): L = -w·A·lp on the tokens ``clip_mode``
+    keeps, plus a regularizer. r = sg(ratio).
+
+    - ``clip_mode``: ``none`` keeps every token; ``two-side`` keeps 1-lo <= r <= 1+hi;
+      ``one-side`` keeps r <= 1+hi where A >= 0 and r >= 1-lo where A <= 0; ``ring`` keeps
+      two-side's band plus r <= 1-lo' where A >= 0 and r >= 1+hi' where A <= 0 (``*_prime``).
+    - ``weight``: ``none`` (w = 1), ``importance_sampling`` (w = r), ``advantage``
+      (w = exp(A / temp)).
+    - ``regularizer``: ``k2`` adds coef·(lp - old_lp)² (Kimi's, its ½ absorbed in coef);
+      ``forward-kl`` adds -coef·lp.
+    """
+    _one_of("clip_mode", clip_mode, REC_CLIP_MODES)
+    _one_of("weight", weight, REC_WEIGHTS)
+    _one_of("regularizer", regularizer, REC_REGULARIZERS)
+    log_ratio = logprobs - old_logprobs
+    r = torch.exp(log_ratio).detach()
+    pos, neg = advantages >= 0, advantages <= 0
+    band = (r >= 1.0 - epsilon_low) & (r <= 1.0 + epsilon_high)
+    if clip_mode == "two-side":
+        inside = band
+    elif clip_mode == "one-side":
+        inside = (pos & (r <= 1.0 + epsilon_high)) | (neg & (r >= 1.0 - epsilon_low))
+    elif clip_mode == "ring":
+        inside = (
+            band | (pos & (r <= 1.0 - epsilon_low_prime)) | (neg & (r >= 1.0 + epsilon_high_prime))
+        )
+    else:
+        inside = torch.ones_like(r, dtype=torch.bool)
+    if weight == "importance_sampling":
+        advantages = advantages * r
+    elif weight == "advantage":
+        advantages = advantages * torch.exp(advantages / temp)
+    losses = -advantages * logprobs * inside.float()
+    if regularizer == "k2":
+        losses = losses + regularizer_coef * log_ratio.square()
+    elif regularizer == "forward-kl":
+        losses = losses - regularizer_coef * logprobs
+    loss = aggregate_loss(losses, mask, loss_agg_mode, horizon=horizon)
+    metrics = {"pg_loss": float(loss.detach()), **_ratio_metrics(log_ratio.detach(), mask)}
+    metrics["pg_clipfrac"] = float(masked_mean((~inside).float(), mask))
     return loss, metrics
 
 

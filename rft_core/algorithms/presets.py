@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rft_core.errors import ConfigError
+from rft_core.registry import closest_name
 
 
 @dataclass
 class AlgorithmPreset:
     algorithm_type: str
-    policy_loss_fn: str  # "ppo" | "sft" | "dpo" | "mix" | "mix_chord"
+    policy_loss_fn: str  # registry name in algorithms.policy_losses
     advantage_fn: str | None = None  # registry name in algorithms.advantages; None: no advantages
     advantage_fn_args: dict[str, Any] = field(default_factory=dict)
     policy_loss_fn_args: dict[str, Any] = field(default_factory=dict)
@@ -100,6 +101,95 @@ PRESETS: dict[str, AlgorithmPreset] = {
         repeat_times=1,
         compute_advantage_in_trainer=True,
     ),
+    # Trinity-RFT's off-policy / REINFORCE family (trinity/algorithm/algorithm.py): group
+    # advantages in the explorer, a loss of its own; a real group by default, as for grpo
+    "opmd": AlgorithmPreset(
+        algorithm_type="opmd",
+        policy_loss_fn="opmd",
+        advantage_fn="opmd",
+        advantage_fn_args={"opmd_baseline": "mean", "tau": 1.0},
+        policy_loss_fn_args={"tau": 1.0},
+        kl_loss_fn="k2",
+        kl_coef=0.001,
+        use_reference=True,
+        group_algorithm=True,
+        repeat_times=8,
+    ),
+    "gspo": AlgorithmPreset(
+        algorithm_type="gspo",
+        policy_loss_fn="gspo",
+        advantage_fn="grpo",
+        advantage_fn_args={"epsilon": 1e-6},
+        policy_loss_fn_args={"clip_range_low": 3e-4, "clip_range_high": 4e-4},
+        kl_loss_fn="k2",
+        kl_coef=0.001,
+        loss_agg_mode="seq-mean-token-mean",  # GSPO's loss is a mean over sequences
+        use_reference=True,
+        group_algorithm=True,
+        repeat_times=8,
+    ),
+    "cispo": AlgorithmPreset(
+        algorithm_type="cispo",
+        policy_loss_fn="cispo",
+        advantage_fn="grpo",
+        advantage_fn_args={"epsilon": 1e-6},
+        policy_loss_fn_args={"clip_range_low": 1.0, "clip_range_high": 0.28},
+        kl_loss_fn="k2",
+        kl_coef=0.001,
+        use_reference=True,
+        group_algorithm=True,
+        repeat_times=8,
+    ),
+    "topr": AlgorithmPreset(
+        algorithm_type="topr",
+        policy_loss_fn="topr",
+        advantage_fn="reinforce",  # the raw reward, as in the paper (grpo works too)
+        policy_loss_fn_args={"advantage_threshold": 0.0},
+        kl_loss_fn="k2",
+        kl_coef=0.001,
+        use_reference=True,
+        repeat_times=2,
+    ),
+    "sppo": AlgorithmPreset(
+        algorithm_type="sppo",
+        policy_loss_fn="sppo",
+        advantage_fn="opmd",
+        advantage_fn_args={"opmd_baseline": "mean", "tau": 1.0},
+        policy_loss_fn_args={"epsilon": 0.3},
+        group_algorithm=True,
+        repeat_times=8,
+    ),
+    "asymre": AlgorithmPreset(
+        algorithm_type="asymre",
+        policy_loss_fn="opmd",
+        advantage_fn="asymre",
+        advantage_fn_args={"baseline_shift": -0.1},
+        policy_loss_fn_args={"tau": 1.0},
+        group_algorithm=True,
+        repeat_times=8,
+    ),
+    "rec": AlgorithmPreset(
+        algorithm_type="rec",
+        policy_loss_fn="rec",
+        advantage_fn="rec",
+        advantage_fn_args={"epsilon": 1e-6, "std_normalize": False, "drop": None},
+        policy_loss_fn_args={
+            "epsilon_low": 0.2,
+            "epsilon_high": 0.2,
+            "epsilon_low_prime": 0.6,
+            "epsilon_high_prime": 2.0,
+            "clip_mode": "none",
+            "weight": "none",
+            "regularizer": "none",
+            "regularizer_coef": 0.0,
+            "temp": 1.0,
+        },
+        kl_loss_fn="k2",
+        kl_coef=0.001,
+        use_reference=True,
+        group_algorithm=True,
+        repeat_times=8,
+    ),
     "sft": AlgorithmPreset(
         algorithm_type="sft",
         policy_loss_fn="sft",
@@ -160,6 +250,61 @@ def mixes_expert_data(algorithm_type: str) -> bool:
 
 ALGORITHM_TYPES = tuple(PRESETS)
 
+# Every algorithm_type Trinity-RFT registers (trinity/algorithm/__init__.py), with what it is:
+# the ones not in PRESETS are refused as Trinity's, never "did you mean" another algorithm.
+TRINITY_ALGORITHMS: dict[str, str] = {
+    "sft": "supervised fine-tuning",
+    "ppo": "PPO with a critic",
+    "grpo": "GRPO",
+    "reinforceplusplus": "REINFORCE++",
+    "rloo": "RLOO",
+    "opmd": "online policy mirror descent",
+    "asymre": "asymmetric REINFORCE",
+    "dpo": "DPO",
+    "topr": "tapered off-policy REINFORCE",
+    "cispo": "clipped IS-weight policy optimization",
+    "gspo": "group sequence policy optimization",
+    "sapo": "soft adaptive policy optimization",
+    "mix": "RL mixed with expert SFT data",
+    "mix_chord": "CHORD: RL mixed with expert SFT data",
+    "raft": "SFT on the explorer's rewarded rollouts",
+    "sppo": "sPPO",
+    "rec": "REINFORCE with clipping",
+    "multi_step_grpo": "step-wise GRPO for multi-turn agents",
+    "on_policy_distill": "on-policy distillation from a teacher's log-probs",
+    "jsd": "Jensen-Shannon distillation from a teacher",
+}
+
+
+def refused_algorithms() -> dict[str, str]:
+    """Names refused with a reason instead of a "did you mean": Trinity-RFT's algorithm types
+    without a preset here, and ``dapo`` (a set of grpo arguments, not a type, in Trinity too).
+    Each reason follows the quoted name in the error."""
+    refused = {
+        name: f"({what}) is a Trinity-RFT algorithm that RFT Studio does not implement"
+        for name, what in TRINITY_ALGORITHMS.items()
+        if name not in PRESETS
+    }
+    refused["dapo"] = (
+        "is not an algorithm_type (nor in Trinity-RFT): DAPO is algorithm_type grpo with "
+        "policy_loss_fn_args {clip_range_low: 0.2, clip_range_high: 0.28} and advantage_fn_args "
+        "{std_threshold: 0.0} (dynamic sampling: groups whose rewards are all equal are dropped)"
+    )
+    return refused
+
+
+def unknown_algorithm_message(algorithm_type: object) -> str:
+    """Why ``algorithm_type`` is refused (``refused_algorithms``), or that it is not one of the
+    implemented ones, with the closest of those when one is close."""
+    key = str(algorithm_type).strip().lower()
+    implemented = ", ".join(PRESETS)
+    refused = refused_algorithms()
+    if key in refused:
+        return f"{algorithm_type!r} {refused[key]}; implemented: {implemented}"
+    msg = f"{algorithm_type!r} is not one of {implemented}"
+    close = closest_name(key, list(PRESETS))
+    return f"{msg}; did you mean {close!r}?" if close else msg
+
 
 def ignored_kl_penalty(algorithm_type: str, kl_penalty_fn: str | None) -> str | None:
     """The warning for a ``kl_penalty_fn`` that ``algorithm_type`` ignores (None: it applies, or
@@ -189,7 +334,7 @@ def get_preset(algorithm_type: str) -> AlgorithmPreset:
     if key not in PRESETS:
         raise ConfigError(
             "algorithm.algorithm_type",
-            f"unknown algorithm type {algorithm_type!r}; choose one of {', '.join(PRESETS)}",
+            unknown_algorithm_message(algorithm_type),
             value=algorithm_type,
             allowed=list(PRESETS),
         )

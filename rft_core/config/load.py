@@ -12,7 +12,6 @@ for enums and has no aliases; users of Trinity write ``sync_method: online`` and
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 import typing
 from collections.abc import Mapping, Sequence
@@ -27,6 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 from rft_core.config.fields import default_value, strip_optional
 from rft_core.config.schema import Config
 from rft_core.errors import ConfigError
+from rft_core.registry import closest_name
 
 # Keys that older Trinity versions accepted and that moved: the error says where they went. An
 # entry "section.key" matches that path only (list indices dropped); a bare "key" matches anywhere.
@@ -338,6 +338,10 @@ def _to_choice(value: str, path: str, meta: Mapping[str, Any]) -> str:
     key = aliases.get(key, key)
     if key in choices:
         return key
+    refused = meta.get("refused") or {}
+    if key in refused:
+        msg = f"{value!r} {refused[key]}; implemented: {', '.join(choices)}"
+        raise ConfigError(path, msg, value=value, allowed=list(choices))
     hint = _closest(key, list(choices) + list(aliases))
     msg = f"{value!r} is not one of {', '.join(choices)}"
     if aliases:
@@ -362,9 +366,7 @@ def _unknown_key(path: str, key: str, allowed: list[str]) -> ConfigError:
 
 
 def _closest(word: str, candidates: list[str]) -> str | None:
-    lowered = {c.lower(): c for c in candidates}
-    hits = difflib.get_close_matches(word.lower(), list(lowered), n=1, cutoff=0.6)
-    return lowered[hits[0]] if hits else None
+    return closest_name(word, candidates, cutoff=0.6)
 
 
 # ---------------------------------------------------------------- typing helpers

@@ -4,6 +4,8 @@
 - ``choices``: allowed values of an enum-like string (matched case-insensitively);
 - ``aliases``: other spellings users write (``sync_method: online`` means ``nccl``);
 - ``level``: ``beginner`` (shown in the simple web form) or ``expert``;
+- ``refused``: values of a choice field refused with a reason (name -> the sentence that follows
+  the quoted value) instead of a "did you mean" (Trinity-RFT algorithms not implemented here);
 - ``unimplemented``: a Trinity-RFT key that RFT Studio accepts (so other users' configs load)
   but does not act on; its help says so and ``rft_core.config.unimplemented`` logs a warning
   when a config sets it to anything but the default.
@@ -26,6 +28,7 @@ def config_field(
     *,
     choices: list[str] | None = None,
     aliases: dict[str, str] | None = None,
+    refused: dict[str, str] | None = None,
     level: str = EXPERT,
     factory: Any = None,
     unimplemented: bool = False,
@@ -38,6 +41,8 @@ def config_field(
         metadata["choices"] = choices
     if aliases:
         metadata["aliases"] = aliases
+    if refused:
+        metadata["refused"] = refused
     if unimplemented:
         metadata["unimplemented"] = True
     if factory is not None:

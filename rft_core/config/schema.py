@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rft_core.algorithms.presets import PRESETS
+from rft_core.algorithms.presets import PRESETS, refused_algorithms
 from rft_core.config.buffer_schema import BufferConfig, TasksetConfig
 from rft_core.config.buffer_schema import DataSelectorConfig as DataSelectorConfig  # re-exported
 from rft_core.config.buffer_schema import ExperienceBufferConfig as ExperienceBufferConfig
@@ -86,6 +86,7 @@ class AlgorithmConfig:
         "grpo",
         "algorithm preset; it picks the functions below when they are unset",
         choices=ALGORITHM_TYPES,
+        refused=refused_algorithms(),
         level=BEGINNER,
     )
     repeat_times: int | None = _field(
@@ -105,16 +106,24 @@ class AlgorithmConfig:
     )
     advantage_fn: str | None = _field(
         None,
-        "advantage function: grpo, rloo, reinforceplusplus, ppo/gae (derived from algorithm_type)",
+        "advantage function: grpo, rloo, reinforceplusplus, ppo/gae, opmd, asymre, rec, reinforce "
+        "(derived from algorithm_type)",
     )
     advantage_fn_args: dict[str, Any] = _field(
-        help="free-form: std_threshold, std_cal_level (grpo); gamma, lam (ppo)", factory=dict
+        help="free-form: std_threshold (drops groups whose reward std is <= it: DAPO's dynamic "
+        "sampling), std_cal_level (grpo); gamma, lam (ppo); opmd_baseline, tau (opmd); "
+        "baseline_shift (asymre); std_normalize, drop (rec)",
+        factory=dict,
     )
     policy_loss_fn: str | None = _field(
-        None, "policy loss (derived from algorithm_type: ppo, sft, dpo)"
+        None,
+        "policy loss (derived from algorithm_type): ppo, sft, dpo, opmd, gspo, cispo, topr, sppo, "
+        "rec",
     )
     policy_loss_fn_args: dict[str, Any] = _field(
-        help="free-form: clip_range, clip_range_low, clip_range_high, clip_ratio_c (ppo); beta (dpo)",
+        help="free-form: clip_range, clip_range_low, clip_range_high (ppo, gspo, cispo; DAPO's "
+        "decoupled clip is ppo's clip_range_high 0.28), clip_ratio_c (ppo); beta (dpo); tau "
+        "(opmd); epsilon (sppo); advantage_threshold (topr); clip_mode, weight (rec)",
         factory=dict,
     )
     kl_loss_fn: str | None = _field(

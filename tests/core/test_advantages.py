@@ -9,10 +9,13 @@ import torch
 
 from rft_core.algorithms.advantages import (
     ADVANTAGE_FNS,
+    asymre_advantages,
     gae_advantages,
     get_advantage_fn,
     grpo_advantages,
+    opmd_advantages,
     outcome_to_token_rewards,
+    rec_advantages,
     register_advantage_fn,
     reinforce_plus_plus_advantages,
     rloo_advantages,
@@ -157,3 +160,65 @@ def test_filtered_groups_are_dropped_or_kept_masked_for_a_waiting_trainer():
     assert [e.group_id for e in kept] == ["a", "a", "b", "b"]
     assert [e.advantage for e in kept[2:]] == [0.0, 0.0]
     assert [e.action_mask for e in kept] == [[], [], [0, 0], [0, 0]]
+
+
+def test_opmd_subtracts_the_group_mean_or_its_soft_maximum():
+    # mean baseline: a = [1, 0, 0, 1] -> 0.5 -> [0.5, -0.5, -0.5, 0.5] (no std division);
+    # the group of one b = [0.5] keeps its raw reward (baseline 0, as Trinity)
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.5])
+    ids = ["a", "a", "a", "a", "b"]
+    adv = opmd_advantages(rewards, ids)
+    assert adv.tolist() == pytest.approx([0.5, -0.5, -0.5, 0.5, 0.5])
+    # logavgexp, tau 1, [1, 0]: b = log((e + 1) / 2) = log 1.8591409 = 0.6201145
+    adv = opmd_advantages(torch.tensor([1.0, 0.0]), ["a", "a"], opmd_baseline="logavgexp")
+    assert adv.tolist() == pytest.approx([0.3798855, -0.6201145], abs=1e-6)
+    # tau 0.5: b = 0.5·log((e² + 1) / 2) = 0.5·log 4.1945280 = 0.5·1.4337808 = 0.7168904
+    adv = opmd_advantages(torch.tensor([1.0, 0.0]), ["a", "a"], opmd_baseline="logavgexp", tau=0.5)
+    assert adv.tolist() == pytest.approx([0.2831096, -0.7168904], abs=1e-6)
+    with pytest.raises(ConfigError, match="opmd_baseline"):
+        opmd_advantages(rewards, ids, opmd_baseline="median")
+
+
+def test_asymre_shifts_the_baseline():
+    # baseline_shift -0.1: [1, 0, 0, 1] -> baseline 0.5 - 0.1 = 0.4 -> [0.6, -0.4, -0.4, 0.6];
+    # the group of one keeps its raw reward 0.5
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.5])
+    adv = asymre_advantages(rewards, ["a", "a", "a", "a", "b"])
+    assert adv.tolist() == pytest.approx([0.6, -0.4, -0.4, 0.6, 0.5])
+    adv = asymre_advantages(rewards, ["a", "a", "a", "a", "b"], baseline_shift=0.0)
+    assert adv.tolist() == pytest.approx([0.5, -0.5, -0.5, 0.5, 0.5])
+
+
+def test_reinforce_is_the_raw_reward():
+    adv = get_advantage_fn("reinforce").group(torch.tensor([1.0, 0.0, 0.3]), ["a", "a", "b"])
+    assert adv[0].tolist() == pytest.approx([1.0, 0.0, 0.3]) and adv[1].all()
+
+
+def test_rec_centres_and_optionally_normalises_with_biased_std():
+    # [1, 0, 0, 1]: mean 0.5 -> ±0.5; biased std 0.5 -> ±0.5 / 0.500001 = ±0.999998
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0])
+    adv, keep = rec_advantages(rewards, ["a"] * 4)
+    assert adv.tolist() == pytest.approx([0.5, -0.5, -0.5, 0.5]) and keep.all()
+    adv, _ = rec_advantages(rewards, ["a"] * 4, std_normalize=True)
+    assert adv.tolist() == pytest.approx([0.999998, -0.999998, -0.999998, 0.999998], abs=1e-6)
+
+
+def test_rec_balance_drops_the_extra_responses_below_the_mean():
+    # [1, 0, 0, 0]: mean 0.25, three below and one at or above -> two of the zeros dropped
+    # (keep False, advantage 0); the kept [1, 0] have mean 0.5 -> +0.5 and -0.5.
+    # [1, 1, 1, 0]: one below, three above -> nothing dropped, mean 0.75.
+    torch.manual_seed(0)
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0])
+    adv, keep = rec_advantages(rewards, ["a"] * 4 + ["b"] * 4, drop="balance")
+    assert keep[:4].tolist().count(False) == 2 and bool(keep[0]) and keep[4:].all()
+    kept_zero = [i for i in (1, 2, 3) if keep[i]]
+    assert adv[0].item() == pytest.approx(0.5) and adv[kept_zero[0]].item() == pytest.approx(-0.5)
+    assert [adv[i].item() for i in (1, 2, 3) if not keep[i]] == [0.0, 0.0]
+    assert adv[4:].tolist() == pytest.approx([0.25, 0.25, 0.25, -0.75])
+    with pytest.raises(ConfigError, match="drop"):
+        rec_advantages(rewards, ["a"] * 8, drop="all")
+
+
+def test_new_group_fns_run_in_the_explorer():
+    for name in ("opmd", "asymre", "rec", "reinforce"):
+        assert get_advantage_fn(name).level == "group"

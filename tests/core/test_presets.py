@@ -60,3 +60,70 @@ def test_unknown_algorithm_lists_valid_names():
     assert err.value.path == "algorithm.algorithm_type"
     for name in ("grpo", "ppo", "rloo", "reinforceplusplus", "sft", "dpo"):
         assert name in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "advantage_fn", "policy_loss_fn", "kl_loss_fn", "loss_args"),
+    [
+        # Trinity-RFT trinity/algorithm/algorithm.py default_config() and each fn's default_args()
+        ("opmd", "opmd", "opmd", "k2", {"tau": 1.0}),
+        ("gspo", "grpo", "gspo", "k2", {"clip_range_low": 3e-4, "clip_range_high": 4e-4}),
+        ("cispo", "grpo", "cispo", "k2", {"clip_range_low": 1.0, "clip_range_high": 0.28}),
+        ("topr", "reinforce", "topr", "k2", {"advantage_threshold": 0.0}),
+        ("sppo", "opmd", "sppo", "none", {"epsilon": 0.3}),
+        ("asymre", "asymre", "opmd", "none", {"tau": 1.0}),
+        ("rec", "rec", "rec", "k2", None),
+    ],
+)
+def test_trinity_family_presets(name, advantage_fn, policy_loss_fn, kl_loss_fn, loss_args):
+    p = get_preset(name)
+    assert (p.advantage_fn, p.policy_loss_fn, p.kl_loss_fn) == (
+        advantage_fn,
+        policy_loss_fn,
+        kl_loss_fn,
+    )
+    assert not p.use_critic and p.use_rollout and not p.compute_advantage_in_trainer
+    if loss_args is not None:
+        assert p.policy_loss_fn_args == loss_args
+    # a group-relative advantage needs a real group
+    assert p.group_algorithm == (advantage_fn != "reinforce") and p.repeat_times >= 2
+    expected_agg = "seq-mean-token-mean" if name == "gspo" else "token-mean"
+    assert p.loss_agg_mode == expected_agg
+
+
+def test_asymre_and_rec_trinity_args():
+    assert get_preset("asymre").advantage_fn_args == {"baseline_shift": -0.1}
+    assert get_preset("opmd").advantage_fn_args == {"opmd_baseline": "mean", "tau": 1.0}
+    rec = get_preset("rec")
+    assert rec.advantage_fn_args == {"epsilon": 1e-6, "std_normalize": False, "drop": None}
+    assert rec.policy_loss_fn_args["clip_mode"] == "none"
+    assert rec.policy_loss_fn_args["epsilon_high_prime"] == 2.0
+
+
+@pytest.mark.parametrize("name", ["sapo", "on_policy_distill", "raft", "multi_step_grpo", "jsd"])
+def test_trinity_algorithms_we_lack_are_refused_as_such(name):
+    with pytest.raises(ConfigError) as err:
+        get_preset(name)
+    message = str(err.value)
+    assert (
+        f"'{name}' (" in message
+        and "is a Trinity-RFT algorithm that RFT Studio does not" in message
+    )
+    assert "did you mean" not in message and "implemented: grpo, rloo" in message
+
+
+def test_a_misspelt_algorithm_gets_a_close_hint_only():
+    with pytest.raises(ConfigError, match="did you mean 'gspo'"):
+        get_preset("gsop")
+    with pytest.raises(ConfigError) as err:
+        get_preset("totally_new_rl")
+    assert "did you mean" not in str(err.value)
+    with pytest.raises(ConfigError, match="DAPO is algorithm_type grpo with"):
+        get_preset("dapo")
+
+
+def test_a_swap_of_two_letters_is_closer_than_two_edits():
+    # 'gpro' is as similar to 'gspo' as to 'grpo' by difflib's ratio (0.75 each), but one swap
+    # away from grpo and two edits (insert s, drop r) from gspo
+    with pytest.raises(ConfigError, match="did you mean 'grpo'"):
+        get_preset("gpro")

@@ -43,9 +43,8 @@ EXPECTED: dict[str, tuple[str, str] | None] = {
     "async_gsm8k_explorer": None,
     "mix_chord": None,
     "grpo_frozen_lake": None,
-    # algorithms we do not implement: the error lists the ones we do
-    "opmd_gsm8k": ("algorithm.algorithm_type", "'opmd' is not one of grpo, rloo"),
-    "gspo_gsm8k": ("algorithm.algorithm_type", "'gspo' is not one of grpo, rloo"),
+    "opmd_gsm8k": None,
+    "gspo_gsm8k": None,
     # workflows and reward functions we do not have: the error lists the registered ones
     # environments whose simulator is a package of its own: refused naming the package
     "grpo_alfworld": (
@@ -432,3 +431,55 @@ def test_unimplemented_keys_are_in_the_run_log_of_each_actor(trinity_env, monkey
     run_log = (Path(cfg.job_dir) / "log" / "explorer.log").read_text()
     assert "WARNING" in run_log and "model.lora_configs = [{'name': 'lora'" in run_log
     assert "does not implement" in run_log
+
+
+def test_opmd_and_gspo_examples_resolve_to_trinitys_defaults(trinity_env):
+    opmd = load_config(CORPUS / "opmd_gsm8k.yaml").algorithm
+    assert (opmd.advantage_fn, opmd.policy_loss_fn, opmd.kl_loss_fn) == ("opmd", "opmd", "k2")
+    assert opmd.policy_loss_fn_args == {"tau": 1.0} and opmd.repeat_times == 8
+    assert opmd.advantage_fn_args == {"opmd_baseline": "mean", "tau": 1.0}
+    gspo = load_config(CORPUS / "gspo_gsm8k.yaml").algorithm
+    assert (gspo.advantage_fn, gspo.policy_loss_fn) == ("grpo", "gspo")
+    assert gspo.policy_loss_fn_args == {"clip_range_low": 3e-4, "clip_range_high": 4e-4}
+    assert gspo.loss_agg_mode == "seq-mean-token-mean"
+
+
+def test_dapo_is_grpo_with_decoupled_clip_and_dynamic_sampling(trinity_env):
+    """Trinity's DAPO example with the taskset key it misspells (``subset``) fixed and a
+    workflow we have: its clip_range_low/high reach ppo's loss, ``std_threshold`` the grpo fn."""
+    from rft_core.algorithms.settings import AlgorithmSettings
+
+    raw = yaml_of("dapo_math.yaml")
+    taskset = raw["buffer"]["explorer_input"]["taskset"]
+    taskset["subset_name"] = taskset.pop("subset")
+    raw["buffer"]["explorer_input"]["default_workflow_type"] = "math_workflow"
+    raw["algorithm"]["advantage_fn_args"] = {"std_threshold": 0.0}
+    raw["algorithm"]["loss_agg_mode"] = "token-mean"
+    cfg = load_config_from_dict(raw)
+    check_registered_names(cfg)
+    algo = AlgorithmSettings.resolve(cfg.algorithm)
+    assert (algo.policy_loss_fn, algo.advantage_fn) == ("ppo", "grpo")
+    assert algo.policy_loss_args == {
+        "clip_range": 0.2,
+        "clip_ratio_c": 3.0,
+        "clip_range_low": 0.2,
+        "clip_range_high": 0.28,
+    }
+    assert algo.advantage_args == {"epsilon": 1e-6, "std_threshold": 0.0}
+    assert algo.advantages_in_explorer and algo.loss_agg_mode == "token-mean"
+
+
+def test_a_trinity_algorithm_we_lack_is_refused_in_a_config_and_dapo_is_explained(trinity_env):
+    raw = yaml_of("grpo_gsm8k.yaml")
+    raw["algorithm"]["algorithm_type"] = "SAPO"
+    with pytest.raises(ConfigError) as info:
+        load_config_from_dict(raw)
+    assert info.value.path == "algorithm.algorithm_type"
+    assert "is a Trinity-RFT algorithm that RFT Studio does not implement" in str(info.value)
+    assert "did you mean" not in str(info.value)
+    raw["algorithm"]["algorithm_type"] = "dapo"
+    with pytest.raises(ConfigError, match="DAPO is algorithm_type grpo with policy_loss_fn_args"):
+        load_config_from_dict(raw)
+    raw["algorithm"]["algorithm_type"] = "gspoo"
+    with pytest.raises(ConfigError, match="did you mean 'gspo'"):
+        load_config_from_dict(raw)
