@@ -40,6 +40,14 @@ def _check_batch(rewards: torch.Tensor, group_ids: Sequence[str]) -> None:
         )
 
 
+def _exact(rewards: torch.Tensor) -> torch.Tensor:
+    """Rewards in fp64 for a group's mean and std: the fp32 mean of equal rewards (0.1 eight
+    times) can miss them by an ulp, which ``/ (std + 1e-6)`` turns into advantages of ~0.01 for a
+    group that should train nothing; fp64 sums of fp32 values are exact, so such a group gets 0.
+    The functions return fp32."""
+    return rewards.detach().double()
+
+
 def grpo_advantages(
     rewards: torch.Tensor,
     group_ids: Sequence[str],
@@ -63,7 +71,7 @@ def grpo_advantages(
             value=std_cal_level,
             allowed=["group", "batch"],
         )
-    rewards = rewards.detach().float()
+    rewards = _exact(rewards)
     advantages = torch.zeros_like(rewards)
     keep = torch.ones_like(rewards, dtype=torch.bool)
     batch_std = rewards.std() if rewards.numel() > 1 else torch.tensor(1.0)
@@ -78,7 +86,7 @@ def grpo_advantages(
             continue
         std = batch_std if std_cal_level == "batch" else group_std
         advantages[idx] = (group - group.mean()) / (std + epsilon)
-    return advantages, keep
+    return advantages.float(), keep
 
 
 def rloo_advantages(rewards: torch.Tensor, group_ids: Sequence[str]) -> torch.Tensor:
@@ -86,7 +94,7 @@ def rloo_advantages(rewards: torch.Tensor, group_ids: Sequence[str]) -> torch.Te
     responses of its group, ``A_i = r_i - mean_{j≠i} r_j = n/(n-1) · (r_i - mean(r))``.
     A group of one keeps its raw reward."""
     _check_batch(rewards, group_ids)
-    rewards = rewards.detach().float()
+    rewards = _exact(rewards)
     advantages = rewards.clone()
     for idx in _group_indices(group_ids).values():
         n = len(idx)
@@ -94,7 +102,7 @@ def rloo_advantages(rewards: torch.Tensor, group_ids: Sequence[str]) -> torch.Te
             group = rewards[idx]
             others_mean = (group.sum() - group) / (n - 1)
             advantages[idx] = group - others_mean
-    return advantages
+    return advantages.float()
 
 
 def reinforce_advantages(rewards: torch.Tensor, group_ids: Sequence[str]) -> torch.Tensor:
@@ -111,12 +119,12 @@ def _baseline_advantages(
 ) -> torch.Tensor:
     """``A_i = r_i - baseline(r_group)``; a group of one keeps its raw reward (baseline 0)."""
     _check_batch(rewards, group_ids)
-    rewards = rewards.detach().float()
+    rewards = _exact(rewards)
     advantages = rewards.clone()
     for idx in _group_indices(group_ids).values():
         if len(idx) > 1:
             advantages[idx] = rewards[idx] - baseline(rewards[idx])
-    return advantages
+    return advantages.float()
 
 
 def opmd_advantages(
@@ -177,7 +185,7 @@ def rec_advantages(
             value=drop,
             allowed=["balance"],
         )
-    rewards = rewards.detach().float()
+    rewards = _exact(rewards)
     advantages = torch.zeros_like(rewards)
     keep = torch.ones_like(rewards, dtype=torch.bool)
     for idx in _group_indices(group_ids).values():
@@ -197,7 +205,7 @@ def rec_advantages(
             adv = adv / (std + epsilon)
         advantages[idx] = torch.where(kept, adv, torch.zeros_like(adv))
         keep[idx] = kept
-    return advantages, keep
+    return advantages.float(), keep
 
 
 def masked_whiten(

@@ -222,3 +222,15 @@ def test_rec_balance_drops_the_extra_responses_below_the_mean():
 def test_new_group_fns_run_in_the_explorer():
     for name in ("opmd", "asymre", "rec", "reinforce"):
         assert get_advantage_fn(name).level == "group"
+
+
+@pytest.mark.parametrize("name", ["grpo", "rloo", "opmd", "rec"])
+@pytest.mark.parametrize("reward", [0.1, 0.7, -0.3, 1.1])
+def test_a_group_of_equal_rewards_gets_exactly_zero_advantages(name, reward):
+    # in fp32, mean([0.1] * 8) is not 0.1 (the sum rounds): r - mean was ~7e-9, and grpo's
+    # / (std + 1e-6) made it an advantage of ~0.007 for a group with nothing to learn
+    rewards = torch.full((8,), reward, dtype=torch.float32)
+    assert float(rewards.mean() - rewards[0]) != 0.0 or reward != 0.1  # fp32 misses for 0.1
+    advantages, keep = get_advantage_fn(name).group(rewards, ["g"] * 8)
+    assert advantages.dtype == torch.float32
+    assert torch.equal(advantages, torch.zeros(8)) and bool(keep.all())
