@@ -72,6 +72,21 @@ SIMULATOR_PACKAGES = {
     "RAFT_reflect_alfworld_workflow": "alfworld",
     "sciworld_workflow": "scienceworld",
     "webshop_workflow": "webshop",
+    "step_wise_alfworld_workflow": "alfworld",
+    "agentscope_react_math_workflow": "agentscope",
+    "agentscope_reactv2_math_workflow": "agentscope",
+    "agentscope_reactv2_gsm8k_workflow": "agentscope",
+    "agentscope_v1_react_search_workflow": "agentscope",
+    "agentscope_workflow_adapter": "agentscope",
+}
+# Trinity's other workflows that RFT Studio does not implement: what each is, for the refusal
+# (a plugin directory can register one under the same name)
+TRINITY_WORKFLOWS_NOT_HERE = {
+    "toolcall_workflow": "ToolACE-style function calling, scored against reference tool calls",
+    "simple_mm_workflow": "multimodal prompts with images; RFT Studio's engines and trainer are "
+    "text-only",
+    "math_eval_workflow": "math evaluation with its own answer checker; evaluate with "
+    "math_boxed_workflow or math_workflow in buffer.explorer_input.eval_tasksets",
 }
 
 
@@ -157,6 +172,14 @@ def _check_workflow(workflows: Registry[None], name: str, path: str) -> None:
             f"workflow {name!r} needs the {package!r} package (its simulator), which is not "
             f"installed; install {package} and register the workflow from a plugin directory "
             "(trinity run --plugin-dir DIR)",
+            value=name,
+        )
+    if name in TRINITY_WORKFLOWS_NOT_HERE and name not in workflows:
+        raise ConfigError(
+            path,
+            f"workflow {name!r} (Trinity-RFT's {TRINITY_WORKFLOWS_NOT_HERE[name]}) is not "
+            f"implemented in RFT Studio; registered: {', '.join(workflows.names())}; a plugin "
+            "directory (trinity run --plugin-dir DIR) can register it",
             value=name,
         )
     workflows.get(name, path=path)

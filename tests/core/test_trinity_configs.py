@@ -54,7 +54,8 @@ EXPECTED: dict[str, tuple[str, str] | None] = {
     ),
     "grpo_toolcall": (
         "buffer.explorer_input.taskset.default_workflow_type",
-        "unknown workflow 'toolcall_workflow'",
+        "workflow 'toolcall_workflow' (Trinity-RFT's ToolACE-style function calling, scored "
+        "against reference tool calls) is not implemented in RFT Studio",
     ),
     # math_rm_workflow is here; its OpenJudge reward calls an outside judge API
     "grpo_gsm8k_openjudge": (
@@ -483,3 +484,20 @@ def test_a_trinity_algorithm_we_lack_is_refused_in_a_config_and_dapo_is_explaine
     raw["algorithm"]["algorithm_type"] = "gspoo"
     with pytest.raises(ConfigError, match="did you mean 'gspo'"):
         load_config_from_dict(raw)
+
+
+def test_the_docs_table_lists_each_trinity_example_as_the_loader_treats_it():
+    table = (CORPUS.parents[2] / "docs" / "trinity_examples.md").read_text()
+    rows = {
+        line.split("|")[1].strip().strip("`"): line
+        for line in table.splitlines()
+        if line.startswith("| `") and ".yaml`" in line.split("|")[1]
+    }
+    assert sorted(rows) == sorted(f.name for f in FILES)
+    for path in FILES:
+        row, expected = rows[path.name], EXPECTED[path.stem]
+        if expected is None:
+            assert "| loads and validates |" in row, row
+        else:
+            yaml_path, text = expected
+            assert f"| refused at `{yaml_path}` |" in row and text in row, row
