@@ -306,6 +306,15 @@ class Explorer(RunActor):
             experiences.extend(workflow.run_batch(group, self._engine, repeat_times))
         return experiences
 
+    def _advantage_args(self, fn: Any, args: Any) -> dict[str, Any]:
+        """``algorithm.advantage_fn_args`` that ``fn`` takes (the rest warned about once)."""
+        from rft_core.algorithms.settings import accepted_args
+
+        if getattr(self, "_accepted_advantage_args", None) is None:
+            path = "algorithm.advantage_fn_args"
+            self._accepted_advantage_args = accepted_args(fn, dict(args or {}), path)
+        return self._accepted_advantage_args
+
     def explore_step(self, tasks: list[Task]) -> dict[str, float]:
         from rft_core import workflows
         from rft_core.algorithms.advantages import get_advantage_fn
@@ -330,7 +339,7 @@ class Explorer(RunActor):
                 experiences = apply_group_advantages(
                     experiences,
                     fn,
-                    dict(algo.advantage_fn_args),
+                    self._advantage_args(fn.fn, algo.advantage_fn_args),
                     keep_filtered=self.cfg.mode in ("both", "colocate"),
                 )
         trained = [e for e in experiences if not e.action_mask or any(e.action_mask)]

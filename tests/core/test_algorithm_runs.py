@@ -52,7 +52,13 @@ def test_a_short_run_reports_finite_loss_and_rewards(demo, tmp_path, algorithm_t
         demo,
         tmp_path,
         algorithm_type,
-        algorithm={"algorithm_type": algorithm_type, "repeat_times": 2},
+        # a Trinity-only advantage argument (grpo's duplicate_experiences): warned when the
+        # config loads, never handed to the advantage fn
+        algorithm={
+            "algorithm_type": algorithm_type,
+            "repeat_times": 2,
+            "advantage_fn_args": {"duplicate_experiences": True},
+        },
         buffer={"total_steps": 2},
         synchronizer={"sync_method": "memory", "sync_interval": 1, "sync_offset": 0},
     )

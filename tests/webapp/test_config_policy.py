@@ -181,7 +181,10 @@ def test_it_refuses_an_unregistered_workflow_with_the_registered_ones():
     )
     msg = err.errors["buffer.explorer_input.taskset.default_workflow_type"]
     assert msg.startswith("unknown workflow 'os.system'")
-    assert "registered: frozen_lake_workflow, math_workflow, simple_workflow" in msg
+    assert (
+        "registered: countdown_workflow, frozen_lake_workflow, math_boxed_workflow, "
+        "math_rm_workflow, math_workflow, simple_workflow" in msg
+    )
 
 
 def test_it_refuses_an_unregistered_reward_fn():
