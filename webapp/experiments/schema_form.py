@@ -503,6 +503,8 @@ def merge_form(original: Mapping[str, Any], post: Mapping[str, str], *, trust_un
             continue
         tokens = split_path(result_name)
         if not _norm(posted):
+            if spec.kind == "string" and before == "":
+                continue  # an empty string as written (response_key: ""): its only rendering
             if before is not _MISSING or not trust_unchanged:
                 del_path(result, tokens)
             continue
