@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -42,15 +41,12 @@ from rft_core.checkpoint.layout import (
     write_stage_meta,
     write_text_atomic,
 )
-from rft_core.errors import ActorFailed, ConfigError, RFTError, ServiceUnavailable
-from rft_core.monitor.events import ENV_REDIS_URL, ENV_RUN_ID
-from rft_core.plugins import ENV_PLUGIN_DIRS, export_plugin_dirs, load_plugins, plugin_dirs_from_env
+from rft_core.errors import ActorFailed, ConfigError, RFTError
+from rft_core.plugins import export_plugin_dirs, load_plugins, plugin_dirs_from_env
+from rft_core.ray_cluster import ray_address, start_ray
 
 if TYPE_CHECKING:  # read by the preflight, imported there (pyarrow)
     from rft_core.data.run_datasets import RunDatasets
-
-# env vars the dashboard sets for the monitor's Redis sink; actors need them too
-FORWARDED_ENV = (ENV_REDIS_URL, ENV_RUN_ID, "RFT_DEMO_DIR", "HF_HUB_OFFLINE", ENV_PLUGIN_DIRS)
 
 log = logging.getLogger("rft_core.launcher")
 
@@ -122,7 +118,7 @@ def preflight(cfg: Any, check_model: bool = True) -> RunDatasets:
         import torch
 
         have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        address = _ray_address(cfg)
+        address = ray_address(cfg)
         if have < gpus_needed and not address:
             problems.append(
                 (
@@ -160,89 +156,7 @@ def _experience_buffer_problems(cfg: Any) -> list[tuple[str, str]]:
     return []
 
 
-# -- Ray --------------------------------------------------------------------------------------
-
-
-def _ray_address(cfg: Any) -> str | None:
-    """The cluster ``ray.init`` joins: ``RAY_ADDRESS``, else ``cluster.ray_address``. A job
-    server address (``http://head:8265``, what the dashboard submits runs to, so often exported
-    in a user's shell) cannot be joined by a driver: ``cluster.ray_address`` wins over it when
-    set, else the same head's GCS (``head:6379``, Ray's default port) is joined."""
-    env = os.environ.get("RAY_ADDRESS")
-    if env and env.startswith(("http://", "https://")):
-        if cfg.cluster.ray_address:
-            return cfg.cluster.ray_address
-        host = env.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[0]
-        log.warning(
-            "RAY_ADDRESS=%s is a Ray job server address; joining that head's cluster at %s:6379 "
-            "(set cluster.ray_address to choose another)",
-            env,
-            host,
-        )
-        return f"{host}:6379"
-    return env or cfg.cluster.ray_address or None
-
-
-def _probe_ray_address(address: str, timeout_s: float = 5.0) -> None:
-    """Fail in seconds on an address nothing listens on (ray.init retries for minutes)."""
-    import socket
-
-    hostport = address.split("://", 1)[-1].rsplit("/", 1)[0]
-    if address == "auto" or ":" not in hostport:
-        return
-    host, port = hostport.rsplit(":", 1)
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            return
-    except (OSError, ValueError) as err:
-        raise ServiceUnavailable(
-            f"cannot reach the Ray cluster at {address!r} (RAY_ADDRESS / cluster.ray_address): "
-            f"{err}; start one with `ray start --head` or unset RAY_ADDRESS to run on a local Ray"
-        ) from err
-
-
-def start_ray(cfg: Any, min_cpus: int = 0) -> bool:
-    """Join the given Ray cluster or start a local one (with at least ``min_cpus`` logical
-    CPUs). Returns True when this call started (and so must stop) Ray."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    address = _ray_address(cfg)
-    env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
-    # in a Ray job (the dashboard's launches; Ray's supervisor sets the variable) the actors
-    # inherit the job's runtime_env, which carries these; our own would conflict with it
-    in_ray_job = "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
-    runtime_env = {"env_vars": env} if env and not in_ray_job else None
-    namespace = f"rft-{os.getpid()}-{int(time.time())}"
-    if address:
-        _probe_ray_address(address)
-        try:
-            ray.init(
-                address=address,
-                namespace=namespace,
-                runtime_env=runtime_env,
-                logging_level=logging.WARNING,
-            )
-        except (ConnectionError, RuntimeError, ValueError) as err:
-            raise ServiceUnavailable(
-                f"cannot reach the Ray cluster at {address!r} (RAY_ADDRESS / cluster.ray_address): "
-                f"{err}; start one with `ray start --head` or unset RAY_ADDRESS to run on a local Ray"
-            ) from err
-        return True
-    # Ray starts workers at nice 15 by default; the actors are the run, so give them normal priority
-    os.environ.setdefault("RAY_worker_niceness", "0")
-    ray.init(
-        # "local": a new Ray of our own even when `ray start` left a cluster address on this
-        # machine (ray.init() would join that one, and refuse num_cpus)
-        address="local",
-        num_cpus=max(2, os.cpu_count() or 2, min_cpus),
-        include_dashboard=False,
-        namespace=namespace,
-        runtime_env=runtime_env,
-        logging_level=logging.WARNING,
-    )
-    return True
+# -- Ray actors -------------------------------------------------------------------------------
 
 
 def _actor(cls: type, name: str, cfg: Any, num_gpus: float = 0, **placed: Any) -> Any:

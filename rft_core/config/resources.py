@@ -4,6 +4,7 @@ and the launcher agree without importing torch).
 - ``gpu_split``: the explorer actor's and the trainer's GPUs in mode both;
 - ``trainer_gpus``: the trainer's GPUs in any mode (all of the job's in mode train);
 - ``trainer_world_size``: trainer ranks (``trainer.world_size``, else one per trainer GPU);
+- ``check_cluster``: the rollout engines fit the job's GPUs, with one left for the trainer;
 - ``check_world_size``: a world size the GPUs can hold (one GPU a rank);
 - ``job_placement``: the Ray placement group bundles of the explorer and the trainer ranks on a
   GPU cluster (the rollout engines of ``engine_num > 1`` have their own: ``rollout/pool.py``).
@@ -11,6 +12,7 @@ and the launcher agree without importing torch).
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,3 +128,44 @@ def job_placement(cfg: Any) -> JobPlacement | None:
     total = sum(b["GPU"] for b in bundles)
     strategy = "STRICT_PACK" if nodes == 1 or total <= gpn else "PACK"
     return JobPlacement(tuple(bundles), tuple(roles), strategy)
+
+
+def check_cluster(cfg: Any) -> None:
+    """The rollout engines fit the job's GPUs (``engine_type: auto`` resolved first: vllm when
+    there are GPUs and vLLM is installed, else hf), leaving the trainer one in mode both."""
+    c, rm = cfg.cluster, cfg.explorer.rollout_model
+    total = c.node_num * c.gpu_per_node
+    if rm.engine_type == "auto":
+        rm.engine_type = "vllm" if c.gpu_per_node > 0 and importlib.util.find_spec("vllm") else "hf"
+    if rm.engine_type == "vllm" and total == 0:
+        raise ConfigError(
+            "explorer.rollout_model.engine_type",
+            "vllm runs on GPUs but cluster.gpu_per_node is 0; set cluster.gpu_per_node or use engine_type hf",
+            value="vllm",
+            allowed=["hf", "auto"],
+        )
+    if total == 0 or cfg.mode in ("train",):
+        return
+    if rm.tensor_parallel_size > c.gpu_per_node:
+        raise ConfigError(
+            "explorer.rollout_model.tensor_parallel_size",
+            f"{rm.tensor_parallel_size} GPUs per engine exceed cluster.gpu_per_node {c.gpu_per_node} (an engine lives on one node)",
+            value=rm.tensor_parallel_size,
+        )
+    rollout_gpus = rm.engine_num * rm.tensor_parallel_size
+    shown = (
+        f"explorer.rollout_model.engine_num {rm.engine_num} x tensor_parallel_size {rm.tensor_parallel_size} = "
+        f"{rollout_gpus} GPUs, of cluster.node_num {c.node_num} x gpu_per_node {c.gpu_per_node} = {total}"
+    )
+    if cfg.mode == "both" and rollout_gpus >= total:
+        raise ConfigError(
+            "explorer.rollout_model.engine_num",
+            f"{shown}: no GPU left for the trainer in mode both; use fewer engines, more GPUs, or mode colocate",
+            value=rm.engine_num,
+        )
+    if rollout_gpus > total:
+        raise ConfigError(
+            "explorer.rollout_model.engine_num",
+            f"{shown}: more GPUs than the job has",
+            value=rm.engine_num,
+        )

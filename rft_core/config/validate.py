@@ -31,7 +31,6 @@ path. Decisions (where Trinity is silent or where TRINITY_COMPAT.md asks for a f
 from __future__ import annotations
 
 import copy
-import importlib.util
 import logging
 from pathlib import PurePosixPath
 from typing import Any
@@ -39,7 +38,7 @@ from typing import Any
 from rft_core.algorithms.presets import get_preset, ignored_kl_penalty, mixes_expert_data
 from rft_core.buffer import QUEUE_BETWEEN_JOBS_NEEDS_PATH
 from rft_core.config.expert_data import check_expert_data, expert_rows_per_step
-from rft_core.config.resources import check_world_size
+from rft_core.config.resources import check_cluster, check_world_size
 from rft_core.config.schema import (
     Config,
     ExperienceBufferConfig,
@@ -176,7 +175,9 @@ def _derive(cfg: Config) -> None:
     _derive_algorithm(cfg)
     _derive_buffer(cfg)
     _check_explorer(cfg)
-    _check_cluster(cfg)
+    _at_least(cfg.cluster.node_num, "cluster.node_num", 1)
+    _at_least(cfg.cluster.gpu_per_node, "cluster.gpu_per_node", 0)
+    check_cluster(cfg)
     _derive_synchronizer(cfg)
     _derive_trainer(cfg)
     cfg._unimplemented = unimplemented_settings(cfg)  # what each actor's log repeats
@@ -517,47 +518,6 @@ def _check_auxiliary_model(aux: Any, path: str) -> None:
     for key in ("max_model_len", "max_prompt_tokens", "max_response_tokens"):
         if getattr(aux, key) is not None:
             _at_least(getattr(aux, key), f"{path}.{key}", 1)
-
-
-def _check_cluster(cfg: Config) -> None:
-    c, rm = cfg.cluster, cfg.explorer.rollout_model
-    _at_least(c.node_num, "cluster.node_num", 1)
-    _at_least(c.gpu_per_node, "cluster.gpu_per_node", 0)
-    total = c.node_num * c.gpu_per_node
-    if rm.engine_type == "auto":
-        rm.engine_type = "vllm" if c.gpu_per_node > 0 and importlib.util.find_spec("vllm") else "hf"
-    if rm.engine_type == "vllm" and total == 0:
-        raise ConfigError(
-            "explorer.rollout_model.engine_type",
-            "vllm runs on GPUs but cluster.gpu_per_node is 0; set cluster.gpu_per_node or use engine_type hf",
-            value="vllm",
-            allowed=["hf", "auto"],
-        )
-    if total == 0 or cfg.mode in ("train",):
-        return
-    if rm.tensor_parallel_size > c.gpu_per_node:
-        raise ConfigError(
-            "explorer.rollout_model.tensor_parallel_size",
-            f"{rm.tensor_parallel_size} GPUs per engine exceed cluster.gpu_per_node {c.gpu_per_node} (an engine lives on one node)",
-            value=rm.tensor_parallel_size,
-        )
-    rollout_gpus = rm.engine_num * rm.tensor_parallel_size
-    shown = (
-        f"explorer.rollout_model.engine_num {rm.engine_num} x tensor_parallel_size {rm.tensor_parallel_size} = "
-        f"{rollout_gpus} GPUs, of cluster.node_num {c.node_num} x gpu_per_node {c.gpu_per_node} = {total}"
-    )
-    if cfg.mode == "both" and rollout_gpus >= total:
-        raise ConfigError(
-            "explorer.rollout_model.engine_num",
-            f"{shown}: no GPU left for the trainer in mode both; use fewer engines, more GPUs, or mode colocate",
-            value=rm.engine_num,
-        )
-    if rollout_gpus > total:
-        raise ConfigError(
-            "explorer.rollout_model.engine_num",
-            f"{shown}: more GPUs than the job has",
-            value=rm.engine_num,
-        )
 
 
 _SYNC_FOR_MODE = {"both": "nccl", "colocate": "memory"}

@@ -132,14 +132,14 @@ def test_unreachable_ray_address_is_a_service_error_naming_it(tmp_path, monkeypa
 
 
 def test_a_job_server_address_joins_that_heads_cluster(monkeypatch):
-    from rft_core.launcher import _ray_address
+    from rft_core.ray_cluster import ray_address
 
     monkeypatch.setenv("RAY_ADDRESS", "http://ray-head.internal:8265")
-    assert _ray_address(load_config(DEMO)) == "ray-head.internal:6379"
+    assert ray_address(load_config(DEMO)) == "ray-head.internal:6379"
     cfg = load_config(DEMO, ["cluster.ray_address=ray://other:10001"])
-    assert _ray_address(cfg) == "ray://other:10001"  # the config's own address wins
+    assert ray_address(cfg) == "ray://other:10001"  # the config's own address wins
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
-    assert _ray_address(cfg) == "10.0.0.5:6379"  # a joinable RAY_ADDRESS wins, as before
+    assert ray_address(cfg) == "10.0.0.5:6379"  # a joinable RAY_ADDRESS wins, as before
 
 
 def test_continue_from_checkpoint_false_renames_loudly_never_silently(tmp_path, capsys):
