@@ -17,8 +17,8 @@ Printed, in one JSON object (also written to ``$OUT/gpu_grpo.json``):
 * rollout tokens/s (bf16, best of ``steps`` after a warm-up call): the hf engine (static cache +
   CUDA graphs), the same eagerly, the generic path, ``model.generate`` and ``model.generate``
   with ``cache_implementation="static"``, all at the same batch (prompts × group rows);
-* trainer: ``PolicyTrainer.train_step`` on the rollout's experiences (fp32 master weights, bf16
-  autocast), tokens/s and MFU = 6 · N · tokens / time / 790e12 (N: the model's parameters; the
+* trainer: ``PolicyTrainer.train_step`` on the rollout's experiences (``dtype: auto``: bf16
+  parameters with fp32 master weights), tokens/s and MFU = 6 · N · tokens / time / 790e12 (N: the model's parameters; the
   H200's measured dense bf16 rate), peak memory;
 * the hand-off from the trainer to the engine on the one GPU (what colocate's sync costs), the
   whole step (rollout + train + hand-off) and the peak GPU memory of the step;
@@ -311,7 +311,7 @@ def train_and_step(model_dir: Path, groups: list[list], args, out: dict) -> None
         )
 
     # each variant "rows per micro-batch:gradient checkpointing 0/1:dtype[:packed 0/1[:fusion]]"
-    # ("auto": fp32 master weights with bf16 autocast; "bfloat16": bf16 weights and optimizer,
+    # ("auto": bf16 parameters with fp32 master weights; "bfloat16": bf16 weights and optimizer,
     # for scale; packed: trainer.use_remove_padding; fusion: trainer.use_torch_compile, "0"
     # eager or a scope of rft_core.trainer.fusion, "parts" or "layers"; left out: defaults)
     variants, best_variant = [], None

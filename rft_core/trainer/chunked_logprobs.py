@@ -93,8 +93,8 @@ class _ChunkedTokenScores(torch.autograd.Function):
                 grad_logits = fused_chunk_backward()(
                     _logits(h, w, b),
                     targets[start:end],
-                    _or_zeros(grad_logp, start, end, hidden.new_zeros((), dtype=torch.float32)),
-                    _or_zeros(grad_entropy, start, end, hidden.new_zeros((), dtype=torch.float32)),
+                    _or_zeros(grad_logp, start, end, hidden.device),
+                    _or_zeros(grad_entropy, start, end, hidden.device),
                     temperature,
                 )
             else:
@@ -145,9 +145,11 @@ def _grad_logits(
     return z
 
 
-def _or_zeros(grad: torch.Tensor | None, start: int, end: int, like: torch.Tensor) -> torch.Tensor:
+def _or_zeros(
+    grad: torch.Tensor | None, start: int, end: int, device: torch.device
+) -> torch.Tensor:
     """Rows ``start:end`` of an output's incoming gradient, zeros when it has none."""
-    return grad[start:end] if grad is not None else like.new_zeros(end - start)
+    return grad[start:end] if grad is not None else torch.zeros(end - start, device=device)
 
 
 def _chunk_forward(

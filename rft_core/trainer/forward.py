@@ -41,7 +41,6 @@ class PolicyForward:
         self,
         *,
         ranks: StepRanks,
-        autocast_dtype: torch.dtype | None,
         temperature: float,
         pad_token_id: int,
         micro_batch_size: int | None,
@@ -53,7 +52,6 @@ class PolicyForward:
     ) -> None:
         self.ranks = ranks
         self.device = ranks.device
-        self.autocast_dtype = autocast_dtype
         self.temperature = temperature
         self.pad_token_id = pad_token_id
         self.micro_batch_size = micro_batch_size
@@ -88,14 +86,7 @@ class PolicyForward:
         carries a gradient only with ``entropy_grad`` (an entropy bonus). The logits are
         computed a chunk of tokens at a time inside the model's forward
         (``chunked_logprobs``), never whole."""
-        with (
-            torch.autocast(
-                self.device.type,
-                dtype=self.autocast_dtype or torch.bfloat16,
-                enabled=self.autocast_dtype is not None,
-            ),
-            cpu_attention(model),
-        ):
+        with cpu_attention(model):
             if not scores_in_head(model):
                 return self._scores_from_logits(model, mb, entropy)
             with head_scores(

@@ -29,7 +29,6 @@ class PolicyModels:
     model: Any  # the policy, trained
     ref_model: Any | None  # frozen; None when no KL term or DPO needs it
     device: torch.device  # where this process's parameters (or its shards) live
-    autocast_dtype: torch.dtype | None  # None: no autocast (fp32 CPU, explicit dtype, FSDP2)
     master_weights: bool = False  # bf16 parameters, fp32 masters in the optimizer
 
 
@@ -52,7 +51,6 @@ def load_policy_models(
     explicit = resolve_dtype(dtype, device) if dtype not in (None, "auto") else None
     master_weights = uses_master_weights(explicit, device, sharded)
     param_dtype = explicit or (torch.bfloat16 if master_weights else torch.float32)
-    autocast_dtype = None
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     pad = tokenizer.pad_token_id
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=param_dtype)
@@ -81,7 +79,6 @@ def load_policy_models(
         model=model,
         ref_model=ref_model,
         device=device,
-        autocast_dtype=autocast_dtype,
         master_weights=master_weights,
     )
 

@@ -105,7 +105,6 @@ class PolicyTrainer(PolicyCheckpoints):
         self.ref_model = models.ref_model
         self.forward = PolicyForward(
             ranks=dataclasses.replace(ranks, device=models.device),
-            autocast_dtype=models.autocast_dtype,
             temperature=temperature if temperature > 0 else 1.0,
             pad_token_id=models.pad_token_id,
             micro_batch_size=micro_batch_size,
