@@ -16,6 +16,8 @@ export RFT_WEB_PORT
 
 help:
 	@echo "make demo   set up (venv, database, demo login, demo model+data) and start the stack on http://127.0.0.1:$(RFT_WEB_PORT)/"
+	@echo "           (under supervisord: a process that dies is restarted with back-off; logs in var/log/<process>.log,"
+	@echo "           one line per restart in var/log/restarts.log; \`.venv/bin/supervisorctl -c var/supervisord.conf status|restart web\`)"
 	@echo "make test   the same setup without servers, then the whole pytest suite (SQLite, then PostgreSQL when it answers)"
 
 venv: $(STAMP)
@@ -48,9 +50,9 @@ setup: venv migrate demo-user demo-assets static
 
 demo: setup
 	@$(PY) scripts/stack.py prepare
-	@echo "== starting redis, ray, worker, ingestor, web — open http://127.0.0.1:$(RFT_WEB_PORT)/ (login in var/demo_login.txt); Ctrl-C stops all"
-	@mkdir -p var/log
-	@PATH="$(BIN):$$PATH" $(BIN)/honcho start -f Procfile -e var/run.env 2>&1 | tee -i var/log/demo.log
+	@echo "== starting the Procfile's processes under supervisord — open http://127.0.0.1:$(RFT_WEB_PORT)/ (login in var/demo_login.txt)"
+	@echo "   logs: var/log/<process>.log, restarts: var/log/restarts.log; \`$(BIN)/supervisorctl -c var/supervisord.conf status\`; Ctrl-C stops all"
+	@PATH="$(BIN):$$PATH" $(PY) scripts/stack.py supervise
 
 test: setup
 	@echo "== pass 1: whole suite, database: SQLite (temporary test database)"; \

@@ -2,6 +2,7 @@
 """The local stack of `make demo` / `make test`: decide addresses, check ports, start services.
 
     python scripts/stack.py prepare      # before anything starts: ports, Redis, Ray, DB -> var/run.env
+    python scripts/stack.py supervise    # Procfile + var/run.env -> var/supervisord.conf; run it
     python scripts/stack.py redis        # Procfile: the embedded redis-server, or wait on the external one
     python scripts/stack.py ray          # Procfile: a Ray head (2 CPUs), or wait on RAY_ADDRESS
     python scripts/stack.py wait redis|web   # block until that service answers (Procfile ordering)
@@ -51,7 +52,7 @@ def fail(message: str) -> int:
 
 
 def prepare() -> int:
-    """Decide every address, check every port, write var/run.env (read by honcho -e)."""
+    """Decide every address, check every port, write var/run.env (read by `supervise`)."""
     VAR.mkdir(parents=True, exist_ok=True)
     (VAR / "log").mkdir(exist_ok=True)
     web_port = int(os.environ.get("RFT_WEB_PORT", "8000"))
@@ -131,8 +132,25 @@ def check_db() -> int:
 
 
 def _ray_temp_dir() -> str:
-    # Short and unique per checkout: Ray puts Unix sockets under it (108-byte path limit).
-    return f"/tmp/rft-ray-{hashlib.sha1(str(ROOT).encode()).hexdigest()[:8]}"
+    # Short and unique per var dir (a checkout's demo, a test's stack): Ray puts Unix sockets
+    # under it (108-byte path limit), and the leftovers of a dead head are found by it.
+    return f"/tmp/rft-ray-{hashlib.sha1(str(VAR.resolve()).encode()).hexdigest()[:8]}"
+
+
+def supervise() -> int:
+    """Write var/supervisord.conf from the Procfile and var/run.env, then become supervisord
+    in the foreground (workers/supervision.py says how it runs each process)."""
+    from workers.supervision import SupervisionError, write_config
+
+    if not ENV_FILE.exists():
+        raise StackError(f"{ENV_FILE} is missing; run `python scripts/stack.py prepare` first")
+    try:
+        conf = write_config(ROOT / "Procfile", ENV_FILE, VAR)
+    except SupervisionError as err:
+        raise StackError(str(err)) from err
+    supervisord = str(Path(sys.executable).parent / "supervisord")
+    os.execv(supervisord, [supervisord, "--nodaemon", "--configuration", str(conf)])
+    return 0  # not reached
 
 
 def run_redis() -> int:
@@ -156,6 +174,9 @@ def run_ray() -> int:
         print(f"using the Ray cluster at RAY_ADDRESS={os.environ.get('RAY_ADDRESS')}", flush=True)
         return _wait_for_signal()
     temp_dir = _ray_temp_dir()
+    # A head of this var dir that died (its `ray start` killed, its gcs_server gone) may have
+    # left processes holding the ports: stop them before a new head takes the same ports.
+    _stop_leftovers([], temp_dir)
     cmd = [
         str(Path(sys.executable).parent / "ray"), "start", "--head", "--block",
         "--num-cpus", os.environ.get("RFT_RAY_NUM_CPUS", "2"),
@@ -293,6 +314,7 @@ def postgres_url() -> int:
 def main(argv: list[str]) -> int:
     commands = {
         "prepare": prepare,
+        "supervise": supervise,
         "redis": run_redis,
         "ray": run_ray,
         "postgres-url": postgres_url,

@@ -1,5 +1,5 @@
 """`make demo`'s Ray process (scripts/stack.py ray): a real head whose job server the health
-check sees up, and that leaves no Ray process behind when it gets SIGTERM (Ctrl-C under honcho)."""
+check sees up, and that leaves no Ray process behind when it gets SIGTERM (Ctrl-C under supervisord)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,12 @@ from workers.services import first_free_port, free_port
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_demo_ray_head_is_seen_up_and_stops_without_leftovers():
+def test_the_demo_ray_head_is_seen_up_and_stops_without_leftovers(tmp_path):
     dashboard = free_port()
     env = {
         **os.environ,
+        # a var dir of its own: the head's temp dir (and the leftovers it stops) follow from it
+        "RFT_VAR_DIR": str(tmp_path),
         "RFT_RAY_HEAD": "1",
         "RFT_RAY_NUM_CPUS": "1",
         "RFT_RAY_DASHBOARD_PORT": str(dashboard),
