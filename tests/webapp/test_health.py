@@ -1,5 +1,7 @@
 """The health page reports each service up or down with the reason, against real services:
-the test database, the test Redis, and closed ports standing in for stopped services."""
+the test database, the test Redis, a Celery worker, a Ray head, and closed ports standing in
+for stopped services. The reasons (addresses, paths, hostnames, versions) are for staff only:
+anonymous visitors and other users see up or down."""
 
 from __future__ import annotations
 
@@ -12,6 +14,12 @@ pytestmark = pytest.mark.django_db
 
 def _services(client) -> dict:
     return client.get("/health.json").json()["services"]
+
+
+@pytest.fixture
+def client(admin_client):
+    """The reasons these tests look at are shown to staff: a staff user's client."""
+    return admin_client
 
 
 def test_it_reports_database_and_redis_up(client, settings, redis_url):
@@ -80,3 +88,80 @@ def test_the_html_page_marks_each_service(client, settings):
         assert f'id="service-{name}"' in html
     assert 'id="service-ray" data-up="false"' in html
     assert 'id="service-database" data-up="true"' in html
+
+
+# ------------------------------------------------------------------ what each visitor sees
+
+
+@pytest.fixture
+def secrets(settings, redis_url, ray_head, celery_worker_queue, unique_id) -> list[str]:
+    """The real configured values the page must keep from non-staff visitors: the database
+    path, the Redis URL and its server's version, the Ray address and version, a Celery
+    worker's name (with this machine's hostname)."""
+    import socket
+
+    import ray
+    import redis as redis_lib
+
+    settings.REDIS_URL = redis_url
+    settings.RAY_ADDRESS = ray_head.address
+    client = redis_lib.Redis.from_url(redis_url)
+    version = client.info("server")["redis_version"]
+    client.close()
+    return [
+        str(settings.DATABASES["default"]["NAME"]),
+        redis_url,
+        f"redis {version}",
+        ray_head.address,
+        f"ray {ray.__version__}",
+        f"{unique_id}@{socket.gethostname()}",
+    ]
+
+
+def _seen(http) -> str:
+    return http.get("/health/").content.decode() + http.get("/health.json").content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_anonymous_visitors_and_other_users_see_up_or_down_only(
+    secrets, admin_client, django_user_model
+):
+    from django.test import Client
+
+    staff_view = _seen(admin_client)
+    for value in secrets:
+        assert value in staff_view  # the values are real: staff sees every one
+    anonymous = Client()
+    user = Client()
+    user.force_login(django_user_model.objects.create_user("plain", password="x-long-pass-1"))
+    for who, http in (("anonymous", anonymous), ("a non-staff user", user)):
+        seen = _seen(http)
+        leaked = [value for value in secrets if value in seen]
+        assert leaked == [], f"{who} sees {leaked}"
+        body = http.get("/health.json").json()
+        assert body["services"] == {
+            name: {"up": True} for name in ("database", "redis", "celery", "ray")
+        }
+        assert body["supervisor"] == {"in_use": False, "up": True, "processes": {}}
+        page = http.get("/health/").content.decode()
+        assert 'id="service-celery" data-up="true"' in page
+        assert "<th>Detail</th>" not in page
+
+
+def test_without_supervisord_the_page_says_the_supervisor_is_not_in_use(client, monkeypatch):
+    monkeypatch.delenv("SUPERVISOR_SERVER_URL", raising=False)
+    body = client.get("/health.json").json()
+    assert body["supervisor"]["in_use"] is False
+    assert "not in use" in body["supervisor"]["detail"]
+    page = client.get("/health/").content.decode()
+    assert "The supervisor is not in use" in page
+    assert 'id="supervisor" data-in-use="false"' in page
+
+
+def test_a_supervisord_that_does_not_answer_is_down_not_an_error(client, monkeypatch, tmp_path):
+    monkeypatch.setenv("SUPERVISOR_SERVER_URL", f"unix://{tmp_path}/nobody.sock")
+    response = client.get("/health.json")
+    assert response.status_code == 503
+    supervisor = response.json()["supervisor"]
+    assert supervisor["in_use"] is True and supervisor["up"] is False
+    assert "supervisord does not answer" in supervisor["detail"]

@@ -1,8 +1,10 @@
-"""One check per service the dashboard depends on: database, Redis, Celery worker, Ray.
+"""One check per service the dashboard depends on: database, Redis, Celery worker, Ray; and
+the processes of the stack when supervisord runs it (`make demo`).
 
 Each check returns a :class:`ServiceStatus` with ``up`` and a one-line ``detail`` that says
 what answered, or why not and how to start it. Checks never raise and each has a short timeout
-so the health page answers even when everything is down.
+so the health page answers even when everything is down. The details name addresses, paths,
+hostnames and versions: the views show them to staff only.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -160,6 +162,45 @@ def _safe_url(url: str) -> str:
         netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
         return parts._replace(netloc=netloc).geturl()
     return url
+
+
+@dataclass
+class SupervisorStatus:
+    """The stack's processes under supervisord: ``in_use`` False when this process was not
+    started by supervisord (tests; a deployment under systemd or Kubernetes), ``up`` False when
+    supervisord does not answer on its socket."""
+
+    in_use: bool
+    up: bool
+    detail: str
+    processes: list = field(default_factory=list)  # workers.supervision.SupervisedProcess
+
+
+def check_supervisor() -> SupervisorStatus:
+    from workers.supervision import supervised_processes
+
+    try:
+        processes = supervised_processes()
+    except Exception as err:  # noqa: BLE001 - a supervisord that does not answer is "down"
+        return SupervisorStatus(
+            True,
+            False,
+            f"supervisord does not answer at {os.environ.get('SUPERVISOR_SERVER_URL')} "
+            f"({_reason(err)})",
+        )
+    if processes is None:
+        return SupervisorStatus(
+            False,
+            True,
+            "the supervisor is not in use: this web process was not started by supervisord "
+            "(`make demo` starts one), so restarts are up to what runs this deployment",
+        )
+    return SupervisorStatus(
+        True,
+        True,
+        f"supervisord at {os.environ.get('SUPERVISOR_SERVER_URL')}: {len(processes)} processes",
+        processes,
+    )
 
 
 def check_all() -> list[ServiceStatus]:
