@@ -1,0 +1,469 @@
+"""`make demo`'s stack under supervisord, really started (``scripts/stack.py supervise`` on the
+Procfile, in a var dir of the test's with its own ports, database, Redis database index and Ray
+head): every process of it dies once while a run trains, and the run does not notice.
+
+In order, on one stack (starting it is most of the cost):
+
+1. During a run of the demo (shortened through the API: 2 SFT steps, then 3 GRPO steps of
+   4 tasks x 4 samples), the ingestor, the web, the Celery worker and beat are each killed
+   with SIGKILL. Each is started again, with one line in var/log/restarts.log, and
+   /health.json (as staff) shows its restart. The run succeeds, and its metric points through
+   the API are exactly the metric values of its monitor JSONL files: the entries the killed
+   ingestor had read but not stored were delivered again, none stored twice.
+2. The Ray head's gcs_server is killed during a second run: supervisord starts the head again
+   on the same ports, the run becomes lost with the reason, and a third run starts on the new
+   head.
+3. SIGINT to supervisord (Ctrl-C under `make demo`) stops every process of the stack: none
+   of the pids seen under it, Ray's included, is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+from redis_claim import CLAIM_KEY, claim_db
+
+from workers.services import free_port
+from workers.supervision import (
+    RestartCounter,
+    SupervisionError,
+    _rpc,
+    pace_delay,
+    read_counts,
+    render_config,
+    socket_path,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+# guards against a hung stack or run, not timing assertions
+START_GUARD_S = 240
+RUN_GUARD_S = 400
+STOP_GUARD_S = 60
+KILLED = ("ingestor", "web", "worker", "beat")
+
+
+@dataclass
+class SupervisedStack:
+    var: Path
+    env: dict[str, str]
+    url: str
+    supervisord: subprocess.Popen
+    username: str = ""
+    password: str = ""
+    staff: requests.Session = field(default_factory=requests.Session)
+    api: requests.Session = field(default_factory=requests.Session)
+
+    @property
+    def rpc(self):
+        return _rpc(f"unix://{socket_path(self.var)}").supervisor
+
+    def log(self, name: str) -> str:
+        path = self.var / "log" / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def logs_tail(self, chars: int = 2500) -> str:
+        names = ["supervisord", "restarts", "ray", "worker", "ingestor", "web", "beat"]
+        return "\n".join(f"--- {name}\n{self.log(name)[-chars:]}" for name in names)
+
+    def get(self, session: requests.Session, path: str, **kwargs):
+        """GET that waits out a restarting web server (connection refused) for a while."""
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                return session.get(f"{self.url}{path}", timeout=30, **kwargs)
+            except requests.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def health(self) -> dict:
+        return self.get(self.staff, "/health.json").json()
+
+    def run(self, pk: int) -> dict:
+        return self.get(self.api, f"/api/v1/runs/{pk}/").json()
+
+    def wait_run(self, pk: int, wanted: set[str], guard_s: float = RUN_GUARD_S) -> dict:
+        deadline = time.monotonic() + guard_s
+        while True:
+            run = self.run(pk)
+            if run["status"] in wanted:
+                return run
+            if run["is_final"] or time.monotonic() > deadline:
+                raise AssertionError(
+                    f"run {pk} is {run['status']} (wanted {sorted(wanted)}): "
+                    f"{run.get('exit_reason')} {run.get('last_error')}\n{self.logs_tail()}"
+                )
+            time.sleep(1)
+
+    def launch(self, experiment: int) -> int:
+        response = self.api.post(f"{self.url}/api/v1/experiments/{experiment}/launch/", timeout=60)
+        assert response.status_code == 201, response.text
+        return response.json()["id"]
+
+
+# ------------------------------------------------------------------ the config, the counter
+
+
+def test_the_config_runs_each_procfile_line_with_the_run_env(tmp_path):
+    procfile = tmp_path / "Procfile"
+    procfile.write_text(
+        "# comment\nweb: exec daphne -p $RFT_WEB_PORT app\nworker: celery -n w@%h\n"
+    )
+    env = tmp_path / "run.env"
+    env.write_text("RFT_WEB_PORT=8123\nREDIS_URL=redis://127.0.0.1:6379/0\n")
+    conf = render_config(procfile, env, tmp_path)
+    import configparser
+
+    parser = configparser.RawConfigParser()
+    parser.read_string(conf)
+    assert [s for s in parser.sections() if s.startswith("program:")] == [
+        "program:web",
+        "program:worker",
+    ]
+    web = parser["program:web"]
+    assert web["command"].endswith("pace web && exec daphne -p $RFT_WEB_PORT app'")
+    assert web["autorestart"] == "true" and web["stopasgroup"] == "true"
+    assert web["stdout_logfile"] == str(tmp_path / "log" / "web.log")
+    assert "w@%%h" in parser["program:worker"]["command"]  # supervisord's % escaped
+    assert 'RFT_WEB_PORT="8123"' in parser["supervisord"]["environment"]
+    assert parser["unix_http_server"]["file"] == str(tmp_path / "supervisor" / "supervisor.sock")
+    assert parser["eventlistener:restarts"]["events"] == "PROCESS_STATE"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("web exec daphne\n", "Procfile:1: not a `name: command` line: 'web exec daphne'"),
+        ("web: a\nweb: b\n", "Procfile:2: process 'web' is listed twice"),
+        ("# nothing\n", "Procfile lists no process"),
+    ],
+)
+def test_a_bad_procfile_is_one_message_naming_the_line(tmp_path, text, message):
+    procfile = tmp_path / "Procfile"
+    procfile.write_text(text)
+    with pytest.raises(SupervisionError) as refused:
+        render_config(procfile, tmp_path / "run.env", tmp_path)
+    assert str(refused.value) == f"{procfile}{message[len('Procfile') :]}"
+
+
+def test_a_var_dir_too_long_for_a_unix_socket_is_refused(tmp_path):
+    procfile = tmp_path / "Procfile"
+    procfile.write_text("web: true\n")
+    var = tmp_path / ("v" * 120)
+    with pytest.raises(SupervisionError, match="longer than 107 bytes.*shorter RFT_VAR_DIR"):
+        render_config(procfile, tmp_path / "run.env", var)
+
+
+def test_restarts_are_counted_from_exits_and_logged_one_line_each(tmp_path):
+    import io
+
+    log = io.StringIO()
+    path = tmp_path / "supervisor" / "restarts.json"
+    counter = RestartCounter(path, supervisord_pid=4242, log=log)
+    events = [
+        ("PROCESS_STATE_STARTING", {"processname": "web", "from_state": "STOPPED", "tries": "0"}),
+        ("PROCESS_STATE_RUNNING", {"processname": "web", "from_state": "STARTING"}),
+        ("PROCESS_STATE_EXITED", {"processname": "web", "from_state": "RUNNING", "expected": "0"}),
+        ("PROCESS_STATE_STARTING", {"processname": "web", "from_state": "EXITED", "tries": "0"}),
+        ("PROCESS_STATE_BACKOFF", {"processname": "web", "from_state": "STARTING"}),
+        ("PROCESS_STATE_STARTING", {"processname": "web", "from_state": "BACKOFF", "tries": "1"}),
+    ]
+    for name, payload in events:
+        counter.event(name, {**payload, "groupname": "web"}, now=1000.0)
+    assert json.loads(path.read_text())["supervisord_pid"] == 4242
+    web = read_counts(tmp_path)["web"]
+    assert web.restarts == 2 and web.exits == [1000.0, 1000.0]
+    assert web.last_exit.startswith("BACKOFF at ")
+    lines = log.getvalue().splitlines()
+    assert len(lines) == 2
+    assert "restart 1 of web: EXITED (unexpected)" in lines[0]
+    assert "restart 2 of web: BACKOFF" in lines[1] and "(try 2)" in lines[1]
+    # the listener restarted under the same supervisord keeps the counts; a new one starts at 0
+    assert RestartCounter(path, 4242, log=log).processes["web"].restarts == 2
+    assert RestartCounter(path, 5151, log=log).processes == {}
+
+
+def test_a_crash_loop_waits_longer_and_longer_up_to_a_minute():
+    now = 10_000.0
+    assert pace_delay([], now) == 0
+    assert pace_delay([now - 5, now - 3], now) == 0
+    assert pace_delay([now - 500] * 10, now) == 0  # old exits do not count
+    delays = [pace_delay([now - 1] * n, now) for n in range(3, 10)]
+    assert delays == [2, 4, 8, 16, 32, 60, 60]
+
+
+# ------------------------------------------------------------------ the real stack
+
+
+def _manage(env: dict[str, str], *args: str) -> str:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
+def _wait_for(what: str, probe, stack: SupervisedStack, guard_s: float = START_GUARD_S):
+    deadline = time.monotonic() + guard_s
+    while True:
+        value = probe()
+        if value:
+            return value
+        if stack.supervisord.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen:\n{stack.logs_tail()}")
+        time.sleep(1)
+
+
+def _log_in(stack: SupervisedStack) -> None:
+    session = stack.staff
+    session.get(f"{stack.url}/login/", timeout=30).raise_for_status()
+    response = session.post(
+        f"{stack.url}/login/",
+        data={
+            "username": stack.username,
+            "password": stack.password,
+            "csrfmiddlewaretoken": session.cookies["csrftoken"],
+        },
+        timeout=30,
+    )
+    assert response.ok and "/login/" not in response.url, response.text[:500]
+
+
+def _shortened_demo(stack: SupervisedStack) -> int:
+    listed = stack.api.get(f"{stack.url}/api/v1/experiments/?search=grpo_demo", timeout=30)
+    (demo,) = [e for e in listed.json()["results"] if e["name"] == "grpo_demo"]
+    url = f"{stack.url}/api/v1/experiments/{demo['id']}/"
+    config = stack.api.get(url, timeout=30).json()["config"]
+    config["algorithm"]["repeat_times"] = 4
+    config["buffer"].update(batch_size=4, total_steps=3)
+    config["buffer"]["explorer_input"]["eval_tasksets"] = []
+    config["explorer"]["eval_on_startup"] = False
+    config["trainer"]["save_interval"] = 3
+    config["stages"][0]["buffer"].update(train_batch_size=8, total_steps=2)
+    patched = stack.api.patch(url, json={"config": config, "note": "shortened"}, timeout=60)
+    assert patched.status_code == 200, patched.text
+    return demo["id"]
+
+
+@pytest.fixture(scope="module")
+def supervised(redis_url) -> SupervisedStack:
+    import uuid
+
+    owner = f"t{uuid.uuid4().hex[:12]}"
+    # short: supervisord's and Ray's Unix sockets live under it (a 107-byte limit)
+    var = Path(tempfile.mkdtemp(prefix="rsup-", dir="/tmp"))
+    (var / "log").mkdir()
+    bin_dir = Path(sys.executable).parent
+    subprocess.run(
+        [str(bin_dir / "trinity"), "init-demo", "--out", str(var / "demo")],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    stack_redis = claim_db(redis_url, owner)
+    web, dashboard = free_port(), free_port()
+    run_env = {
+        "RFT_WEB_PORT": str(web),
+        "DJANGO_SETTINGS_MODULE": "webapp.settings",
+        # a database index of its own: no other stack's workers or run streams
+        "REDIS_URL": stack_redis,
+        "RFT_EMBEDDED_REDIS_PORT": "",
+        "RAY_ADDRESS": f"http://127.0.0.1:{dashboard}",
+        "RFT_RAY_HEAD": "1",
+        "RFT_RAY_DASHBOARD_PORT": str(dashboard),
+        "RFT_RAY_GCS_PORT": str(free_port()),
+        "RFT_RAY_CLIENT_PORT": str(free_port()),
+        "RFT_RAY_AGENT_PORT": str(free_port()),
+        "DATABASE_URL": f"sqlite:///{var / 'db.sqlite3'}",
+        "RFT_DEMO_DIR": str(var / "demo"),
+        "RFT_RUNS_DIR": str(var / "runs"),
+        "RFT_INGESTOR_GROUP": f"ingestor-{owner}",
+        # a lost run is noticed within seconds, not the demo's 30 s
+        "RFT_RECONCILE_INTERVAL_S": "3",
+    }
+    (var / "run.env").write_text("".join(f"{k}={v}\n" for k, v in run_env.items()))
+    env = {**os.environ, **run_env, "RFT_VAR_DIR": str(var)}
+    for name in ("RFT_ALLOWED_PATH_ROOTS", "SUPERVISOR_SERVER_URL", "RFT_RUNS_QUEUE"):
+        env.pop(name, None)
+    _manage(env, "migrate", "--noinput", "-v", "0")
+    _manage(env, "ensure_demo_user", "--username", "ops", "--login-file", str(var / "login.txt"))
+    _manage(env, "ensure_demo_experiment", "--username", "ops")
+    fields = dict(line.split(": ", 1) for line in (var / "login.txt").read_text().splitlines())
+    out = open(var / "supervise.out", "wb")  # noqa: SIM115 - closed after supervisord stops
+    supervisord = subprocess.Popen(
+        [sys.executable, "scripts/stack.py", "supervise"],
+        cwd=ROOT,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # a Ctrl-C of pytest is not a Ctrl-C of this stack
+    )
+    stack = SupervisedStack(
+        var, env, f"http://127.0.0.1:{web}", supervisord, fields["username"], fields["password"]
+    )
+    try:
+        _wait_for("the web answering", lambda: _answers(stack.url), stack)
+        _log_in(stack)
+        token = _manage(
+            env,
+            "shell",
+            "-c",
+            "from django.contrib.auth import get_user_model\n"
+            "from webapp.accounts.models import ApiToken\n"
+            "print(ApiToken.issue(get_user_model().objects.get(username='ops'), 't')[1])",
+        ).splitlines()[-1]  # after the shell's "N objects imported" banner
+        stack.api.headers["Authorization"] = f"Bearer {token}"
+        _wait_for("every service up", lambda: stack.health()["status"] == "ok", stack)
+        yield stack
+    finally:
+        if supervisord.poll() is None:
+            supervisord.send_signal(signal.SIGTERM)
+            try:
+                supervisord.wait(timeout=STOP_GUARD_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(supervisord.pid, signal.SIGKILL)
+        out.close()
+        _forget(stack_redis)
+        shutil.rmtree(var, ignore_errors=True)
+
+
+def _answers(url: str) -> bool:
+    try:
+        requests.get(f"{url}/health.json", timeout=30)
+        return True
+    except requests.ConnectionError:
+        return False
+
+
+def _forget(url: str) -> None:
+    """The stack's Redis database index: its run streams, queues and claim."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    keys = [*client.scan_iter(match="rft:*"), *client.scan_iter(match="_kombu*"), CLAIM_KEY]
+    client.delete(*keys)
+    client.close()
+
+
+def _api_metric_points(stack: SupervisedStack, pk: int) -> int:
+    names = stack.get(stack.api, f"/api/v1/runs/{pk}/metrics/").json()["names"]
+    total = 0
+    for name in names:
+        body = stack.get(stack.api, f"/api/v1/runs/{pk}/metrics/", params={"name": name})
+        points = body.json()["points"]
+        assert len(points) < 5000, f"{name}: more points than one page"
+        total += len(points)
+    return total
+
+
+def _jsonl_metric_values(job_dir: Path) -> int:
+    files = sorted(job_dir.rglob("*_metrics.jsonl"))
+    assert files, f"no monitor JSONL under {job_dir}"
+    total = 0
+    for path in files:
+        for line in path.read_text().splitlines():
+            if line.strip():
+                total += len(set(json.loads(line)) - {"step", "time"})
+    return total
+
+
+def _restarts_logged(stack: SupervisedStack, name: str) -> list[str]:
+    return [line for line in stack.log("restarts").splitlines() if f" of {name}:" in line]
+
+
+def test_the_run_goes_on_while_each_process_of_the_stack_is_killed_and_restarted(supervised):
+    stack = supervised
+    experiment = _shortened_demo(stack)
+    pk = stack.launch(experiment)
+    stack.wait_run(pk, {"running"})
+    # metrics are flowing: the ingestor has entries in hand when it is killed
+    _wait_for(
+        "the run's first metric points",
+        lambda: stack.get(stack.api, f"/api/v1/runs/{pk}/metrics/").json()["names"],
+        stack,
+    )
+    before = {name: stack.rpc.getProcessInfo(name)["pid"] for name in KILLED}
+    for name in KILLED:
+        os.kill(before[name], signal.SIGKILL)
+        time.sleep(1)
+
+    def all_back() -> bool:
+        infos = {name: stack.rpc.getProcessInfo(name) for name in KILLED}
+        return all(
+            info["statename"] == "RUNNING" and info["pid"] != before[name]
+            for name, info in infos.items()
+        )
+
+    _wait_for("every killed process running again", all_back, stack)
+    for name in KILLED:
+        (line,) = _restarts_logged(stack, name)
+        assert "EXITED (unexpected)" in line, line
+        assert read_counts(stack.var)[name].restarts == 1
+    processes = _wait_for(
+        "/health.json showing the restarts",
+        lambda: (
+            (p := stack.health()["supervisor"]["processes"])
+            and all(p[n]["restarts"] == 1 for n in KILLED)
+            and p
+        ),
+        stack,
+    )
+    assert {name: processes[name]["state"] for name in KILLED} == dict.fromkeys(KILLED, "RUNNING")
+    assert processes["ray"]["restarts"] == 0 and processes["redis"]["restarts"] == 0
+
+    run = stack.wait_run(pk, {"succeeded"})
+    expected = _jsonl_metric_values(Path(run["job_dir"]))
+    # the ingestor stores the run's last entries after the run ends: wait for them to land
+    _wait_for(
+        "the API's metric points to reach the JSONL's count",
+        lambda: _api_metric_points(stack, pk) >= expected,
+        stack,
+        guard_s=60,
+    )
+    assert _api_metric_points(stack, pk) == expected
+
+
+def test_a_dead_ray_head_loses_its_run_with_the_reason_and_comes_back(supervised):
+    stack = supervised
+    experiment = _shortened_demo(stack)
+    pk = stack.launch(experiment)
+    stack.wait_run(pk, {"running"})
+    head = psutil.Process(stack.rpc.getProcessInfo("ray")["pid"])
+    (gcs,) = [p for p in head.children(recursive=True) if p.name() == "gcs_server"]
+    gcs.kill()
+    run = stack.wait_run(pk, {"lost"})
+    assert "Ray head was restarted" in run["exit_reason"], run
+    _wait_for("the Ray head up again", lambda: stack.health()["services"]["ray"]["up"], stack)
+    assert stack.health()["supervisor"]["processes"]["ray"]["restarts"] >= 1
+    assert _restarts_logged(stack, "ray")
+    again = stack.launch(experiment)
+    stack.wait_run(again, {"running", "succeeded"})
+
+
+def test_sigint_to_supervisord_stops_every_process_ray_included(supervised):
+    stack = supervised
+    sup = psutil.Process(stack.supervisord.pid)
+    tree = sup.children(recursive=True)
+    assert len(tree) > 10  # the stack's processes, Ray's and Celery's children
+    assert {"gcs_server", "raylet"} <= {p.name() for p in tree}
+    stack.supervisord.send_signal(signal.SIGINT)
+    assert stack.supervisord.wait(timeout=STOP_GUARD_S) == 0
+    _, alive = psutil.wait_procs(tree, timeout=STOP_GUARD_S)
+    left = [(p.pid, p.name()) for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    assert left == []
+    assert not _answers(stack.url)
