@@ -319,7 +319,12 @@ def pace(name: str) -> int:
     counted = read_counts(var).get(name)
     delay = pace_delay(counted.exits if counted else [], time.time())
     if delay:
-        print(f"{name} exited {len(counted.exits)} times lately: waiting {delay:.0f} s", flush=True)
+        print(
+            f"{name} exited {len(counted.exits)} times, the last at "
+            f"{time.strftime('%H:%M:%S', time.localtime(counted.exits[-1]))}: waiting "
+            f"{delay:.0f} s before starting it again",
+            flush=True,
+        )
         time.sleep(delay)
     return 0
 

@@ -46,6 +46,7 @@ from workers.supervision import (
     read_counts,
     render_config,
     socket_path,
+    write_config,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -204,6 +205,42 @@ def test_a_crash_loop_waits_longer_and_longer_up_to_a_minute():
     assert pace_delay([now - 500] * 10, now) == 0  # old exits do not count
     delays = [pace_delay([now - 1] * n, now) for n in range(3, 10)]
     assert delays == [2, 4, 8, 16, 32, 60, 60]
+
+
+def test_a_crash_loop_is_started_again_and_again_with_growing_waits(tmp_path):
+    """A real supervisord on a Procfile whose one process exits at once: restarted each time,
+    one line each in restarts.log, waits that grow, and never given up (FATAL)."""
+    var = Path(tempfile.mkdtemp(prefix="rsup-", dir="/tmp"))
+    procfile = tmp_path / "Procfile"
+    procfile.write_text("crash: echo started; exit 3\n")
+    (var / "run.env").write_text("")
+    conf = write_config(procfile, var / "run.env", var)
+    supervisord = subprocess.Popen(
+        [str(Path(sys.executable).parent / "supervisord"), "-n", "-c", str(conf)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    restarts = var / "log" / "restarts.log"
+    try:
+        deadline = time.monotonic() + 120
+        while not (restarts.exists() and restarts.read_text().count(" of crash:") >= 5):
+            assert supervisord.poll() is None and time.monotonic() < deadline, (
+                restarts.read_text() if restarts.exists() else "no restarts.log"
+            )
+            time.sleep(0.5)
+        state = _rpc(f"unix://{socket_path(var)}").supervisor.getProcessInfo("crash")
+        assert state["statename"] != "FATAL"
+    finally:
+        supervisord.send_signal(signal.SIGTERM)
+        supervisord.wait(timeout=STOP_GUARD_S)
+    lines = restarts.read_text().splitlines()
+    assert [line.split(" of crash:")[0].split()[-1] for line in lines[:5]] == list("12345")
+    output = (var / "log" / "crash.log").read_text()
+    assert "waiting 2 s before starting it again" in output
+    assert "waiting 4 s before starting it again" in output
+    shutil.rmtree(var, ignore_errors=True)
 
 
 # ------------------------------------------------------------------ the real stack
