@@ -307,13 +307,6 @@ def supervised(redis_url) -> SupervisedStack:
     # short: supervisord's and Ray's Unix sockets live under it (a 107-byte limit)
     var = Path(tempfile.mkdtemp(prefix="rsup-", dir="/tmp"))
     (var / "log").mkdir()
-    bin_dir = Path(sys.executable).parent
-    subprocess.run(
-        [str(bin_dir / "trinity"), "init-demo", "--out", str(var / "demo")],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    )
     stack_redis = claim_db(redis_url, owner)
     web, dashboard = free_port(), free_port()
     run_env = {
@@ -341,8 +334,15 @@ def supervised(redis_url) -> SupervisedStack:
         env.pop(name, None)
     _manage(env, "migrate", "--noinput", "-v", "0")
     _manage(env, "ensure_demo_user", "--username", "ops", "--login-file", str(var / "login.txt"))
-    _manage(env, "ensure_demo_experiment", "--username", "ops")
     fields = dict(line.split(": ", 1) for line in (var / "login.txt").read_text().splitlines())
+    token = _manage(
+        env,
+        "shell",
+        "-c",
+        "from django.contrib.auth import get_user_model\n"
+        "from webapp.accounts.models import ApiToken\n"
+        "print(ApiToken.issue(get_user_model().objects.get(username='ops'), 't')[1])",
+    ).splitlines()[-1]  # after the shell's "N objects imported" banner
     out = open(var / "supervise.out", "wb")  # noqa: SIM115 - closed after supervisord stops
     supervisord = subprocess.Popen(
         [sys.executable, "scripts/stack.py", "supervise"],
@@ -355,18 +355,19 @@ def supervised(redis_url) -> SupervisedStack:
     stack = SupervisedStack(
         var, env, f"http://127.0.0.1:{web}", supervisord, fields["username"], fields["password"]
     )
+    stack.api.headers["Authorization"] = f"Bearer {token}"
     try:
+        # while the stack starts (the Ray head takes longest): the demo model and data, and
+        # the demo experiment that needs them
+        subprocess.run(
+            [str(Path(sys.executable).parent / "trinity"), "init-demo", "--out", str(var / "demo")],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+        _manage(env, "ensure_demo_experiment", "--username", "ops")
         _wait_for("the web answering", lambda: _answers(stack.url), stack)
         _log_in(stack)
-        token = _manage(
-            env,
-            "shell",
-            "-c",
-            "from django.contrib.auth import get_user_model\n"
-            "from webapp.accounts.models import ApiToken\n"
-            "print(ApiToken.issue(get_user_model().objects.get(username='ops'), 't')[1])",
-        ).splitlines()[-1]  # after the shell's "N objects imported" banner
-        stack.api.headers["Authorization"] = f"Bearer {token}"
         _wait_for("every service up", lambda: stack.health()["status"] == "ok", stack)
         yield stack
     finally:
@@ -464,6 +465,13 @@ def test_the_run_goes_on_while_each_process_of_the_stack_is_killed_and_restarted
     )
     assert {name: processes[name]["state"] for name in KILLED} == dict.fromkeys(KILLED, "RUNNING")
     assert processes["ray"]["restarts"] == 0 and processes["redis"]["restarts"] == 0
+    page = stack.get(stack.staff, "/health/").text
+    for name in KILLED:
+        assert f'id="process-{name}" data-up="true" data-restarts="1"' in page
+    # anonymous visitors: up or down per process, nothing more
+    anonymous = stack.get(requests.Session(), "/health.json").json()["supervisor"]
+    assert anonymous["in_use"] is True and "detail" not in anonymous
+    assert anonymous["processes"]["ingestor"] == {"up": True}
 
     run = stack.wait_run(pk, {"succeeded"})
     expected = _jsonl_metric_values(Path(run["job_dir"]))
