@@ -211,6 +211,13 @@ def test_a_crash_loop_is_started_again_and_again_with_growing_waits(tmp_path):
     """A real supervisord on a Procfile whose one process exits at once: restarted each time,
     one line each in restarts.log, waits that grow, and never given up (FATAL)."""
     var = Path(tempfile.mkdtemp(prefix="rsup-", dir="/tmp"))
+    try:
+        _a_crash_loop(tmp_path, var)
+    finally:
+        shutil.rmtree(var, ignore_errors=True)
+
+
+def _a_crash_loop(tmp_path: Path, var: Path) -> None:
     procfile = tmp_path / "Procfile"
     procfile.write_text("crash: echo started; exit 3\n")
     (var / "run.env").write_text("")
@@ -240,7 +247,6 @@ def test_a_crash_loop_is_started_again_and_again_with_growing_waits(tmp_path):
     output = (var / "log" / "crash.log").read_text()
     assert "waiting 2 s before starting it again" in output
     assert "waiting 4 s before starting it again" in output
-    shutil.rmtree(var, ignore_errors=True)
 
 
 # ------------------------------------------------------------------ the real stack
