@@ -42,7 +42,7 @@ def short_demo_config(path: Path) -> Path:
     text = (ROOT / "examples" / "demo" / "grpo_demo.yaml").read_text()
     for old, new in [
         ("name: grpo_demo", "name: from_my_terminal"),
-        ("total_steps: 300", "total_steps: 2"),
+        ("total_steps: 450", "total_steps: 2"),
         ("train_batch_size: 32", "train_batch_size: 8"),
         ("total_steps: 30", f"total_steps: {RFT_STEPS}"),
         ("save_interval: 10", "save_interval: 3"),
