@@ -21,6 +21,7 @@ from webapp.errors import ActionError
 from webapp.experiments.actions import clone_run_config
 from webapp.experiments.models import Experiment
 from webapp.runs import actions
+from webapp.runs.claims import granted_roots, runs_area
 from webapp.runs.compare import (
     MAX_RUNS,
     compare_series,
@@ -28,7 +29,6 @@ from webapp.runs.compare import (
     parse_ids,
     parse_names,
 )
-from webapp.runs.claims import granted_roots, runs_area
 from webapp.runs.external import import_job_dir
 from webapp.runs.live import run_state
 from webapp.runs.live_views import authorize_json, wants_json
