@@ -5,18 +5,15 @@ history. The job dirs here are written by rft_core's own writers (JsonlSink, log
 from __future__ import annotations
 
 import json
-import logging
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.utils import timezone
 
-from rft_core.actor_log import log_to_file
 from rft_core.checkpoint import layout
 from rft_core.monitor.events import MonitorEvent
-from rft_core.monitor.sinks import JsonlSink
 from tests.webapp.api_helpers import make_experiment, make_user, token_client
+from tests.webapp.job_dirs import CONFIG, write_job_dir
 from webapp.audit.models import AuditEvent
 from webapp.checkpoints.models import Checkpoint
 from webapp.events.models import RunEvent
@@ -26,12 +23,6 @@ from webapp.runs.claims import runs_area
 from webapp.runs.models import LogLine, MetricPoint, RolloutSample, Run, RunOrigin, RunStatus
 
 pytestmark = pytest.mark.django_db
-
-DEMO = (Path(__file__).resolve().parents[2] / "examples" / "demo" / "grpo_demo.yaml").read_text()
-# the demo config as a terminal user renamed it (the CLI sends it resolved; interpolations pass)
-CONFIG = DEMO.replace("project: demo", "project: terminal-proj").replace(
-    "name: grpo_demo", "name: from-terminal"
-)
 
 
 def post(client, url: str, body: dict):
@@ -52,41 +43,6 @@ def alice_api(alice):
 def area(roots, alice):
     """Alice's runs area (webapp.runs.claims): the job dirs she may claim."""
     return runs_area(alice)
-
-
-def write_job_dir(job_dir, *, end: str | None = "finished", stage: str = "", config: bool = True):
-    """A job dir as a finished run leaves it: its config.yaml (as ``trinity run`` writes it),
-    metrics, status, samples, a log, one checkpoint."""
-    stage_dir = job_dir / stage if stage else job_dir
-    if config:
-        job_dir.mkdir(parents=True, exist_ok=True)
-        text = DEMO.replace("project: demo", f"project: {job_dir.parent.name}")
-        (job_dir / layout.RUN_CONFIG).write_text(
-            text.replace("name: grpo_demo", f"name: {job_dir.name}")
-        )
-    sink = JsonlSink(stage_dir / "monitor", "trainer")
-    t0 = 1_760_000_000.0
-    for step in (1, 2, 3):
-        sink.write(MonitorEvent("x", "metric", "trainer", step, {"actor/pg_loss": 0.5 / step},
-                                t0 + step))  # fmt: skip
-    sink.write(MonitorEvent("x", "status", "trainer", None, {"state": "running"}, t0))
-    ckpt = layout.step_dir(stage_dir, 2)
-    (ckpt / layout.ACTOR_DIR).mkdir(parents=True)
-    (ckpt / layout.FULL_CHECKPOINT_MARKER).write_text("")
-    sink.write(MonitorEvent("x", "checkpoint", "trainer", 2, {"path": str(ckpt)}, t0 + 2.5))
-    sample = {"prompt": "1+1?", "response": "2", "truth": "2", "reward": 1.0}
-    sink.write(MonitorEvent("x", "samples", "explorer", 3, {"samples": [sample, sample]}, t0 + 3))
-    if end:
-        sink.write(MonitorEvent("x", "status", "trainer", None, {"state": end}, t0 + 4))
-    sink.close()
-    logger = logging.getLogger("rft_core.import_test")
-    log_to_file(stage_dir / "log" / "trainer.log", "rft_core.import_test")
-    logger.info("trainer step 1 done")
-    logger.warning("a warning\nwith a second line")
-    for handler in list(logger.handlers):
-        handler.close()
-        logger.removeHandler(handler)
-    return ckpt
 
 
 # ---------------------------------------------------------------- terminal registration
