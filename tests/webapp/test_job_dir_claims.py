@@ -298,3 +298,130 @@ def test_the_runs_area_is_named_by_the_user_id_whatever_the_username(roots):
     assert [area.name for area in areas] == [str(user.pk) for user in odd]
     assert len(set(areas)) == len(areas)
     assert all(area.parent == roots[1] / "users" for area in areas)
+
+
+# ---------------------------------------------------------------- a launch's paths
+
+DEMO_YAML = (
+    Path(__file__).resolve().parents[2] / "examples" / "demo" / "grpo_demo.yaml"
+).read_text()
+CHECKPOINT_ROOT = "checkpoint_root_dir: ${oc.env:TRINITY_CHECKPOINT_ROOT_DIR,./checkpoints}"
+MODEL_PATH = "model_path: ${oc.env:RFT_DEMO_DIR,./var/demo}/model"
+
+
+def _bobs_experiment(world, name: str, old: str, new: str) -> Experiment:
+    """Bob's experiment saved through the API (its paths pass the allowed roots)."""
+    assert old in DEMO_YAML, old
+    body = {"name": name, "config_yaml": DEMO_YAML.replace(old, new)}
+    answer = _json(token_client(world.bob)[0], "/api/v1/experiments/", body)
+    assert answer.status_code == 201, answer.content
+    return Experiment.objects.get(pk=answer.json()["id"])
+
+
+LAUNCHES = {
+    # case: (line replaced, its new text, the YAML path refused or None, the rule's words)
+    "checkpoint root in another user's area": (
+        CHECKPOINT_ROOT, "checkpoint_root_dir: {alice_area}/mine", "checkpoint_root_dir",
+        "this checkpoint root is outside your runs area",
+    ),
+    "checkpoint root climbing with .. into another user's area": (
+        CHECKPOINT_ROOT, "checkpoint_root_dir: {bob_area}/../{alice_id}/mine",
+        "checkpoint_root_dir", "this checkpoint root is outside your runs area",
+    ),
+    "checkpoint root inside another user's run in a shared root": (
+        CHECKPOINT_ROOT, "checkpoint_root_dir: {shared_job}/inside", "checkpoint_root_dir",
+        "this checkpoint root belongs to another user's run",
+    ),
+    "model read from another user's area": (
+        MODEL_PATH, "model_path: {alice_job}/global_step_2/actor/huggingface",
+        "model.model_path", "is inside another user's runs area",
+    ),
+    "experience buffer written into another user's run": (
+        "path: sqlite:///demo.db", "path: sqlite:///{shared_job}/buffer.db",
+        "buffer.trainer_input.experience_buffer.path",
+        "is inside the job dir of another user's run",
+    ),
+    "the default relative root": (CHECKPOINT_ROOT, CHECKPOINT_ROOT, None, None),
+    "a shared root holding another user's run": (
+        CHECKPOINT_ROOT, "checkpoint_root_dir: {shared}", None, None,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("page", [False, True], ids=["api", "page"])
+@pytest.mark.parametrize("case", LAUNCHES)
+def test_a_launch_writes_and_reads_only_where_its_user_may(world, settings, case, page):
+    from workers.services import free_port
+
+    settings.RAY_ADDRESS = f"http://127.0.0.1:{free_port()}"  # a launch that passes stops here
+    old, new, where, words = LAUNCHES[case]
+    values = {
+        "alice_area": runs_area(world.alice), "bob_area": runs_area(world.bob),
+        "alice_id": world.alice.pk, "alice_job": world.alice_job,
+        "shared_job": world.shared_job, "shared": world.shared_job.parents[1],
+    }  # fmt: skip
+    for name, value in values.items():
+        new = new.replace(f"{{{name}}}", str(value))
+    experiment = _bobs_experiment(world, "launched", old, new)
+    files, audit_before, runs_before = tree(world.runs), AuditEvent.objects.count(), counts()
+    if page:
+        answer = _page_client(world.bob).post(f"/runs/launch/{experiment.pk}/")
+    else:
+        answer = token_client(world.bob)[0].post(f"/api/v1/experiments/{experiment.pk}/launch/")
+    rows = [r for r in AuditEvent.objects.order_by("id")[audit_before:] if r.action != "auth.login"]
+    assert counts() == runs_before and tree(world.runs) == files
+    if where is None:  # the claim passed: the launch went on to ask Ray, which is down
+        assert answer.status_code == 409 and settings.RAY_ADDRESS in _message(answer)
+        assert rows == []
+        return
+    assert answer.status_code == 403, answer.content[:2000]
+    assert words in _message(answer) and where in _message(answer)
+    assert [(r.action, r.actor_name) for r in rows] == [("permission.denied", "bob")]
+    assert rows[0].after["attempted"] == "run.launch" and words in rows[0].after["rule"]
+    assert rows[0].target_type == "experiment" and rows[0].target_id == str(experiment.pk)
+
+
+def test_a_queued_run_whose_root_another_user_took_fails_without_writing(world):
+    """Between launch and start another user's run took the run's own dir: start_run says why
+    and writes no launch config there."""
+    from webapp.runs import actions
+
+    shared = world.shared_job.parents[1]
+    experiment = _bobs_experiment(world, "raced", CHECKPOINT_ROOT, f"checkpoint_root_dir: {shared}")
+    run = Run.objects.create(experiment=experiment, number=1, config_yaml=experiment.config_yaml,
+                             config=experiment.config, launched_by=world.bob)  # fmt: skip
+    taken = shared / f"run-{run.pk}" / "demo" / "grpo_demo"
+    claim = _json(token_client(world.alice)[0], "/api/v1/runs/register/",
+                  {"config_yaml": CONFIG, "job_dir": str(taken)})  # fmt: skip
+    assert claim.status_code == 403  # alice is no member of the team: her claim is refused too
+    Run.objects.create(experiment=make_experiment(world.alice, "taker"), number=1,
+                       config_yaml="", job_dir=str(taken))  # a row from before the rule  # fmt: skip
+    actions.start_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and OTHERS_RUN.replace("job dir", "run root") in (
+        run.exit_reason
+    )
+    assert not (shared / f"run-{run.pk}" / "config.yaml").exists()
+
+
+# ---------------------------------------------------------------- the setting
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("{not json", "RFT_SHARED_RUN_ROOTS is not JSON"),
+        ('["/a"]', "must be a JSON object"),
+        ('{"team": "/a"}', "RFT_SHARED_RUN_ROOTS['team'] must be a non-empty list"),
+        ('{"team": ["relative/root"]}', "'relative/root' is not an absolute path"),
+    ],
+)
+def test_a_bad_shared_roots_setting_stops_start_up_with_one_line(value, words):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "RFT_SHARED_RUN_ROOTS": value, "DJANGO_SETTINGS_MODULE": "webapp.settings"}
+    done = subprocess.run([sys.executable, "manage.py", "check"], env=env, capture_output=True,
+                          text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)  # fmt: skip
+    assert done.returncode != 0
+    assert words in done.stderr.strip().splitlines()[-1], done.stderr[-2000:]
