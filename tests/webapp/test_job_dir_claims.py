@@ -24,6 +24,7 @@ file tree, no conversion queued).
 from __future__ import annotations
 
 import html
+import io
 import json
 import os
 from dataclasses import dataclass
@@ -425,3 +426,17 @@ def test_a_bad_shared_roots_setting_stops_start_up_with_one_line(value, words):
                           text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)  # fmt: skip
     assert done.returncode != 0
     assert words in done.stderr.strip().splitlines()[-1], done.stderr[-2000:]
+
+
+def test_the_runs_that_took_a_job_dir_before_the_rule_are_listed(world):
+    from django.core.management import CommandError, call_command
+
+    out = io.StringIO()
+    call_command("job_dir_conflicts", stdout=out)  # alice's runs: no conflict
+    assert "no run holds" in out.getvalue()
+    taken = _checkpoint_claiming(world.bob, world.alice_job / "sub").run  # a row from before
+    with pytest.raises(CommandError, match="1 run"):
+        call_command("job_dir_conflicts", stdout=out)
+    assert (
+        f"run {taken.pk} (bob, import) {world.alice_job / 'sub'}: owned by run " in out.getvalue()
+    )
