@@ -38,6 +38,33 @@ def _secret_key() -> str:
     return key_file.read_text().strip()
 
 
+def _shared_run_roots(text: str) -> dict[str, list[str]]:
+    """RFT_SHARED_RUN_ROOTS: {"group name": ["/abs/root", ...]}; anything else stops start-up
+    with one line saying what is wrong."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ImproperlyConfigured(f"RFT_SHARED_RUN_ROOTS is not JSON: {err}") from err
+    shape = 'a JSON object {"group name": ["/abs/root", ...]}'
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(f"RFT_SHARED_RUN_ROOTS must be {shape}, got {text!r}")
+    for group, roots in value.items():
+        if not isinstance(roots, list) or not roots:
+            raise ImproperlyConfigured(
+                f"RFT_SHARED_RUN_ROOTS[{group!r}] must be a non-empty list of absolute paths"
+            )
+        for root in roots:
+            if not isinstance(root, str) or not os.path.isabs(root):
+                raise ImproperlyConfigured(
+                    f"RFT_SHARED_RUN_ROOTS[{group!r}]: {root!r} is not an absolute path"
+                )
+    return value
+
+
 SECRET_KEY = _secret_key()
 DEBUG = _env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = [
@@ -174,7 +201,8 @@ CELERY_RESULT_EXPIRES = 3600
 # as they do for `trinity run` started in this directory.
 RFT_WORK_DIR = Path(os.environ.get("RFT_WORK_DIR", BASE_DIR))
 # The demo model and data (`trinity init-demo`), and where runs launched from the web write their
-# job dirs: each run gets <checkpoint root>/run-<id>/<project>/<name>.
+# job dirs: each run gets <checkpoint root>/run-<id>/<project>/<name>, a relative checkpoint root
+# being under its owner's runs area <RFT_RUNS_DIR>/users/<user id>/ (see RFT_SHARED_RUN_ROOTS).
 # The Redis a run streams its events to (RFT_EVENTS_REDIS_URL of its processes): the one this
 # dashboard's ingestor reads; set it when runs reach that Redis by another address.
 RFT_EVENTS_REDIS_URL = os.environ.get("RFT_EVENTS_REDIS_URL_FOR_RUNS", REDIS_URL)
@@ -188,6 +216,15 @@ RFT_ALLOWED_PATH_ROOTS = [
     ).split(os.pathsep)
     if p
 ]
+# Whose job dirs are whose (webapp/runs/claims.py). Each user's runs live under
+# <RFT_RUNS_DIR>/users/<user id>/ (their "runs area": the id, never the username, so no name can
+# collide with or spoof another's); web launches write there, and import, register and convert
+# accept a job dir there, never one that a run of another user owns (nor its parent or child).
+# A team shares runs on purpose by a group root: RFT_SHARED_RUN_ROOTS is JSON
+# {"<Django group name>": ["/abs/root", ...]}; a member of the group may also claim job dirs
+# under those roots (which must lie inside RFT_ALLOWED_PATH_ROOTS). Staff may claim any job dir
+# inside the allowed roots; such a claim is audited as "staff".
+RFT_SHARED_RUN_ROOTS = _shared_run_roots(os.environ.get("RFT_SHARED_RUN_ROOTS", ""))
 # ${oc.env:VAR} in a web-submitted config may read only variables matching these (fnmatch) patterns.
 RFT_OC_ENV_ALLOWLIST = [
     p.strip()

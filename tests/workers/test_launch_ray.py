@@ -257,8 +257,9 @@ def test_the_demo_run_succeeds_with_metrics_and_checkpoints_and_a_cancelled_run_
     assert first.started_at and first.finished_at and first.started_at <= first.finished_at
     assert ray_jobs.status(first.submission_id).status == "SUCCEEDED"
 
-    # each run has its own launch config and job dir: <root>/run-<pk>/<project>/<name>
-    root = launch_env / "checkpoints"
+    # each run has its own launch config and job dir: <root>/run-<pk>/<project>/<name>, the
+    # root (relative in the demo config) in the runs area of the experiment's owner
+    root = launch_env / "users" / str(owner.pk) / "checkpoints"
     assert first.job_dir == str(root / f"run-{first.pk}" / "demo" / "grpo_demo")
     assert second.job_dir == str(root / f"run-{second.pk}" / "demo" / "grpo_demo")
     launched = yaml.safe_load((root / f"run-{first.pk}" / "config.yaml").read_text())
