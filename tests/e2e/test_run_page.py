@@ -21,10 +21,11 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from rft_core.monitor import RUNS_SET, stream_key
+from rft_core.monitor import redis_prefix, runs_set, stream_key
 from rft_core.monitor.monitor import Monitor
 from rft_core.monitor.sinks import RedisStreamSink
 from webapp.experiments.models import Experiment
@@ -107,7 +108,7 @@ def live_site(tmp_path, redis_url, redis_client, unique_id, celery_worker_queue,
         "RFT_RUNS_QUEUE": f"q-unread-{unique_id}",
         "DJANGO_SETTINGS_MODULE": "webapp.settings",
     }
-    redis_client.test_keys.append(f"q-unread-{unique_id}")
+    redis_client.test_keys.append(f"{settings.RFT_REDIS_NAMESPACE}q-unread-{unique_id}")
     port = free_port()
     site = Site(url=f"http://127.0.0.1:{port}", var=var)
     try:
@@ -167,7 +168,7 @@ class RunUnderTest:
         """The run's monitor of ``role`` in ``stage``: rft_core's Monitor over its Redis sink."""
         key = (role, stage)
         if key not in self.monitors:
-            sink = RedisStreamSink(self.redis_url, self.run.key)
+            sink = RedisStreamSink(self.redis_url, self.run.key, redis_prefix())
             self.monitors[key] = Monitor([sink], role=role, run_id=self.run.key, stage=stage)
         return self.monitors[key]
 
@@ -201,7 +202,7 @@ def watched_run(user, tmp_path, redis_url, redis_client, unique_id):
     under_test = RunUnderTest(run=run, job=job, redis_url=redis_url)
     yield under_test
     under_test.close()
-    redis_client.srem(RUNS_SET, run.key)
+    redis_client.srem(runs_set(), run.key)
 
 
 def guard_hosts(page, site_url: str) -> list[str]:

@@ -15,7 +15,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 
-from rft_core.monitor import ENV_REDIS_URL, ENV_RUN_ID, RUNS_SET, build_monitor, stream_key
+from rft_core.monitor import ENV_REDIS_URL, ENV_RUN_ID, build_monitor, runs_set, stream_key
 from webapp.audit.models import AuditEvent
 from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.events.models import RunEvent
@@ -74,7 +74,7 @@ def run_stream(run, tmp_path, monkeypatch, redis_url, redis_client):
     redis_client.test_keys.append(stream_key(run.key))
     _write_stream(tmp_path, monkeypatch, redis_url, run.key)
     yield run.key
-    redis_client.srem(RUNS_SET, run.key)
+    redis_client.srem(runs_set(), run.key)
 
 
 def _ingestor(redis_url, run_key, group, consumer="consumer-a"):
@@ -190,7 +190,7 @@ def test_nul_characters_and_infinities_are_stored_on_every_database(
     try:
         assert _ingestor(redis_url, run.key, f"g-{run.key}").poll(block_ms=100) == 3
     finally:
-        redis_client.srem(RUNS_SET, run.key)
+        redis_client.srem(runs_set(), run.key)
     assert LogLine.objects.get(run=run).text == "binary \ufffd in a response"
     assert MetricPoint.objects.get(run=run).value is None
 
@@ -204,7 +204,7 @@ def test_events_of_a_key_without_a_run_keep_their_run_events_only(
     try:
         assert _ingestor(redis_url, orphan, f"g-{orphan}").poll(block_ms=100) == 7
     finally:
-        redis_client.srem(RUNS_SET, orphan)
+        redis_client.srem(runs_set(), orphan)
     assert RunEvent.objects.filter(run_key=orphan).count() == 7
     assert MetricPoint.objects.count() == LogLine.objects.count() == Checkpoint.objects.count() == 0
 
@@ -332,7 +332,7 @@ def test_samples_events_become_rollout_samples(run, tmp_path, monkeypatch, redis
     try:
         assert _ingestor(redis_url, run.key, f"g-{run.key}").poll(block_ms=100) == 2
     finally:
-        redis_client.srem(RUNS_SET, run.key)
+        redis_client.srem(runs_set(), run.key)
     rows = RolloutSample.objects.filter(run=run).order_by("id")
     assert [(r.stage, r.step, r.seq, r.prompt, r.response, r.truth, r.reward, r.extra)
             for r in rows] == [
