@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -121,15 +122,24 @@ def celery_worker_queue(redis_url, unique_id, django_db_setup, django_db_blocker
     Yields the queue name; send tasks with ``task.apply_async(..., queue=queue)``. The worker is
     stopped after the test.
     """
-    import subprocess
-    import sys
-    import time
-
     from workers.celery_app import app
 
     queue = f"q-{unique_id}"
     with django_db_blocker.unblock():
         database_url = database_url_of_test_db()
+    with celery_worker(app, redis_url, database_url, queue, unique_id):
+        yield queue
+
+
+@contextmanager
+def celery_worker(app, redis_url: str, database_url: str, queue: str, node: str, *extra: str):
+    """A real Celery worker process on ``redis_url`` consuming ``queue`` as ``node@<host>``, up
+    once it answers ``app``'s ping (``app``: an app on the same broker and prefix); stopped on
+    exit. ``extra``: worker options instead of ``--without-gossip --without-mingle``."""
+    import subprocess
+    import sys
+    import time
+
     env = {
         **os.environ,
         "REDIS_URL": redis_url,
@@ -138,18 +148,18 @@ def celery_worker_queue(redis_url, unique_id, django_db_setup, django_db_blocker
     }
     cmd = [
         sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",
-        "--pool", "solo", "-Q", queue, "-n", f"{unique_id}@%h", "--loglevel", "WARNING",
-        "--without-gossip", "--without-mingle",
+        "--pool", "solo", "-Q", queue, "-n", f"{node}@%h", "--loglevel", "WARNING",
+        *(extra or ("--without-gossip", "--without-mingle")),
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env)
     try:
         deadline = time.monotonic() + 60
-        while not app.control.ping(destination=[f"{unique_id}@{_hostname()}"], timeout=0.5):
+        while not app.control.ping(destination=[f"{node}@{_hostname()}"], timeout=0.5):
             if proc.poll() is not None:
                 raise RuntimeError(f"celery worker exited with code {proc.returncode}")
             if time.monotonic() > deadline:
                 raise RuntimeError("celery worker did not answer a ping within 60 s")
-        yield queue
+        yield proc
     finally:
         proc.terminate()
         proc.wait(timeout=30)
