@@ -383,3 +383,46 @@ def test_a_stream_deleted_under_a_blocking_read_does_not_end_the_ingestor(redis_
     finally:
         client.delete(*keys)
         client.close()
+
+
+def test_a_batch_whose_store_fails_stays_pending_and_is_stored_once_on_redelivery(
+    run_stream, run, redis_url, redis_client, monkeypatch
+):
+    """In process: the store raises a database error for the batch (the first call only);
+    its entries are not acked (XPENDING lists all 7 for the consumer), nothing is stored; the
+    next round claims the same entries again and stores each exactly once."""
+    from django.db import OperationalError
+
+    import workers.ingestor as ingestor_module
+
+    group, key = f"g-{run_stream}", stream_key(run_stream)
+    real_store = ingestor_module.store_events
+    calls = []
+
+    def store_failing_once(run_key, rows):
+        calls.append(len(rows))
+        if len(calls) == 1:
+            raise OperationalError("database is locked")
+        return real_store(run_key, rows)
+
+    monkeypatch.setattr(ingestor_module, "store_events", store_failing_once)
+    monkeypatch.setattr(ingestor_module, "RETRY_S", 0.0)  # retried at the next round
+    ingestor = _ingestor(redis_url, run_stream, group)
+    assert ingestor.poll(block_ms=100) == 0
+    pending = redis_client.xpending(key, group)
+    assert pending["pending"] == 7
+    assert pending["consumers"] == [{"name": b"consumer-a", "pending": 7}]
+    assert _counts(run)["events"] == 0
+    assert ingestor.poll(block_ms=100) == 7  # the pending entries, claimed again
+    assert calls == [7, 7]
+    assert redis_client.xpending(key, group)["pending"] == 0
+    assert ingestor.poll(block_ms=100) == 0
+    counts = _counts(run)
+    assert (counts["events"], counts["metrics"], counts["logs"], counts["checkpoints"]) == (
+        7,
+        4,
+        1,
+        1,
+    )
+    seqs = RunEvent.objects.filter(run_key=run_stream).values_list("seq", flat=True)
+    assert sorted(seqs) == [1, 2, 3, 4, 5, 6, 7]
