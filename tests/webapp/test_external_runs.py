@@ -85,7 +85,9 @@ def write_job_dir(job_dir, *, end: str | None = "finished", stage: str = "", con
 # ---------------------------------------------------------------- terminal registration
 
 
-def test_a_terminal_run_registers_under_the_experiment_named_as_its_config(roots, alice, alice_api):
+def test_a_terminal_run_registers_under_the_experiment_named_as_its_config(
+    roots, alice, alice_api, settings
+):
     _, runs = roots
     job_dir = runs / "terminal-proj" / "from-terminal"
     answer = post(alice_api, "/api/v1/runs/register/", {"config_yaml": CONFIG,
@@ -97,6 +99,7 @@ def test_a_terminal_run_registers_under_the_experiment_named_as_its_config(roots
     assert run.experiment.owner == alice and run.experiment.name == "from-terminal"
     assert run.experiment.project == "terminal-proj"
     assert body["key"] == run.key and body["events_redis_url"].startswith("redis://")
+    assert body["events_redis_prefix"] == settings.RFT_REDIS_PREFIX  # the stream's deployment
     assert body["page"].endswith(f"/runs/{run.pk}/")
     assert AuditEvent.objects.filter(action="run.register", target_id=str(run.pk)).exists()
     # a second run of the same config goes under the same experiment, as run 2
