@@ -346,3 +346,17 @@ def test_a_fresh_var_dir_gets_a_random_prefix_once_and_a_spoiled_one_is_named(tm
         f"RFT Studio settings: {tmp_path / 'redis_prefix'}='team a' is not a valid Redis key "
         "prefix: it must be 1-40 characters of letters, digits, '.', '_' or '-'"
     ]
+
+
+def test_a_launched_runs_job_streams_under_the_deployment_prefix(settings):
+    from types import SimpleNamespace
+
+    from webapp.runs.actions import runtime_env_of
+
+    settings.RFT_REDIS_PREFIX = "team-a"
+    env_vars = runtime_env_of(SimpleNamespace(key="k1"))["env_vars"]
+    assert (env_vars[ENV_REDIS_URL], env_vars[ENV_REDIS_PREFIX], env_vars[ENV_RUN_ID]) == (
+        settings.REDIS_URL,
+        "team-a",
+        "k1",
+    )
