@@ -131,6 +131,19 @@ def celery_worker_queue(redis_url, unique_id, django_db_setup, django_db_blocker
         yield queue
 
 
+@pytest.fixture
+def celery_worker_at(django_db_setup, django_db_blocker):
+    """``celery_worker_at(app, redis_url, queue, node, *extra)``: :func:`celery_worker` on this
+    session's test database (a context manager), for a test that needs its own broker."""
+    with django_db_blocker.unblock():
+        database_url = database_url_of_test_db()
+
+    def start(app, redis_url: str, queue: str, node: str, *extra: str):
+        return celery_worker(app, redis_url, database_url, queue, node, *extra)
+
+    return start
+
+
 @contextmanager
 def celery_worker(app, redis_url: str, database_url: str, queue: str, node: str, *extra: str):
     """A real Celery worker process on ``redis_url`` consuming ``queue`` as ``node@<host>``, up

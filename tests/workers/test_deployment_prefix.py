@@ -20,14 +20,12 @@ import pytest
 import redis
 from asgiref.sync import async_to_sync
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.utils.module_loading import import_string
 from redis_claim import claim_db, release
 
 from rft_core.monitor import ENV_REDIS_PREFIX, ENV_REDIS_URL, ENV_RUN_ID, build_monitor
 from webapp.events.models import RunEvent
-from webapp.experiments.models import Experiment
-from webapp.runs.models import Run, RunStatus
+from webapp.runs.models import RunStatus
 from webapp.settings import redis_prefixed_settings
 from workers.ingestor import Ingestor
 
@@ -46,20 +44,6 @@ def _forget(client: redis.Redis, *prefixes: str) -> None:
         keys = list(client.scan_iter(match=f"rft:{prefix}:*", count=1000))
         if keys:
             client.delete(*keys)
-
-
-@pytest.fixture
-def run(unique_id, tmp_path):
-    owner = get_user_model().objects.create_user("alice", password=None)
-    experiment = Experiment.objects.create(owner=owner, name="e", config_yaml="", config={})
-    return Run.objects.create(
-        experiment=experiment,
-        number=1,
-        key=unique_id,
-        status=RunStatus.STARTING,
-        config_yaml="",
-        job_dir=str(tmp_path),
-    )
 
 
 def test_a_group_message_never_reaches_a_member_of_another_deployment(redis_url, unique_id):
@@ -219,10 +203,9 @@ class CommandLog(threading.Thread):
 
 
 def test_every_key_and_channel_of_a_task_round_trip_and_an_ingested_run_carries_the_prefix(
-    run, tmp_path, monkeypatch, redis_url, unique_id, django_db_blocker
+    run, tmp_path, monkeypatch, redis_url, unique_id, celery_worker_at
 ):
     from celery import Celery
-    from conftest import celery_worker, database_url_of_test_db
 
     namespace = settings.RFT_REDIS_NAMESPACE
     url = claim_db(redis_url, unique_id)  # a database index with nobody else's commands
@@ -241,10 +224,8 @@ def test_every_key_and_channel_of_a_task_round_trip_and_an_ingested_run_carries_
         app.conf.result_backend_transport_options = prefixed[
             "CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS"
         ]
-        with django_db_blocker.unblock():
-            database_url = database_url_of_test_db()
         queue = f"q-{unique_id}"
-        with celery_worker(app, url, database_url, queue, unique_id, "--concurrency", "1"):
+        with celery_worker_at(app, url, queue, unique_id, "--concurrency", "1"):
             assert app.send_task("workers.add", args=(2, 3), queue=queue).get(timeout=60) == 5
         # a run's events written by its monitor, ingested and sent live to a watching member
         monkeypatch.setenv(ENV_REDIS_URL, url)

@@ -13,14 +13,12 @@ import pytest
 import redis
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
-from django.contrib.auth import get_user_model
 
 from rft_core.monitor import ENV_REDIS_URL, ENV_RUN_ID, build_monitor, runs_set, stream_key
 from webapp.audit.models import AuditEvent
 from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.events.models import RunEvent
 from webapp.events.store import event_rows, store_events
-from webapp.experiments.models import Experiment
 from webapp.runs.models import LogLine, MetricPoint, RolloutSample, Run, RunStatus
 from workers.ingestor import Ingestor
 
@@ -53,20 +51,6 @@ def _write_stream(job: Path, monkeypatch, redis_url: str, run_key: str) -> None:
     monitor.checkpoint_saved(2, str(_step_dir(job, 2)))
     monitor.status("finished", "trainer finished at step 2")
     monitor.close()
-
-
-@pytest.fixture
-def run(unique_id, tmp_path):
-    owner = get_user_model().objects.create_user("alice", password=None)
-    experiment = Experiment.objects.create(owner=owner, name="e", config_yaml="", config={})
-    return Run.objects.create(
-        experiment=experiment,
-        number=1,
-        key=unique_id,
-        status=RunStatus.STARTING,
-        config_yaml="",
-        job_dir=str(tmp_path),
-    )
 
 
 @pytest.fixture
