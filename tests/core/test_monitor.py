@@ -218,7 +218,7 @@ def test_monitor_type_none_keeps_only_the_jsonl_file(tmp_path, no_dashboard_env)
 
 
 def test_trinity_run_refuses_a_missing_backend_and_an_unreachable_stream_before_ray(
-    tmp_path, no_dashboard_env
+    tmp_path, no_dashboard_env, redis_url
 ):
     import subprocess
 
@@ -232,12 +232,26 @@ def test_trinity_run_refuses_a_missing_backend_and_an_unreachable_stream_before_
             {"RFT_EVENTS_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0", "RFT_RUN_ID": "r1"},
             "RFT_EVENTS_REDIS_URL",
         ),
+        (  # a stream without the dashboard's deployment prefix would never be read
+            [],
+            {"RFT_EVENTS_REDIS_URL": redis_url, "RFT_RUN_ID": "r1", "RFT_REDIS_PREFIX": None},
+            "RFT_REDIS_PREFIX is not set",
+        ),
+        (
+            [],
+            {"RFT_EVENTS_REDIS_URL": redis_url, "RFT_RUN_ID": "r1", "RFT_REDIS_PREFIX": "a b"},
+            "RFT_REDIS_PREFIX='a b' is not a valid Redis key prefix: it must be 1-40 characters",
+        ),
     ]
     for overrides, env, text in cases:
         proc = subprocess.run(
             [sys.executable, "-m", "rft_core.cli", "run", "--config", str(demo), *overrides],
             cwd=tmp_path,
-            env={**os.environ, "RFT_DEMO_DIR": str(tmp_path), **env},
+            env={
+                k: v
+                for k, v in {**os.environ, "RFT_DEMO_DIR": str(tmp_path), **env}.items()
+                if v is not None
+            },
             capture_output=True,
             text=True,
             timeout=300,
