@@ -48,9 +48,7 @@ def stream_env_restored():
     """register() sets the stream's env in this process, as it must in the CLI; monkeypatch's
     delenv records nothing for an absent variable, so restore by hand or later tests in the
     session (the orchestration tests) would send their events to this test's fake Redis."""
-    saved = {
-        name: os.environ.get(name) for name in (ENV_RUN_ID, ENV_REDIS_URL, ENV_REDIS_PREFIX)
-    }
+    saved = {name: os.environ.get(name) for name in (ENV_RUN_ID, ENV_REDIS_URL, ENV_REDIS_PREFIX)}
     yield
     for name, value in saved.items():
         if value is None:
