@@ -3,7 +3,9 @@
 Embedded default: SQLite at ``var/db.sqlite3``, Redis at ``redis://127.0.0.1:6379/0``, a local Ray
 head whose job server answers at ``http://127.0.0.1:8265``. At scale: ``DATABASE_URL`` (PostgreSQL),
 ``REDIS_URL`` (a managed Redis), ``RAY_ADDRESS`` (an existing cluster), ``ALLOWED_HOSTS``,
-``SECRET_KEY``. Without ``SECRET_KEY`` a random key is generated once into ``var/secret_key``.
+``SECRET_KEY``. Without ``SECRET_KEY`` a random key is generated once into ``var/secret_key``,
+and without ``RFT_REDIS_PREFIX`` a random deployment prefix once into ``var/redis_prefix``: every
+Redis key, stream and channel of this deployment lies under ``rft:<prefix>:``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
+
+from rft_core.monitor.events import ENV_REDIS_PREFIX, check_redis_prefix
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("RFT_VAR_DIR", BASE_DIR / "var"))
@@ -63,6 +67,52 @@ def _shared_run_roots(text: str) -> dict[str, list[str]]:
                     f"RFT_SHARED_RUN_ROOTS[{group!r}]: {root!r} is not an absolute path"
                 )
     return value
+
+
+def _redis_prefix() -> str:
+    """The deployment prefix: ``RFT_REDIS_PREFIX``, else ``var/redis_prefix`` (a random short id
+    written once, so two checkouts on one Redis differ). An invalid one stops every process that
+    loads these settings (web, worker, beat, ingestor, manage.py) with one line."""
+    value, source = os.environ.get(ENV_REDIS_PREFIX), ENV_REDIS_PREFIX
+    if value is None:
+        path = VAR_DIR / "redis_prefix"
+        if not path.exists():
+            VAR_DIR.mkdir(parents=True, exist_ok=True)
+            draft = path.with_name(f".redis_prefix.{os.getpid()}")
+            draft.write_text(secrets.token_hex(4) + "\n")
+            try:
+                os.link(draft, path)  # atomic: processes starting together agree on one id
+            except FileExistsError:
+                pass
+            finally:
+                draft.unlink()
+        value, source = path.read_text().strip(), str(path)
+    try:
+        return check_redis_prefix(value, source)
+    except ValueError as err:
+        raise SystemExit(f"RFT Studio settings: {err}") from None
+
+
+def redis_prefixed_settings(prefix: str, redis_url: str) -> dict:
+    """Every setting that names Redis keys or channels, for one deployment prefix (the test
+    session sets its own prefix through this, tests/conftest.py). Channels: pub/sub ignores the
+    database number, so the prefix alone keeps the groups (``run-<pk>``...) of this deployment
+    apart from another's on the same server. Celery: kombu prefixes every key and pub/sub channel
+    of the broker (queues, bindings, unacked, the pidbox and event fanouts), Celery every result
+    key (and so its pub/sub channel)."""
+    namespace = f"rft:{prefix}:"
+    return {
+        "RFT_REDIS_PREFIX": prefix,
+        "RFT_REDIS_NAMESPACE": namespace,
+        "CHANNEL_LAYERS": {
+            "default": {
+                "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+                "CONFIG": {"hosts": [redis_url], "prefix": f"{namespace}asgi:"},
+            }
+        },
+        "CELERY_BROKER_TRANSPORT_OPTIONS": {"global_keyprefix": namespace},
+        "CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS": {"global_keyprefix": namespace},
+    }
 
 
 SECRET_KEY = _secret_key()
@@ -180,12 +230,7 @@ WHITENOISE_AUTOREFRESH = DEBUG
 # layer writes one copy per member channel and pops them one by one: 50 watchers of a run
 # cost 50 copies of every batch). Pub/sub delivers at most once; the live protocol carries
 # dense seqs and a page refetches any gap (webapp/runs/live.py), so nothing is lost for good.
-CHANNEL_LAYERS = {
-    "default": {
-        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL]},
-    }
-}
+# (CHANNEL_LAYERS: see redis_prefixed_settings below.)
 
 # Celery (workers/celery_app.py reads every CELERY_* setting).
 CELERY_BROKER_URL = REDIS_URL
@@ -194,6 +239,11 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# The deployment prefix (RFT_REDIS_PREFIX or var/redis_prefix) on every Redis key and channel:
+# RFT_REDIS_PREFIX, RFT_REDIS_NAMESPACE ("rft:<prefix>:"), CHANNEL_LAYERS and the Celery
+# transport options.
+globals().update(redis_prefixed_settings(_redis_prefix(), REDIS_URL))
 CELERY_RESULT_EXPIRES = 3600
 
 # ---------------------------------------------------------------- RFT Studio

@@ -117,7 +117,9 @@ def test_a_terminal_run_appears_live_and_its_job_dir_imports_with_its_history(
         env = {**stack.env, "RFT_DASHBOARD_URL": stack.url, "RFT_API_TOKEN": token,
                "TRINITY_CHECKPOINT_ROOT_DIR": str(checkpoints),
                "RAY_ADDRESS": f"127.0.0.1:{ray_head.gcs_port}", "RAY_AUTH_MODE": "token"}  # fmt: skip
-        for name in ("RFT_RUN_ID", "RFT_EVENTS_REDIS_URL"):
+        # a terminal knows none of the stream's settings: registering gives them (the deployment
+        # prefix included, else its events would go where the stack's ingestor never reads)
+        for name in ("RFT_RUN_ID", "RFT_EVENTS_REDIS_URL", "RFT_REDIS_PREFIX"):
             env.pop(name, None)
         out = open(tmp_path / "terminal.log", "wb")  # noqa: SIM115 - the child writes it
         terminal = subprocess.Popen(

@@ -48,7 +48,9 @@ def area(roots, alice):
 # ---------------------------------------------------------------- terminal registration
 
 
-def test_a_terminal_run_registers_under_the_experiment_named_as_its_config(area, alice, alice_api):
+def test_a_terminal_run_registers_under_the_experiment_named_as_its_config(
+    area, alice, alice_api, settings
+):
     job_dir = area / "terminal-proj" / "from-terminal"
     answer = post(alice_api, "/api/v1/runs/register/", {"config_yaml": CONFIG,
                                                          "job_dir": str(job_dir)})  # fmt: skip
@@ -59,6 +61,7 @@ def test_a_terminal_run_registers_under_the_experiment_named_as_its_config(area,
     assert run.experiment.owner == alice and run.experiment.name == "from-terminal"
     assert run.experiment.project == "terminal-proj"
     assert body["key"] == run.key and body["events_redis_url"].startswith("redis://")
+    assert body["events_redis_prefix"] == settings.RFT_REDIS_PREFIX  # the stream's deployment
     assert body["page"].endswith(f"/runs/{run.pk}/")
     assert AuditEvent.objects.filter(action="run.register", target_id=str(run.pk)).exists()
     # a second run of the same config goes under the same experiment, as run 2

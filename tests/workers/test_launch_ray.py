@@ -26,6 +26,7 @@ from django.db import connection
 from django.utils import timezone
 
 from rft_core.demo import build_demo
+from rft_core.monitor import runs_set, stream_key
 from webapp.audit.models import AuditEvent
 from webapp.audit.record import Actor
 from webapp.checkpoints.models import Checkpoint
@@ -104,8 +105,8 @@ def ingestor(redis_url, unique_id):
     yield keys
     stop.set()
     thread.join(timeout=30)
-    client.delete(*[f"rft:run:{k}" for k in keys] or ["-"])
-    client.srem("rft:runs", *keys or ["-"])
+    client.delete(*[stream_key(k) for k in keys] or ["-"])
+    client.srem(runs_set(), *keys or ["-"])
     client.close()
 
 

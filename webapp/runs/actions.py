@@ -30,7 +30,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from rft_core.monitor import ENV_REDIS_URL, ENV_RUN_ID
+from rft_core.monitor import ENV_REDIS_PREFIX, ENV_REDIS_URL, ENV_RUN_ID
 from rft_core.plugins import ENV_PLUGIN_DIRS
 from webapp.accounts.access import check
 from webapp.audit.record import Actor, record
@@ -211,7 +211,7 @@ def start_run(run_id: int) -> Run:
 
 def runtime_env_of(run: Run) -> dict:
     """The job's runtime_env: ``RFT_RAY_RUNTIME_ENV`` plus the env vars that switch the
-    monitor's Redis sink on for this run, the deployment's ``RFT_PLUGIN_DIRS``, and the allow-listed ``${oc.env:...}`` variables the
+    monitor's Redis sink on for this run (with the deployment's prefix), the deployment's ``RFT_PLUGIN_DIRS``, and the allow-listed ``${oc.env:...}`` variables the
     worker has (so the job resolves them as the launch checks did)."""
     env = dict(settings.RFT_RAY_RUNTIME_ENV)
     env_vars = {
@@ -223,6 +223,7 @@ def runtime_env_of(run: Run) -> dict:
     env_vars.update(
         {
             ENV_REDIS_URL: settings.REDIS_URL,
+            ENV_REDIS_PREFIX: settings.RFT_REDIS_PREFIX,
             ENV_RUN_ID: run.key,
             "PYTHONUNBUFFERED": "1",
             # the deployment's plugins only, never whatever the worker's environment holds
