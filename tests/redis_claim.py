@@ -21,7 +21,7 @@ def claim_db(redis_url: str, owner: str) -> str:
         try:
             if not client.set(CLAIM_KEY, owner, nx=True, ex=3600):
                 continue
-            if next(client.scan_iter(match="rft:run*", count=1000), None) is None:
+            if next(client.scan_iter(match="rft:*:run:*", count=1000), None) is None:
                 return url
             client.delete(CLAIM_KEY)
         finally:

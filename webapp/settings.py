@@ -3,7 +3,9 @@
 Embedded default: SQLite at ``var/db.sqlite3``, Redis at ``redis://127.0.0.1:6379/0``, a local Ray
 head whose job server answers at ``http://127.0.0.1:8265``. At scale: ``DATABASE_URL`` (PostgreSQL),
 ``REDIS_URL`` (a managed Redis), ``RAY_ADDRESS`` (an existing cluster), ``ALLOWED_HOSTS``,
-``SECRET_KEY``. Without ``SECRET_KEY`` a random key is generated once into ``var/secret_key``.
+``SECRET_KEY``. Without ``SECRET_KEY`` a random key is generated once into ``var/secret_key``,
+and without ``RFT_REDIS_PREFIX`` a random deployment prefix once into ``var/redis_prefix``: every
+Redis key, stream and channel of this deployment lies under ``rft:<prefix>:``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
+
+from rft_core.monitor.events import ENV_REDIS_PREFIX, check_redis_prefix
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("RFT_VAR_DIR", BASE_DIR / "var"))
@@ -36,6 +40,79 @@ def _secret_key() -> str:
         key_file.write_text(secrets.token_urlsafe(50))
         key_file.chmod(0o600)
     return key_file.read_text().strip()
+
+
+def _shared_run_roots(text: str) -> dict[str, list[str]]:
+    """RFT_SHARED_RUN_ROOTS: {"group name": ["/abs/root", ...]}; anything else stops start-up
+    with one line saying what is wrong."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ImproperlyConfigured(f"RFT_SHARED_RUN_ROOTS is not JSON: {err}") from err
+    shape = 'a JSON object {"group name": ["/abs/root", ...]}'
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(f"RFT_SHARED_RUN_ROOTS must be {shape}, got {text!r}")
+    for group, roots in value.items():
+        if not isinstance(roots, list) or not roots:
+            raise ImproperlyConfigured(
+                f"RFT_SHARED_RUN_ROOTS[{group!r}] must be a non-empty list of absolute paths"
+            )
+        for root in roots:
+            if not isinstance(root, str) or not os.path.isabs(root):
+                raise ImproperlyConfigured(
+                    f"RFT_SHARED_RUN_ROOTS[{group!r}]: {root!r} is not an absolute path"
+                )
+    return value
+
+
+def _redis_prefix() -> str:
+    """The deployment prefix: ``RFT_REDIS_PREFIX``, else ``var/redis_prefix`` (a random short id
+    written once, so two checkouts on one Redis differ). An invalid one stops every process that
+    loads these settings (web, worker, beat, ingestor, manage.py) with one line."""
+    value, source = os.environ.get(ENV_REDIS_PREFIX), ENV_REDIS_PREFIX
+    if value is None:
+        path = VAR_DIR / "redis_prefix"
+        if not path.exists():
+            VAR_DIR.mkdir(parents=True, exist_ok=True)
+            draft = path.with_name(f".redis_prefix.{os.getpid()}")
+            draft.write_text(secrets.token_hex(4) + "\n")
+            try:
+                os.link(draft, path)  # atomic: processes starting together agree on one id
+            except FileExistsError:
+                pass
+            finally:
+                draft.unlink()
+        value, source = path.read_text().strip(), str(path)
+    try:
+        return check_redis_prefix(value, source)
+    except ValueError as err:
+        raise SystemExit(f"RFT Studio settings: {err}") from None
+
+
+def redis_prefixed_settings(prefix: str, redis_url: str) -> dict:
+    """Every setting that names Redis keys or channels, for one deployment prefix (the test
+    session sets its own prefix through this, tests/conftest.py). Channels: pub/sub ignores the
+    database number, so the prefix alone keeps the groups (``run-<pk>``...) of this deployment
+    apart from another's on the same server. Celery: kombu prefixes every key and pub/sub channel
+    of the broker (queues, bindings, unacked, the pidbox and event fanouts), Celery every result
+    key (and so its pub/sub channel)."""
+    namespace = f"rft:{prefix}:"
+    return {
+        "RFT_REDIS_PREFIX": prefix,
+        "RFT_REDIS_NAMESPACE": namespace,
+        "CHANNEL_LAYERS": {
+            "default": {
+                "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+                "CONFIG": {"hosts": [redis_url], "prefix": f"{namespace}asgi:"},
+            }
+        },
+        "CELERY_BROKER_TRANSPORT_OPTIONS": {"global_keyprefix": namespace},
+        "CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS": {"global_keyprefix": namespace},
+    }
 
 
 SECRET_KEY = _secret_key()
@@ -153,12 +230,7 @@ WHITENOISE_AUTOREFRESH = DEBUG
 # layer writes one copy per member channel and pops them one by one: 50 watchers of a run
 # cost 50 copies of every batch). Pub/sub delivers at most once; the live protocol carries
 # dense seqs and a page refetches any gap (webapp/runs/live.py), so nothing is lost for good.
-CHANNEL_LAYERS = {
-    "default": {
-        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL]},
-    }
-}
+# (CHANNEL_LAYERS: see redis_prefixed_settings below.)
 
 # Celery (workers/celery_app.py reads every CELERY_* setting).
 CELERY_BROKER_URL = REDIS_URL
@@ -167,6 +239,11 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# The deployment prefix (RFT_REDIS_PREFIX or var/redis_prefix) on every Redis key and channel:
+# RFT_REDIS_PREFIX, RFT_REDIS_NAMESPACE ("rft:<prefix>:"), CHANNEL_LAYERS and the Celery
+# transport options.
+globals().update(redis_prefixed_settings(_redis_prefix(), REDIS_URL))
 CELERY_RESULT_EXPIRES = 3600
 
 # ---------------------------------------------------------------- RFT Studio
@@ -174,7 +251,8 @@ CELERY_RESULT_EXPIRES = 3600
 # as they do for `trinity run` started in this directory.
 RFT_WORK_DIR = Path(os.environ.get("RFT_WORK_DIR", BASE_DIR))
 # The demo model and data (`trinity init-demo`), and where runs launched from the web write their
-# job dirs: each run gets <checkpoint root>/run-<id>/<project>/<name>.
+# job dirs: each run gets <checkpoint root>/run-<id>/<project>/<name>, a relative checkpoint root
+# being under its owner's runs area <RFT_RUNS_DIR>/users/<user id>/ (see RFT_SHARED_RUN_ROOTS).
 # The Redis a run streams its events to (RFT_EVENTS_REDIS_URL of its processes): the one this
 # dashboard's ingestor reads; set it when runs reach that Redis by another address.
 RFT_EVENTS_REDIS_URL = os.environ.get("RFT_EVENTS_REDIS_URL_FOR_RUNS", REDIS_URL)
@@ -188,6 +266,15 @@ RFT_ALLOWED_PATH_ROOTS = [
     ).split(os.pathsep)
     if p
 ]
+# Whose job dirs are whose (webapp/runs/claims.py). Each user's runs live under
+# <RFT_RUNS_DIR>/users/<user id>/ (their "runs area": the id, never the username, so no name can
+# collide with or spoof another's); web launches write there, and import, register and convert
+# accept a job dir there, never one that a run of another user owns (nor its parent or child).
+# A team shares runs on purpose by a group root: RFT_SHARED_RUN_ROOTS is JSON
+# {"<Django group name>": ["/abs/root", ...]}; a member of the group may also claim job dirs
+# under those roots (which must lie inside RFT_ALLOWED_PATH_ROOTS). Staff may claim any job dir
+# inside the allowed roots; such a claim is audited as "staff".
+RFT_SHARED_RUN_ROOTS = _shared_run_roots(os.environ.get("RFT_SHARED_RUN_ROOTS", ""))
 # ${oc.env:VAR} in a web-submitted config may read only variables matching these (fnmatch) patterns.
 RFT_OC_ENV_ALLOWLIST = [
     p.strip()

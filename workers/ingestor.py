@@ -2,9 +2,11 @@
 
     python -m workers.ingestor [--consumer NAME] [--group NAME] [--block-ms 1000] [--only-runs K,..]
 
-Runs discover themselves by adding their id to the set ``rft:runs`` (see
-``rft_core/monitor/events.py``); each stream ``rft:run:<key>`` is read through a consumer
-group (``ingestor``), so several ingestors share the work and an entry is handled by one.
+Runs discover themselves by adding their id to the set ``rft:<prefix>:runs`` (see
+``rft_core/monitor/events.py``); each stream ``rft:<prefix>:run:<key>`` is read through a
+consumer group (``ingestor``), so several ingestors share the work and an entry is handled by
+one. ``<prefix>`` is the deployment's (``settings.RFT_REDIS_PREFIX``): an ingestor never sees
+the streams of another deployment on the same Redis, whatever its database number.
 
 One batch of a stream (up to ``BATCH`` entries) is stored in ONE transaction
 (``webapp.events.store.store_events``: each new entry a ``RunEvent`` with the next dense
@@ -14,7 +16,7 @@ nothing again). After the commit the batch's new events go as ONE ``{"type": "ev
 "last_seq", "events"}`` message to the group ``run-<run pk>`` (``webapp.runs.live``), and
 then the entries are acknowledged: a crash before the ack leaves them pending, and the next
 delivery finds them stored. Sharing the load: ingestors of one group share the STREAMS. Each stream is read by one
-ingestor at a time, the holder of its lease (``rft:ingest-lease:<group>:<key>``, ``SET NX``
+ingestor at a time, the holder of its lease (``rft:<prefix>:ingest-lease:<group>:<key>``, ``SET NX``
 with a ``LEASE_MS`` expiry renewed every poll), so that a run's batches are stored in stream
 order and its seqs follow the stream (two consumers reading one stream would commit their
 batches in either order). When a holder dies its lease expires and another ingestor takes
@@ -51,7 +53,7 @@ import redis  # noqa: E402
 from channels.layers import get_channel_layer  # noqa: E402
 from django.conf import settings  # noqa: E402
 
-from rft_core.monitor.events import RUNS_SET, STREAM_PREFIX, run_id_of  # noqa: E402
+from rft_core.monitor.events import namespace, run_id_of, runs_set, stream_prefix  # noqa: E402
 from webapp.events.store import event_rows, store_events  # noqa: E402
 from webapp.runs.live import events_message, run_group, send  # noqa: E402
 
@@ -59,7 +61,6 @@ GROUP = "ingestor"
 TRIM_S = 1.0  # a busy stream is trimmed at most this often; an idle one at once
 RETRY_S = 5.0  # a stream whose batch failed to store is retried after this
 LEASE_MS = 10_000  # a stream's reader lease: a dead ingestor's streams move on after this
-LEASE_PREFIX = "rft:ingest-lease:"
 BATCH = 200
 DISCOVER_EVERY_S = 2.0
 
@@ -76,11 +77,15 @@ class Ingestor:
         channel_layer=None,
         only_runs: set[str] | None = None,
         trim: bool = True,
+        prefix: str | None = None,
     ):
         """``only_runs`` limits the ingestor to those run ids (a dedicated ingestor, or a test
         that must not touch other runs on a shared Redis); ``trim`` cuts each stream after its
-        entries are stored (see the module docstring)."""
+        entries are stored (see the module docstring); ``prefix`` is the deployment prefix
+        whose streams it reads (default ``settings.RFT_REDIS_PREFIX``)."""
         self.client = client
+        self.prefix = prefix if prefix is not None else settings.RFT_REDIS_PREFIX
+        self.stream_prefix = stream_prefix(self.prefix)
         self.trim = trim
         self.only_runs = only_runs
         self.consumer = consumer
@@ -96,12 +101,14 @@ class Ingestor:
 
     def discover(self) -> set[str]:
         """Stream keys of all known runs; creates the consumer group on each new one."""
-        keys = {f"{STREAM_PREFIX}{m.decode()}" for m in self.client.smembers(RUNS_SET)}
+        members = self.client.smembers(runs_set(self.prefix))
+        keys = {f"{self.stream_prefix}{m.decode()}" for m in members}
         keys |= {
-            k.decode() for k in self.client.scan_iter(match=f"{STREAM_PREFIX}*", _type="STREAM")
+            k.decode()
+            for k in self.client.scan_iter(match=f"{self.stream_prefix}*", _type="STREAM")
         }
         if self.only_runs is not None:
-            keys = {k for k in keys if run_id_of(k) in self.only_runs}
+            keys = {k for k in keys if run_id_of(k, self.prefix) in self.only_runs}
         for key in keys - self.streams:
             try:
                 self.client.xgroup_create(key, self.group, id="0", mkstream=True)
@@ -167,9 +174,13 @@ class Ingestor:
         self._trimmed_at[key] = time.monotonic()
         self._untrimmed.discard(key)
 
+    def lease_key(self, key: str) -> str:
+        """The key of the lease on reading stream ``key`` in this ingestor's group."""
+        return f"{namespace(self.prefix)}ingest-lease:{self.group}:{run_id_of(key, self.prefix)}"
+
     def _lease(self, key: str) -> bool:
         """Take or renew this ingestor's lease on reading ``key``; False while another has it."""
-        lease = f"{LEASE_PREFIX}{self.group}:{key}"
+        lease = self.lease_key(key)
         if self.client.set(lease, self.consumer, nx=True, px=LEASE_MS):
             return True
         if _text(self.client.get(lease) or b"") == self.consumer:
@@ -180,7 +191,7 @@ class Ingestor:
     def release(self) -> None:
         """Give up this ingestor's leases (a clean stop: the others take over at once)."""
         for key in self.streams:
-            lease = f"{LEASE_PREFIX}{self.group}:{key}"
+            lease = self.lease_key(key)
             if _text(self.client.get(lease) or b"") == self.consumer:
                 self.client.delete(lease)
 
@@ -197,7 +208,7 @@ class Ingestor:
     def _handle(self, key: str, entries: list) -> int:
         if not entries:
             return 0
-        run_key = run_id_of(key)
+        run_key = run_id_of(key, self.prefix)
         rows = event_rows(run_key, entries)
         try:
             run, new_rows = store_events(run_key, rows)
@@ -265,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--group",
         default=os.environ.get("RFT_INGESTOR_GROUP", GROUP),
-        help="consumer group; stacks with separate databases sharing one Redis need separate groups",
+        help="consumer group of the deployment's run streams (ingestors of one group share them)",
     )
     parser.add_argument("--block-ms", type=int, default=1000)
     parser.add_argument(
@@ -307,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     recovered = ingestor.recover_own_pending()
     log.info(
         "consuming run streams %s* as %s/%s (recovered %d)",
-        STREAM_PREFIX,
+        ingestor.stream_prefix,
         args.group,
         args.consumer,
         recovered,

@@ -4,21 +4,25 @@
     monitor.log({"actor/pg_loss": 0.12}, step=3)
 
 See ``events.py`` for the Redis stream format the dashboard consumes; the names both sides use
-(``ENV_REDIS_URL``, ``ENV_RUN_ID``, ``STREAM_PREFIX``, ``RUNS_SET``) are defined there once.
+(``ENV_REDIS_URL``, ``ENV_REDIS_PREFIX``, ``ENV_RUN_ID``, ``stream_key``, ``runs_set``) are defined
+there once.
 """
 
 from rft_core.monitor.events import (
     ENV_HEARTBEAT_S,
+    ENV_REDIS_PREFIX,
     ENV_REDIS_URL,
     ENV_RUN_ID,
     ENV_SAMPLES_PER_STEP,
     KINDS,
     RUN_ID_RE,
-    RUNS_SET,
-    STREAM_PREFIX,
     MonitorEvent,
+    check_redis_prefix,
+    redis_prefix,
     run_id_of,
+    runs_set,
     stream_key,
+    stream_prefix,
 )
 from rft_core.monitor.monitor import (
     MONITORS,
@@ -29,18 +33,21 @@ from rft_core.monitor.monitor import (
 
 __all__ = [
     "ENV_HEARTBEAT_S",
+    "ENV_REDIS_PREFIX",
     "ENV_REDIS_URL",
     "ENV_RUN_ID",
     "ENV_SAMPLES_PER_STEP",
     "KINDS",
     "MONITORS",
-    "RUNS_SET",
     "RUN_ID_RE",
-    "STREAM_PREFIX",
     "Monitor",
     "MonitorEvent",
     "MonitorLogHandler",
     "build_monitor",
+    "check_redis_prefix",
+    "redis_prefix",
     "run_id_of",
+    "runs_set",
     "stream_key",
+    "stream_prefix",
 ]

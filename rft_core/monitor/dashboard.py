@@ -7,7 +7,8 @@
 With both set, ``register`` registers the run once its job dir is final and its preflight
 passed, before Ray starts (``POST /api/v1/runs/register/`` with the config as it resolved and
 the job dir), sets
-``RFT_EVENTS_REDIS_URL`` and ``RFT_RUN_ID`` from the answer, so the run's monitor streams to the
+``RFT_EVENTS_REDIS_URL``, ``RFT_REDIS_PREFIX`` (the dashboard's deployment prefix) and
+``RFT_RUN_ID`` from the answer, so the run's monitor streams to the
 dashboard as a run the dashboard launched would, and ``reporting`` reports the exit code when
 the run ends (``POST /api/v1/runs/<id>/finish/``). A dashboard that refuses or cannot be reached stops the
 run before it starts, naming which and why (unset RFT_DASHBOARD_URL to run without it); a
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from rft_core.errors import ServiceUnavailable
-from rft_core.monitor.events import ENV_REDIS_URL, ENV_RUN_ID
+from rft_core.monitor.events import ENV_REDIS_PREFIX, ENV_REDIS_URL, ENV_RUN_ID, check_redis_prefix
 
 ENV_DASHBOARD_URL = "RFT_DASHBOARD_URL"
 ENV_API_TOKEN = "RFT_API_TOKEN"
@@ -45,7 +46,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Registration:
     run_id: int  # the dashboard's run id (its page is <dashboard>/runs/<run_id>/)
-    key: str  # RFT_RUN_ID: the run's event stream is rft:run:<key>
+    key: str  # RFT_RUN_ID: the run's event stream is rft:<prefix>:run:<key>
     page: str  # the run page's address
     base: str = ""  # the dashboard's address, for the report at the end
     token: str = field(default="", repr=False)
@@ -118,9 +119,11 @@ def register(config_yaml: str, job_dir: Path) -> Registration | None:
             token=token,
         )
         redis_url = str(answer["events_redis_url"])
+        prefix = check_redis_prefix(answer["events_redis_prefix"], "events_redis_prefix")
     except (KeyError, TypeError, ValueError) as err:
         raise DashboardRefused(f"{ENV_DASHBOARD_URL}={base}: unexpected answer {answer!r}") from err
     os.environ[ENV_REDIS_URL] = redis_url
+    os.environ[ENV_REDIS_PREFIX] = prefix
     os.environ[ENV_RUN_ID] = registration.key
     print(f"trinity run: live in the dashboard at {registration.page}", file=sys.stderr)
     return registration

@@ -1,9 +1,12 @@
 """The run event stream: the one wire format between a run's monitor and the dashboard.
 
-A run whose processes have ``RFT_EVENTS_REDIS_URL`` and ``RFT_RUN_ID`` set (the dashboard sets
-them when it launches one) appends events to the Redis stream ``rft:run:<run_id>`` and
-adds ``<run_id>`` to the set ``rft:runs`` so that consumers can discover it. Every entry has
-the string fields below; ``data`` is JSON. Stream entry ids give the order.
+A run whose processes have ``RFT_EVENTS_REDIS_URL``, ``RFT_REDIS_PREFIX`` and ``RFT_RUN_ID`` set
+(the dashboard sets them when it launches one) appends events to the Redis stream
+``rft:<prefix>:run:<run_id>`` and adds ``<run_id>`` to the set ``rft:<prefix>:runs`` so that
+consumers can discover it. The prefix is the dashboard's deployment prefix: every key, stream
+and channel a deployment uses lies under ``rft:<prefix>:``, so two deployments (or a test
+session and a demo) on one Redis server never meet. Every entry has the string fields below;
+``data`` is JSON. Stream entry ids give the order.
 
     run    the run id the dashboard gave (RFT_RUN_ID)
     kind   metric | log | checkpoint | status | heartbeat | samples
@@ -23,6 +26,7 @@ This module imports nothing but the standard library: the dashboard's web proces
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Mapping
@@ -37,21 +41,62 @@ ENV_HEARTBEAT_S = "RFT_HEARTBEAT_S"  # seconds between heartbeats on the stream 
 ENV_SAMPLES_PER_STEP = "RFT_SAMPLES_PER_STEP"
 SAMPLES_PER_STEP = 4
 
-STREAM_PREFIX = "rft:run:"
-RUNS_SET = "rft:runs"
+# The deployment prefix (the dashboard's ``RFT_REDIS_PREFIX`` setting; a launch sets it on the run)
+ENV_REDIS_PREFIX = "RFT_REDIS_PREFIX"
+REDIS_PREFIX_RE = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
+REDIS_PREFIX_RULE = "1-40 characters of letters, digits, '.', '_' or '-'"
+
 KINDS = ("metric", "log", "checkpoint", "status", "heartbeat", "samples")
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
 
 
-def stream_key(run_id: str) -> str:
-    return f"{STREAM_PREFIX}{run_id}"
+def check_redis_prefix(prefix: str, source: str = ENV_REDIS_PREFIX) -> str:
+    """``prefix`` when it is a valid deployment prefix, else ValueError naming ``source`` and the
+    rule in one line."""
+    if not isinstance(prefix, str) or not REDIS_PREFIX_RE.match(prefix):
+        raise ValueError(
+            f"{source}={prefix!r} is not a valid Redis key prefix: it must be {REDIS_PREFIX_RULE}"
+        )
+    return prefix
 
 
-def run_id_of(key: str | bytes) -> str:
+def redis_prefix() -> str:
+    """The deployment prefix of this process (``RFT_REDIS_PREFIX``), checked."""
+    prefix = os.environ.get(ENV_REDIS_PREFIX)
+    if prefix is None:
+        raise ValueError(
+            f"{ENV_REDIS_PREFIX} is not set: a run streaming to a dashboard needs the dashboard's "
+            "deployment prefix (a dashboard's launch or `trinity run` with RFT_DASHBOARD_URL sets "
+            "it; else copy its var/redis_prefix)"
+        )
+    return check_redis_prefix(prefix)
+
+
+def namespace(prefix: str | None = None) -> str:
+    """``rft:<prefix>:``, the start of every Redis key and channel of the deployment."""
+    return f"rft:{check_redis_prefix(prefix) if prefix is not None else redis_prefix()}:"
+
+
+def stream_prefix(prefix: str | None = None) -> str:
+    return f"{namespace(prefix)}run:"
+
+
+def runs_set(prefix: str | None = None) -> str:
+    """The set of run ids of the deployment: how consumers discover new streams."""
+    return f"{namespace(prefix)}runs"
+
+
+def stream_key(run_id: str, prefix: str | None = None) -> str:
+    """The event stream of ``run_id`` (``prefix``: the deployment's, default ``RFT_REDIS_PREFIX``)."""
+    return f"{stream_prefix(prefix)}{run_id}"
+
+
+def run_id_of(key: str | bytes, prefix: str | None = None) -> str:
     key = key.decode() if isinstance(key, bytes) else key
-    if not key.startswith(STREAM_PREFIX):
-        raise ValueError(f"not a run event stream key: {key!r}")
-    return key[len(STREAM_PREFIX) :]
+    start = stream_prefix(prefix)
+    if not key.startswith(start):
+        raise ValueError(f"not a run event stream key of {start}*: {key!r}")
+    return key[len(start) :]
 
 
 @dataclass

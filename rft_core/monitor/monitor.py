@@ -2,7 +2,7 @@
 
 ``build_monitor`` picks the sinks: JSONL always, TensorBoard unless ``monitor.monitor_type`` is
 ``none``, W&B or MLflow when it asks for them, and the Redis event stream when the dashboard launched
-the run (env ``RFT_EVENTS_REDIS_URL`` + ``RFT_RUN_ID``); that run also gets a heartbeat every
+the run (env ``RFT_EVENTS_REDIS_URL`` + ``RFT_REDIS_PREFIX`` + ``RFT_RUN_ID``); that run also gets a heartbeat every
 ``RFT_HEARTBEAT_S`` seconds (default 10) so the dashboard can tell a live run from a dead one.
 """
 
@@ -18,10 +18,12 @@ from typing import Any
 from rft_core.errors import ConfigError
 from rft_core.monitor.events import (
     ENV_HEARTBEAT_S,
+    ENV_REDIS_PREFIX,
     ENV_REDIS_URL,
     ENV_RUN_ID,
     RUN_ID_RE,
     MonitorEvent,
+    redis_prefix,
 )
 from rft_core.monitor.sinks import (
     JsonlSink,
@@ -158,11 +160,18 @@ def build_monitor(
     redis_url = os.environ.get(ENV_REDIS_URL)
     if redis_url:
         _check_run_id(run_id)
-        sinks.append(RedisStreamSink(redis_url, run_id))
+        sinks.append(RedisStreamSink(redis_url, run_id, _prefix()))
     monitor = Monitor(sinks, role=role, run_id=run_id, stage=stage)
     if redis_url:
         monitor.start_heartbeat(float(os.environ.get(ENV_HEARTBEAT_S, "10")))
     return monitor
+
+
+def _prefix() -> str:
+    try:
+        return redis_prefix()
+    except ValueError as err:
+        raise ConfigError("", str(err), value=os.environ.get(ENV_REDIS_PREFIX)) from None
 
 
 def _check_run_id(run_id: str) -> None:
@@ -186,7 +195,7 @@ def check_monitor(monitor_type: str, run_name: str) -> None:
     if redis_url:
         run_id = os.environ.get(ENV_RUN_ID) or run_name
         _check_run_id(run_id)
-        RedisStreamSink(redis_url, run_id).close()  # ServiceUnavailable when unreachable
+        RedisStreamSink(redis_url, run_id, _prefix()).close()  # ServiceUnavailable when unreachable
 
 
 class MonitorLogHandler(logging.Handler):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rft_core.errors import EngineUnavailable, ServiceUnavailable
-from rft_core.monitor.events import RUNS_SET, MonitorEvent, stream_key
+from rft_core.monitor.events import MonitorEvent, runs_set, stream_key
 
 logger = logging.getLogger(__name__)
 
@@ -99,25 +99,26 @@ class TensorBoardSink:
 
 
 class RedisStreamSink:
-    """XADD every event to ``rft:run:<run_id>`` for the dashboard's ingestor.
+    """XADD every event to ``rft:<prefix>:run:<run_id>`` for the dashboard's ingestor.
 
-    Switched on by ``RFT_EVENTS_REDIS_URL`` and ``RFT_RUN_ID``, which the dashboard sets when it
-    launches a run. Unreachable at start -> ServiceUnavailable. A write that fails mid-run is
+    Switched on by ``RFT_EVENTS_REDIS_URL`` and ``RFT_RUN_ID`` (with ``RFT_REDIS_PREFIX``, the
+    dashboard's deployment prefix), which the dashboard sets when it launches a run. Unreachable at start -> ServiceUnavailable. A write that fails mid-run is
     logged and dropped: the JSONL file stays the complete record and training goes on.
     """
 
-    def __init__(self, url: str, run_id: str, *, maxlen: int = 200_000):
+    def __init__(self, url: str, run_id: str, prefix: str, *, maxlen: int = 200_000):
         import redis
 
         self.url = url
         self.run_id = run_id
-        self.key = stream_key(run_id)
+        self.key = stream_key(run_id, prefix)
+        self.runs_set = runs_set(prefix)
         self.maxlen = maxlen
         self.dropped = 0
         self._lock = threading.Lock()
         self._client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
         try:
-            self._client.sadd(RUNS_SET, run_id)
+            self._client.sadd(self.runs_set, run_id)
         except redis.RedisError as err:
             raise ServiceUnavailable(
                 f"Redis event stream at RFT_EVENTS_REDIS_URL={url} is unreachable ({err}); "

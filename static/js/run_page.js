@@ -5,7 +5,9 @@
 // snapshot, up to `seq`), then apply each batch whose first_seq == last + 1, ignore those with
 // last_seq <= last, and on a gap or a reconnect refetch live.json?after=last (again while
 // `more`). `run` and `checkpoint` messages carry full states. While the socket is closed the
-// page says so and polls live.json?after=last every 3 s; it reconnects with backoff.
+// page says so and polls live.json?after=last every 3 s; it reconnects with backoff. A `run`
+// message that would freeze the page (a final status, a requested cancel: never undone once
+// shown) is only believed when the run's own live.json says so too.
 (function () {
   "use strict";
 
@@ -28,6 +30,7 @@
     pollTimer: null,
     fetching: null,
     fetchAgain: false,
+    confirmations: 0, // final states from the socket checked against live.json (for tests)
     logs: [],
     actors: new Set(),
     levels: new Set(),
@@ -129,6 +132,22 @@
     else if (run.status === "cancelled") { state.hidden = false; state.textContent = "cancelled"; }
     else state.hidden = true;
     tick();
+  }
+
+  // A live message saying the run ended (or that a cancel was asked for) is confirmed through
+  // the run's own live.json before the page shows it and freezes: a message that is not this
+  // run's (a misrouted one, another deployment's run of the same number) must not end a page
+  // that is still running. live.json's state is the one applied; if it is still active, the
+  // page goes on following the run.
+  function wouldFreeze(run) {
+    if (!run) return false;
+    if (!S.run) return !ACTIVE[run.status]; // the snapshot, still on its way, tells the truth
+    return (ACTIVE[S.run.status] && !ACTIVE[run.status]) || (run.cancel_requested && !S.run.cancel_requested);
+  }
+  function onRunMessage(run) {
+    if (!wouldFreeze(run)) { applyRun(run); return; }
+    if (S.last === null) return; // loadSnapshot applies the run's state from live.json
+    catchUp().then(function () { S.confirmations += 1; root.dataset.confirmations = String(S.confirmations); });
   }
 
   function notePorgress(ts, step) {
@@ -549,7 +568,7 @@
       var msg;
       try { msg = JSON.parse(e.data); } catch (err) { return; }
       if (msg.type === "events") onBatch(msg);
-      else if (msg.type === "run") applyRun(msg.run);
+      else if (msg.type === "run") onRunMessage(msg.run);
       else if (msg.type === "checkpoint") applyCheckpoint(msg.checkpoint);
     };
     ws.onclose = function (e) {

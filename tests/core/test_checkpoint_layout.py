@@ -71,7 +71,8 @@ def test_the_event_names_are_defined_once_in_events_and_reexported():
     assert (events.ENV_REDIS_URL, events.ENV_RUN_ID) == ("RFT_EVENTS_REDIS_URL", "RFT_RUN_ID")
     assert monitor.ENV_REDIS_URL is events.ENV_REDIS_URL
     assert monitor_module.ENV_RUN_ID is events.ENV_RUN_ID
-    assert monitor.stream_key("r1") == "rft:run:r1" and monitor.run_id_of("rft:run:r1") == "r1"
+    key = monitor.stream_key("r1", "dep-1")
+    assert key == "rft:dep-1:run:r1" and monitor.run_id_of(key, "dep-1") == "r1"
 
 
 def test_it_lists_the_steps_of_every_stage_with_their_hf_state(tmp_path):

@@ -19,6 +19,7 @@ from rft_core.demo import (
     DEMO_MAX_RESPONSE_TOKENS,
     DEMO_SYSTEM_PROMPT,
     MARKER_NAME,
+    SLOPPY_CARRY_SHARE,
     TEST_SIZE,
     TRAIN_SIZE,
     DemoPaths,
@@ -155,10 +156,11 @@ def test_countdown_games_are_solvable_and_score_one_with_countdown_reward(demo):
         assert {"score": 1.0} in scores
 
 
-def test_sft_rows_are_the_train_split_in_the_think_answer_format(demo):
+def test_sft_rows_are_the_train_split_answered_by_the_sloppy_teacher(demo):
     lines = demo.sft_path.read_text().splitlines()
     assert len(lines) == TRAIN_SIZE
     train = {r["question"]: r["answer"] for r in pq.read_table(demo.train_path).to_pylist()}
+    carry_rows = dropped = 0
     for line in lines:
         system, user, assistant = json.loads(line)["messages"]
         assert (system["role"], system["content"]) == ("system", DEMO_SYSTEM_PROMPT)
@@ -171,11 +173,23 @@ def test_sft_rows_are_the_train_split_in_the_think_answer_format(demo):
             assistant["content"],
         )
         x0, y0, ones, x1, y1, carry, tens, answer = map(int, steps.groups())
-        # ones, then tens with the carry, then the answer: each step is right
+        # ones, then tens with the carry as written, then the answer those steps give
         assert (x0, y0, ones) == (a0, b0, a0 + b0)
-        assert (x1, y1, carry, tens) == (a1, b1, ones // 10, a1 + b1 + ones // 10)
-        assert answer == tens * 10 + ones % 10 == int(train[user["content"]].rsplit("#### ", 1)[1])
+        assert (x1, y1, tens) == (a1, b1, a1 + b1 + carry)
+        assert answer == tens * 10 + ones % 10
+        truth = int(train[user["content"]].rsplit("#### ", 1)[1])
+        assert truth == (a1 * 10 + a0) + (b1 * 10 + b0)
+        if ones >= 10:
+            carry_rows += 1
+            dropped += carry == 0
+            assert (answer == truth) == (carry == 1)  # a dropped carry is exactly 10 short
+        else:
+            assert carry == 0 and answer == truth  # the teacher errs only on carries
         assert len(assistant["content"]) + 1 <= DEMO_MAX_RESPONSE_TOKENS
+    # the teacher drops more than half of the carries (so imitation drops them), not all of them
+    # (so sampling still finds them): 1086 of 1806 with seed 0
+    assert (carry_rows, dropped) == (1806, 1086)
+    assert abs(dropped / carry_rows - SLOPPY_CARRY_SHARE) < 0.01
 
 
 def test_same_seed_gives_the_same_bytes_and_another_seed_differs(demo, tmp_path):

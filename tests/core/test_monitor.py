@@ -14,7 +14,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from rft_core.errors import ConfigError, EngineUnavailable, ServiceUnavailable
-from rft_core.monitor import RUNS_SET, MonitorEvent, MonitorLogHandler, build_monitor, stream_key
+from rft_core.monitor import MonitorEvent, MonitorLogHandler, build_monitor, runs_set, stream_key
 
 
 @pytest.fixture
@@ -65,7 +65,7 @@ def dashboard_run(monkeypatch, redis_client, redis_url, unique_id):
     monkeypatch.setenv("RFT_HEARTBEAT_S", "3600")  # only the heartbeat sent at start
     redis_client.test_keys.append(stream_key(unique_id))
     yield unique_id
-    redis_client.srem(RUNS_SET, unique_id)
+    redis_client.srem(runs_set(), unique_id)
 
 
 def test_redis_sink_streams_every_kind_tagged_with_the_run_id(
@@ -92,7 +92,7 @@ def test_redis_sink_streams_every_kind_tagged_with_the_run_id(
     assert events[2].step == 4 and events[2].data == {"actor/pg_loss": 0.5}
     assert events[3].data == {"level": "INFO", "text": "step 4 done"}
     assert events[4].data == {"path": "/ckpt/global_step_4"}
-    assert redis_client.sismember(RUNS_SET, unique_id)
+    assert redis_client.sismember(runs_set(), unique_id)
 
 
 def test_log_handler_forwards_records_to_the_stream(tmp_path, redis_client, dashboard_run):
@@ -218,7 +218,7 @@ def test_monitor_type_none_keeps_only_the_jsonl_file(tmp_path, no_dashboard_env)
 
 
 def test_trinity_run_refuses_a_missing_backend_and_an_unreachable_stream_before_ray(
-    tmp_path, no_dashboard_env
+    tmp_path, no_dashboard_env, redis_url
 ):
     import subprocess
 
@@ -232,12 +232,26 @@ def test_trinity_run_refuses_a_missing_backend_and_an_unreachable_stream_before_
             {"RFT_EVENTS_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0", "RFT_RUN_ID": "r1"},
             "RFT_EVENTS_REDIS_URL",
         ),
+        (  # a stream without the dashboard's deployment prefix would never be read
+            [],
+            {"RFT_EVENTS_REDIS_URL": redis_url, "RFT_RUN_ID": "r1", "RFT_REDIS_PREFIX": None},
+            "RFT_REDIS_PREFIX is not set",
+        ),
+        (
+            [],
+            {"RFT_EVENTS_REDIS_URL": redis_url, "RFT_RUN_ID": "r1", "RFT_REDIS_PREFIX": "a b"},
+            "RFT_REDIS_PREFIX='a b' is not a valid Redis key prefix: it must be 1-40 characters",
+        ),
     ]
     for overrides, env, text in cases:
         proc = subprocess.run(
             [sys.executable, "-m", "rft_core.cli", "run", "--config", str(demo), *overrides],
             cwd=tmp_path,
-            env={**os.environ, "RFT_DEMO_DIR": str(tmp_path), **env},
+            env={
+                k: v
+                for k, v in {**os.environ, "RFT_DEMO_DIR": str(tmp_path), **env}.items()
+                if v is not None
+            },
             capture_output=True,
             text=True,
             timeout=300,

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from rft_core.monitor import dashboard
-from rft_core.monitor.events import ENV_REDIS_URL, ENV_RUN_ID
+from rft_core.monitor.events import ENV_REDIS_PREFIX, ENV_REDIS_URL, ENV_RUN_ID
 
 
 class FakeDashboard(BaseHTTPRequestHandler):
@@ -28,7 +28,8 @@ class FakeDashboard(BaseHTTPRequestHandler):
             answer, status = {"detail": detail}, code
         elif self.path == "/api/v1/runs/register/":
             answer, status = {"run": {"id": 7}, "key": "rkey7", "page": "http://d/runs/7/",
-                              "events_redis_url": "redis://elsewhere:6379/3"}, 201  # fmt: skip
+                              "events_redis_url": "redis://elsewhere:6379/3",
+                              "events_redis_prefix": "team-a"}, 201  # fmt: skip
         else:
             answer, status = {"id": 7, "status": "succeeded"}, 200
         data = json.dumps(answer).encode()
@@ -47,7 +48,7 @@ def stream_env_restored():
     """register() sets the stream's env in this process, as it must in the CLI; monkeypatch's
     delenv records nothing for an absent variable, so restore by hand or later tests in the
     session (the orchestration tests) would send their events to this test's fake Redis."""
-    saved = {name: os.environ.get(name) for name in (ENV_RUN_ID, ENV_REDIS_URL)}
+    saved = {name: os.environ.get(name) for name in (ENV_RUN_ID, ENV_REDIS_URL, ENV_REDIS_PREFIX)}
     yield
     for name, value in saved.items():
         if value is None:
@@ -78,6 +79,8 @@ def test_register_sets_the_stream_env_and_the_exit_is_reported(site, tmp_path):
         assert (os.environ[ENV_RUN_ID], os.environ[ENV_REDIS_URL]) == (
             "rkey7", "redis://elsewhere:6379/3",
         )  # fmt: skip
+        # the dashboard's deployment prefix: the run streams to rft:team-a:run:rkey7
+        assert os.environ[ENV_REDIS_PREFIX] == "team-a"
     paths = [(path, body) for path, body, _ in FakeDashboard.requests]
     assert paths == [
         ("/api/v1/runs/register/", {"config_yaml": "name: x\n", "job_dir": str(tmp_path / "job")}),

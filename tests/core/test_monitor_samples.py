@@ -11,7 +11,7 @@ import pytest
 
 from rft_core.config import load_config_from_dict
 from rft_core.demo import build_demo
-from rft_core.monitor import RUNS_SET, MonitorEvent, build_monitor, stream_key
+from rft_core.monitor import MonitorEvent, build_monitor, runs_set, stream_key
 from tests.core.test_orchestration import _config
 
 
@@ -22,7 +22,7 @@ def dashboard_run(monkeypatch, redis_client, redis_url, unique_id):
     monkeypatch.setenv("RFT_HEARTBEAT_S", "3600")
     redis_client.test_keys.append(stream_key(unique_id))
     yield unique_id
-    redis_client.srem(RUNS_SET, unique_id)
+    redis_client.srem(runs_set(), unique_id)
 
 
 def test_samples_go_to_the_jsonl_file_and_the_stream(tmp_path, redis_client, dashboard_run):

@@ -227,6 +227,8 @@ def _forget_run_streams(env: dict[str, str]) -> None:
     bindings and its claim on the database index."""
     import redis
 
+    from rft_core.monitor import runs_set, stream_key
+
     keys = subprocess.run(
         [
             sys.executable,
@@ -241,11 +243,15 @@ def _forget_run_streams(env: dict[str, str]) -> None:
         text=True,
     ).stdout.split()
     client = redis.Redis.from_url(env["REDIS_URL"])
+    prefix = env["RFT_REDIS_PREFIX"]
     if keys:
-        client.delete(*[f"rft:run:{key}" for key in keys])
-        client.srem("rft:runs", *keys)
-    queue = env["RFT_RUNS_QUEUE"]
-    client.delete(f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}", CLAIM_KEY)
+        client.delete(*[stream_key(key, prefix) for key in keys])
+        client.srem(runs_set(prefix), *keys)
+    queue, namespace = env["RFT_RUNS_QUEUE"], f"rft:{prefix}:"
+    client.delete(
+        f"{namespace}_kombu.binding.{queue}", f"{namespace}_kombu.binding_permanent.{queue}"
+    )
+    client.delete(CLAIM_KEY)
     client.close()
 
 
@@ -281,6 +287,8 @@ def stack(tmp_path, redis_url, ray_head, unique_id) -> Stack:
         "RFT_RUNS_QUEUE": queue,
         "RFT_CONVERT_QUEUE": queue,  # the Convert button's task reaches the stack's worker
         "RFT_INGESTOR_GROUP": f"ingestor-{unique_id}",
+        # a deployment of its own: its keys, streams and live channels meet nobody else's
+        "RFT_REDIS_PREFIX": f"e2e-{unique_id}",
         "DJANGO_SETTINGS_MODULE": "webapp.settings",
     }
     env.pop("RFT_ALLOWED_PATH_ROOTS", None)  # the defaults: the demo dir and the runs dir
@@ -322,7 +330,11 @@ def stack(tmp_path, redis_url, ray_head, unique_id) -> Stack:
         url = f"http://127.0.0.1:{port}"
         _wait_http(f"{url}/health.json", processes["web"], var / "log" / "web.log")
         deadline = time.monotonic() + 60
-        app = Celery(broker=env["REDIS_URL"])  # the stack's broker, not this process's
+        # the stack's broker and prefix, not this process's
+        app = Celery(
+            broker=env["REDIS_URL"],
+            broker_transport_options={"global_keyprefix": f"rft:{env['RFT_REDIS_PREFIX']}:"},
+        )
         while not app.control.ping(destination=[worker], timeout=0.5):
             if processes["worker"].poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(

@@ -94,9 +94,9 @@ def _drive(page, stack, shots: Path) -> None:
     page.select_option("[name='explorer.eval_on_startup']", "false")
     sft_buffer = page.locator("[name='stages[0].buffer']")
     text = sft_buffer.input_value()
-    assert "total_steps: 300" in text and "train_batch_size: 32" in text
+    assert "total_steps: 450" in text and "train_batch_size: 32" in text
     sft_buffer.fill(
-        text.replace("total_steps: 300", "total_steps: 2").replace(
+        text.replace("total_steps: 450", "total_steps: 2").replace(
             "train_batch_size: 32", "train_batch_size: 8"
         )
     )

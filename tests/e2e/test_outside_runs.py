@@ -4,7 +4,8 @@ from a terminal (a subprocess with RFT_DASHBOARD_URL and RFT_API_TOKEN set, on t
 cluster) registers itself and appears under that user, its run page filling live while the
 badge says running, then succeeded when the CLI reports exit 0; then the user imports that job
 dir from the import page and finds its whole history as a second run (its reward points, its
-log, its checkpoints), and converts one of its checkpoints. Requests to other hosts and errors
+log, its checkpoints), and converts one of its checkpoints. The job dir is in the user's runs
+area, which the import page names. Requests to other hosts and errors
 in the browser console fail the test, as in test_live_run.py.
 """
 
@@ -42,7 +43,7 @@ def short_demo_config(path: Path) -> Path:
     text = (ROOT / "examples" / "demo" / "grpo_demo.yaml").read_text()
     for old, new in [
         ("name: grpo_demo", "name: from_my_terminal"),
-        ("total_steps: 300", "total_steps: 2"),
+        ("total_steps: 450", "total_steps: 2"),
         ("train_batch_size: 32", "train_batch_size: 8"),
         ("total_steps: 30", f"total_steps: {RFT_STEPS}"),
         ("save_interval: 10", "save_interval: 3"),
@@ -103,15 +104,22 @@ def test_a_terminal_run_appears_live_and_its_job_dir_imports_with_its_history(
         token = page.locator("#new-token-key").inner_text().strip()
         assert token
 
+        # ---- the user's runs area, as the import page names it: their job dirs go there
+        page.goto(f"{stack.url}/runs/import/")
+        area = Path(page.locator("#runs-area").inner_text().strip())
+        assert area.parent == Path(stack.env["RFT_RUNS_DIR"]).resolve() / "users", area
+
         # ---- trinity run from a terminal, pointed at the dashboard
         config = short_demo_config(tmp_path / "my.yaml")
-        checkpoints = Path(stack.env["RFT_RUNS_DIR"]) / "terminal"
+        checkpoints = area / "terminal"
         # the terminal joins the stack's Ray cluster by its GCS address, as a user on the
         # cluster does (RAY_ADDRESS=<head>:<port>; the head has Ray's token auth on)
         env = {**stack.env, "RFT_DASHBOARD_URL": stack.url, "RFT_API_TOKEN": token,
                "TRINITY_CHECKPOINT_ROOT_DIR": str(checkpoints),
                "RAY_ADDRESS": f"127.0.0.1:{ray_head.gcs_port}", "RAY_AUTH_MODE": "token"}  # fmt: skip
-        for name in ("RFT_RUN_ID", "RFT_EVENTS_REDIS_URL"):
+        # a terminal knows none of the stream's settings: registering gives them (the deployment
+        # prefix included, else its events would go where the stack's ingestor never reads)
+        for name in ("RFT_RUN_ID", "RFT_EVENTS_REDIS_URL", "RFT_REDIS_PREFIX"):
             env.pop(name, None)
         out = open(tmp_path / "terminal.log", "wb")  # noqa: SIM115 - the child writes it
         terminal = subprocess.Popen(

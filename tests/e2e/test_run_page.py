@@ -21,10 +21,11 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from rft_core.monitor import RUNS_SET, stream_key
+from rft_core.monitor import redis_prefix, runs_set, stream_key
 from rft_core.monitor.monitor import Monitor
 from rft_core.monitor.sinks import RedisStreamSink
 from webapp.experiments.models import Experiment
@@ -107,7 +108,7 @@ def live_site(tmp_path, redis_url, redis_client, unique_id, celery_worker_queue,
         "RFT_RUNS_QUEUE": f"q-unread-{unique_id}",
         "DJANGO_SETTINGS_MODULE": "webapp.settings",
     }
-    redis_client.test_keys.append(f"q-unread-{unique_id}")
+    redis_client.test_keys.append(f"{settings.RFT_REDIS_NAMESPACE}q-unread-{unique_id}")
     port = free_port()
     site = Site(url=f"http://127.0.0.1:{port}", var=var)
     try:
@@ -167,7 +168,7 @@ class RunUnderTest:
         """The run's monitor of ``role`` in ``stage``: rft_core's Monitor over its Redis sink."""
         key = (role, stage)
         if key not in self.monitors:
-            sink = RedisStreamSink(self.redis_url, self.run.key)
+            sink = RedisStreamSink(self.redis_url, self.run.key, redis_prefix())
             self.monitors[key] = Monitor([sink], role=role, run_id=self.run.key, stage=stage)
         return self.monitors[key]
 
@@ -201,7 +202,7 @@ def watched_run(user, tmp_path, redis_url, redis_client, unique_id):
     under_test = RunUnderTest(run=run, job=job, redis_url=redis_url)
     yield under_test
     under_test.close()
-    redis_client.srem(RUNS_SET, run.key)
+    redis_client.srem(runs_set(), run.key)
 
 
 def guard_hosts(page, site_url: str) -> list[str]:
@@ -460,4 +461,58 @@ def test_it_polls_and_says_so_when_the_websocket_is_refused(
     assert sockets  # the page did try the socket
     page.screenshot(path=str(tmp_path / "run-page-polling.png"), full_page=True)
     assert foreign == []
+    page.close()
+
+
+def _from_a_thread(work) -> None:
+    """Run ``work`` (ORM writes and Channels sends) off this thread: Playwright's loop runs here."""
+    import threading
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join()
+
+
+def test_a_live_message_that_the_run_ended_is_confirmed_before_the_page_freezes(
+    live_site, watched_run, browser, user, monkeypatch
+):
+    """A "cancelled" state for this run arrives on the socket while the run is still running
+    (as another deployment's run #1 once did on a shared Redis): the page asks live.json, which
+    says running, and goes on following the run; a real cancel is then shown."""
+    from webapp.runs.live import publish_run, run_group, run_state, send
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    run = watched_run.run
+    page = browser.new_page()
+    page.set_default_timeout(30_000)
+    sign_in(page, live_site.url, user.username)
+    page.goto(f"{live_site.url}{run.get_absolute_url()}")
+    page.wait_for_selector("#run-page[data-live=ready][data-transport=websocket]")
+
+    def step(n: int) -> None:
+        Run.objects.filter(pk=run.pk).update(step=n)
+        publish_run(run)
+
+    _from_a_thread(lambda: step(2))
+    page.wait_for_function("() => document.getElementById('run-step').textContent === '2 / 8'")
+
+    def misrouted() -> None:
+        fake = run_state(Run.objects.get(pk=run.pk))
+        fake.update(status="cancelled", finished_at=fake["started_at"], exit_reason="not this run")
+        send([run_group(run.pk)], {"type": "run", "run": fake})
+        step(3)  # the run goes on, published after the misrouted message
+
+    _from_a_thread(misrouted)
+    page.wait_for_function("() => document.getElementById('run-step').textContent === '3 / 8'")
+    assert page.get_attribute("#run-status", "data-status") == "running"
+    page.wait_for_selector("#run-page[data-confirmations='1']")  # live.json answered: running
+    assert page.get_attribute("#run-status", "data-status") == "running"
+    assert page.inner_text("#run-error .exit-reason") == ""
+    _from_a_thread(lambda: step(4))
+    page.wait_for_function("() => document.getElementById('run-step').textContent === '4 / 8'")
+
+    stopped_job(run)  # a real cancel: live.json agrees, the page shows it
+    page.wait_for_selector("#run-status[data-status=cancelled]")
+    page.wait_for_selector("#run-page[data-confirmations='2']")
+    assert page.inner_text("#run-error .exit-reason") == "cancelled by carol"
     page.close()

@@ -255,8 +255,9 @@ def drive_checkpoint_convert(alice, bob, tmp_path) -> Expected:
 
 def _registered(alice, tmp_path) -> int:
     """A terminal run of alice's, registered through the API as ``trinity run`` does."""
-    body = {"config_yaml": DEMO_YAML, "job_dir": str(tmp_path / "terminal-job")}
-    with override_settings(RFT_ALLOWED_PATH_ROOTS=[tmp_path]):
+    job_dir = tmp_path / "users" / str(alice.pk) / "terminal-job"  # her runs area
+    body = {"config_yaml": DEMO_YAML, "job_dir": str(job_dir)}
+    with override_settings(RFT_ALLOWED_PATH_ROOTS=[tmp_path], RFT_RUNS_DIR=tmp_path):
         response = api(alice).post("/api/v1/runs/register/", body, content_type="application/json")
     assert response.status_code == 201, response.content[:1000]
     return response.json()["run"]["id"]
@@ -276,12 +277,12 @@ def drive_run_finish(alice, bob, tmp_path) -> Expected:
 
 
 def drive_run_import(alice, bob, tmp_path) -> Expected:
-    job_dir = tmp_path / "demo" / "old"
+    job_dir = tmp_path / "users" / str(alice.pk) / "demo" / "old"  # her runs area
     (job_dir / "monitor").mkdir(parents=True)
     (job_dir / "config.yaml").write_text(DEMO_YAML)
     (job_dir / "monitor" / "trainer_metrics.jsonl").write_text('{"step": 1, "time": 1.0, "x": 2}\n')
     client = browser(alice)
-    with override_settings(RFT_ALLOWED_PATH_ROOTS=[tmp_path]):
+    with override_settings(RFT_ALLOWED_PATH_ROOTS=[tmp_path], RFT_RUNS_DIR=tmp_path):
         response = client.post("/runs/import/", {"job_dir": str(job_dir)})
     assert response.status_code == 302, response.content[:1000]
     run_id = int(response["Location"].strip("/").split("/")[-1])

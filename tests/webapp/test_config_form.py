@@ -148,7 +148,7 @@ def test_the_stages_editor_reorders_removes_and_edits_an_override():
     post = initial_post(build_form(data))
     assert yaml.safe_load(post["stages[0].algorithm"]) == data["stages"][0]["algorithm"]
     post["stages[0].buffer"] = post["stages[0].buffer"].replace(
-        "total_steps: 300", "total_steps: 5"
+        "total_steps: 450", "total_steps: 5"
     )
     out = merge_form(data, post)
     assert out["stages"][0]["buffer"]["total_steps"] == 5

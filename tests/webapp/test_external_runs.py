@@ -5,32 +5,24 @@ history. The job dirs here are written by rft_core's own writers (JsonlSink, log
 from __future__ import annotations
 
 import json
-import logging
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.utils import timezone
 
-from rft_core.actor_log import log_to_file
 from rft_core.checkpoint import layout
 from rft_core.monitor.events import MonitorEvent
-from rft_core.monitor.sinks import JsonlSink
 from tests.webapp.api_helpers import make_experiment, make_user, token_client
+from tests.webapp.job_dirs import CONFIG, write_job_dir
 from webapp.audit.models import AuditEvent
 from webapp.checkpoints.models import Checkpoint
 from webapp.events.models import RunEvent
 from webapp.experiments.models import Experiment
 from webapp.runs.actions import reconcile_run
+from webapp.runs.claims import runs_area
 from webapp.runs.models import LogLine, MetricPoint, RolloutSample, Run, RunOrigin, RunStatus
 
 pytestmark = pytest.mark.django_db
-
-DEMO = (Path(__file__).resolve().parents[2] / "examples" / "demo" / "grpo_demo.yaml").read_text()
-# the demo config as a terminal user renamed it (the CLI sends it resolved; interpolations pass)
-CONFIG = DEMO.replace("project: demo", "project: terminal-proj").replace(
-    "name: grpo_demo", "name: from-terminal"
-)
 
 
 def post(client, url: str, body: dict):
@@ -47,47 +39,19 @@ def alice_api(alice):
     return token_client(alice)[0]
 
 
-def write_job_dir(job_dir, *, end: str | None = "finished", stage: str = "", config: bool = True):
-    """A job dir as a finished run leaves it: its config.yaml (as ``trinity run`` writes it),
-    metrics, status, samples, a log, one checkpoint."""
-    stage_dir = job_dir / stage if stage else job_dir
-    if config:
-        job_dir.mkdir(parents=True, exist_ok=True)
-        text = DEMO.replace("project: demo", f"project: {job_dir.parent.name}")
-        (job_dir / layout.RUN_CONFIG).write_text(
-            text.replace("name: grpo_demo", f"name: {job_dir.name}")
-        )
-    sink = JsonlSink(stage_dir / "monitor", "trainer")
-    t0 = 1_760_000_000.0
-    for step in (1, 2, 3):
-        sink.write(MonitorEvent("x", "metric", "trainer", step, {"actor/pg_loss": 0.5 / step},
-                                t0 + step))  # fmt: skip
-    sink.write(MonitorEvent("x", "status", "trainer", None, {"state": "running"}, t0))
-    ckpt = layout.step_dir(stage_dir, 2)
-    (ckpt / layout.ACTOR_DIR).mkdir(parents=True)
-    (ckpt / layout.FULL_CHECKPOINT_MARKER).write_text("")
-    sink.write(MonitorEvent("x", "checkpoint", "trainer", 2, {"path": str(ckpt)}, t0 + 2.5))
-    sample = {"prompt": "1+1?", "response": "2", "truth": "2", "reward": 1.0}
-    sink.write(MonitorEvent("x", "samples", "explorer", 3, {"samples": [sample, sample]}, t0 + 3))
-    if end:
-        sink.write(MonitorEvent("x", "status", "trainer", None, {"state": end}, t0 + 4))
-    sink.close()
-    logger = logging.getLogger("rft_core.import_test")
-    log_to_file(stage_dir / "log" / "trainer.log", "rft_core.import_test")
-    logger.info("trainer step 1 done")
-    logger.warning("a warning\nwith a second line")
-    for handler in list(logger.handlers):
-        handler.close()
-        logger.removeHandler(handler)
-    return ckpt
+@pytest.fixture
+def area(roots, alice):
+    """Alice's runs area (webapp.runs.claims): the job dirs she may claim."""
+    return runs_area(alice)
 
 
 # ---------------------------------------------------------------- terminal registration
 
 
-def test_a_terminal_run_registers_under_the_experiment_named_as_its_config(roots, alice, alice_api):
-    _, runs = roots
-    job_dir = runs / "terminal-proj" / "from-terminal"
+def test_a_terminal_run_registers_under_the_experiment_named_as_its_config(
+    area, alice, alice_api, settings
+):
+    job_dir = area / "terminal-proj" / "from-terminal"
     answer = post(alice_api, "/api/v1/runs/register/", {"config_yaml": CONFIG,
                                                          "job_dir": str(job_dir)})  # fmt: skip
     assert answer.status_code == 201, answer.content
@@ -97,6 +61,7 @@ def test_a_terminal_run_registers_under_the_experiment_named_as_its_config(roots
     assert run.experiment.owner == alice and run.experiment.name == "from-terminal"
     assert run.experiment.project == "terminal-proj"
     assert body["key"] == run.key and body["events_redis_url"].startswith("redis://")
+    assert body["events_redis_prefix"] == settings.RFT_REDIS_PREFIX  # the stream's deployment
     assert body["page"].endswith(f"/runs/{run.pk}/")
     assert AuditEvent.objects.filter(action="run.register", target_id=str(run.pk)).exists()
     # a second run of the same config goes under the same experiment, as run 2
@@ -110,7 +75,6 @@ def test_a_terminal_run_registers_under_the_experiment_named_as_its_config(roots
 @pytest.mark.parametrize(
     ("body", "field", "words"),
     [
-        ({"config_yaml": CONFIG, "job_dir": "/etc"}, "job_dir", "RFT_ALLOWED_PATH_ROOTS"),
         ({"config_yaml": CONFIG, "job_dir": "relative/dir"}, "job_dir", "absolute path"),
         ({"config_yaml": "name: [unclosed", "job_dir": "/x"}, None, "YAML"),
         ({"config_yaml": "mode: sideways\n", "job_dir": "/x"}, "mode", "sideways"),
@@ -137,8 +101,8 @@ def test_registering_needs_a_token_or_a_session():
     assert Run.objects.count() == 0
 
 
-def _register(client, runs) -> Run:
-    job_dir = runs / "terminal-proj" / "from-terminal"
+def _register(client, area) -> Run:
+    job_dir = area / "terminal-proj" / "from-terminal"
     answer = post(client, "/api/v1/runs/register/", {"config_yaml": CONFIG,
                                                       "job_dir": str(job_dir)})  # fmt: skip
     return Run.objects.get(pk=answer.json()["run"]["id"])
@@ -148,8 +112,8 @@ def _register(client, runs) -> Run:
     ("exit_code", "status", "reason"),
     [(0, "succeeded", "exited 0"), (1, "failed", "exited 1"), (130, "cancelled", "Ctrl-C")],
 )
-def test_the_clis_exit_report_ends_the_run(roots, alice_api, exit_code, status, reason):
-    run = _register(alice_api, roots[1])
+def test_the_clis_exit_report_ends_the_run(area, alice_api, exit_code, status, reason):
+    run = _register(alice_api, area)
     answer = post(alice_api, f"/api/v1/runs/{run.pk}/finish/",
                   {"exit_code": exit_code, "message": "ValueError: boom"})  # fmt: skip
     assert answer.status_code == 200, answer.content
@@ -164,8 +128,8 @@ def test_the_clis_exit_report_ends_the_run(roots, alice_api, exit_code, status, 
     assert run.status == status
 
 
-def test_another_users_report_is_refused_and_audited(roots, alice_api):
-    run = _register(alice_api, roots[1])
+def test_another_users_report_is_refused_and_audited(area, alice_api):
+    run = _register(alice_api, area)
     bob_api = token_client(make_user("bob"))[0]
     answer = post(bob_api, f"/api/v1/runs/{run.pk}/finish/", {"exit_code": 0})
     assert answer.status_code == 403
@@ -175,9 +139,9 @@ def test_another_users_report_is_refused_and_audited(roots, alice_api):
 
 
 def test_a_bad_exit_report_is_a_400_and_a_dashboard_run_is_not_finished_from_outside(
-    roots, alice, alice_api
+    area, alice, alice_api
 ):
-    run = _register(alice_api, roots[1])
+    run = _register(alice_api, area)
     answer = post(alice_api, f"/api/v1/runs/{run.pk}/finish/", {"exit_code": "zero"})
     assert answer.status_code == 400 and "exit_code" in answer.content.decode()
     launched = Run.objects.create(experiment=make_experiment(alice, "mine"), number=1,
@@ -186,16 +150,16 @@ def test_a_bad_exit_report_is_a_400_and_a_dashboard_run_is_not_finished_from_out
     assert answer.status_code == 409 and "terminal" in answer.json()["detail"]
 
 
-def test_a_terminal_run_cannot_be_cancelled_from_the_dashboard(roots, alice_api):
-    run = _register(alice_api, roots[1])
+def test_a_terminal_run_cannot_be_cancelled_from_the_dashboard(area, alice_api):
+    run = _register(alice_api, area)
     answer = alice_api.post(f"/api/v1/runs/{run.pk}/cancel/")
     assert answer.status_code == 409 and "terminal" in answer.json()["detail"]
     run.refresh_from_db()
     assert run.status == "running" and run.cancel_requested_at is None
 
 
-def test_a_silent_terminal_run_is_lost_after_the_heartbeat_timeout(roots, alice_api, settings):
-    run = _register(alice_api, roots[1])
+def test_a_silent_terminal_run_is_lost_after_the_heartbeat_timeout(area, alice_api, settings):
+    run = _register(alice_api, area)
     assert not reconcile_run(run)  # no Ray job to ask: a fresh run stays running
     Run.objects.filter(pk=run.pk).update(
         last_heartbeat=timezone.now() - timedelta(seconds=settings.RFT_HEARTBEAT_TIMEOUT_S + 5)
@@ -206,12 +170,12 @@ def test_a_silent_terminal_run_is_lost_after_the_heartbeat_timeout(roots, alice_
     assert run.status == "lost" and "no heartbeat" in run.exit_reason
 
 
-def test_a_terminal_runs_checkpoint_outside_its_job_dir_is_ignored(roots, alice_api, tmp_path):
+def test_a_terminal_runs_checkpoint_outside_its_job_dir_is_ignored(area, alice_api, tmp_path):
     from webapp.events.projection import project
     from webapp.events.store import rows_of, store_events
 
-    run = _register(alice_api, roots[1])
-    inside = layout.step_dir(roots[1] / "terminal-proj" / "from-terminal", 4)
+    run = _register(alice_api, area)
+    inside = layout.step_dir(area / "terminal-proj" / "from-terminal", 4)
     events = [
         ("1-0", MonitorEvent(run.key, "checkpoint", "trainer", 4, {"path": str(inside)})),
         ("2-0", MonitorEvent(run.key, "checkpoint", "trainer", 5, {"path": "/etc/global_step_5"})),
@@ -224,8 +188,8 @@ def test_a_terminal_runs_checkpoint_outside_its_job_dir_is_ignored(roots, alice_
 # ---------------------------------------------------------------- importing a job dir
 
 
-def test_a_job_dir_is_imported_with_its_whole_history(roots, alice, alice_api):
-    job_dir = roots[1] / "old-proj" / "old-run"
+def test_a_job_dir_is_imported_with_its_whole_history(area, alice, alice_api):
+    job_dir = area / "old-proj" / "old-run"
     ckpt = write_job_dir(job_dir)
     answer = post(alice_api, "/api/v1/runs/import/", {"job_dir": str(job_dir)})
     assert answer.status_code == 201, answer.content
@@ -252,8 +216,8 @@ def test_a_job_dir_is_imported_with_its_whole_history(roots, alice, alice_api):
     assert answer.status_code in (200, 202), answer.content
 
 
-def test_a_staged_job_dir_keeps_its_stages_and_a_run_without_an_end_is_lost(roots, alice_api):
-    job_dir = roots[1] / "proj" / "staged"
+def test_a_staged_job_dir_keeps_its_stages_and_a_run_without_an_end_is_lost(area, alice_api):
+    job_dir = area / "proj" / "staged"
     write_job_dir(job_dir, stage="sft_warmup", end=None)
     answer = post(alice_api, "/api/v1/runs/import/", {"job_dir": str(job_dir)})
     assert answer.status_code == 201, answer.content
@@ -265,8 +229,8 @@ def test_a_staged_job_dir_keeps_its_stages_and_a_run_without_an_end_is_lost(root
     assert Checkpoint.objects.get(run=run).stage == "sft_warmup"
 
 
-def test_a_half_written_last_line_is_skipped_and_named(roots, alice_api):
-    job_dir = roots[1] / "proj" / "killed"
+def test_a_half_written_last_line_is_skipped_and_named(area, alice_api):
+    job_dir = area / "proj" / "killed"
     write_job_dir(job_dir)
     with (job_dir / "monitor" / "trainer_metrics.jsonl").open("a") as handle:
         handle.write('{"step": 4, "time": 1760000005.0, "actor/pg')
@@ -277,8 +241,8 @@ def test_a_half_written_last_line_is_skipped_and_named(roots, alice_api):
     assert MetricPoint.objects.filter(run_id=answer.json()["id"]).count() == 3
 
 
-def test_an_import_goes_under_a_chosen_experiment_and_uses_a_given_config(roots, alice, alice_api):
-    job_dir = roots[1] / "proj" / "chosen"
+def test_an_import_goes_under_a_chosen_experiment_and_uses_a_given_config(area, alice, alice_api):
+    job_dir = area / "proj" / "chosen"
     write_job_dir(job_dir, config=False)
     experiment = make_experiment(alice, "my-experiment")
     answer = post(alice_api, "/api/v1/runs/import/", {
@@ -294,8 +258,8 @@ def test_an_import_goes_under_a_chosen_experiment_and_uses_a_given_config(roots,
     assert answer.status_code == 403
 
 
-def test_a_job_dir_without_a_config_needs_an_experiment_or_a_config(roots, alice, alice_api):
-    job_dir = roots[1] / "proj" / "noconfig"
+def test_a_job_dir_without_a_config_needs_an_experiment_or_a_config(area, alice, alice_api):
+    job_dir = area / "proj" / "noconfig"
     write_job_dir(job_dir, config=False)
     answer = post(alice_api, "/api/v1/runs/import/", {"job_dir": str(job_dir)})
     assert answer.status_code == 400 and "holds no config.yaml" in answer.json()["detail"]
@@ -312,24 +276,22 @@ def test_a_job_dir_without_a_config_needs_an_experiment_or_a_config(roots, alice
 @pytest.mark.parametrize(
     ("job_dir", "words"),
     [
-        ("/etc", "RFT_ALLOWED_PATH_ROOTS"),
-        ("{runs}/missing", "not a directory"),
-        ("{runs}/empty", "not a job dir"),
+        ("{area}/missing", "not a directory"),
+        ("{area}/empty", "not a job dir"),
         ("", "blank"),
     ],
 )
-def test_a_bad_job_dir_is_a_400_and_imports_nothing(roots, alice_api, job_dir, words):
-    runs = roots[1]
-    (runs / "empty" / "sub").mkdir(parents=True)
-    answer = post(alice_api, "/api/v1/runs/import/", {"job_dir": job_dir.format(runs=runs)})
+def test_a_bad_job_dir_is_a_400_and_imports_nothing(area, alice_api, job_dir, words):
+    (area / "empty" / "sub").mkdir(parents=True)
+    answer = post(alice_api, "/api/v1/runs/import/", {"job_dir": job_dir.format(area=area)})
     assert answer.status_code == 400, answer.content
     assert words in json.dumps(answer.json()) and "job_dir" in json.dumps(answer.json())
     assert Run.objects.count() == 0 and Experiment.objects.count() == 0
     assert RunEvent.objects.count() == 0
 
 
-def test_a_bad_config_in_the_job_dir_names_the_file(roots, alice_api):
-    job_dir = roots[1] / "proj" / "badconfig"
+def test_a_bad_config_in_the_job_dir_names_the_file(area, alice_api):
+    job_dir = area / "proj" / "badconfig"
     write_job_dir(job_dir)
     (job_dir / "config.yaml").write_text("mode: sideways\n")
     answer = post(alice_api, "/api/v1/runs/import/", {"job_dir": str(job_dir)})

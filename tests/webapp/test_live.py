@@ -11,7 +11,7 @@ import redis
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from rft_core.monitor import ENV_REDIS_URL, ENV_RUN_ID, RUNS_SET, build_monitor, stream_key
+from rft_core.monitor import ENV_REDIS_URL, ENV_RUN_ID, build_monitor, runs_set, stream_key
 from webapp.checkpoints.models import Checkpoint
 from webapp.events.models import RunEvent
 from webapp.experiments.models import Experiment
@@ -67,7 +67,7 @@ def ingested(run, tmp_path, monkeypatch, redis_url, redis_client):
         while ingestor.poll(block_ms=100):
             pass
     finally:
-        redis_client.srem(RUNS_SET, run.key)
+        redis_client.srem(runs_set(), run.key)
     return run
 
 

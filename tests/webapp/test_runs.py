@@ -213,18 +213,22 @@ def test_the_launch_config_gets_the_runs_own_checkpoint_root_and_absolute_paths(
     alice, roots, settings
 ):
     from webapp.experiments.config_policy import check_config
+    from webapp.runs.claims import runs_area
     from webapp.runs.snapshot import launch_spec
 
     demo, runs = roots
     settings.RFT_WORK_DIR = demo.parent
     text = DEMO_YAML.replace("${oc.env:RFT_DEMO_DIR,./var/demo}/gsm8k", "demo/gsm8k")
     checked = check_config(config_yaml=text)
-    one, two = (launch_spec(checked.data, checked.config, pk) for pk in (7, 8))
-    assert one.run_root == runs / "checkpoints" / "run-7"  # relative root: under RFT_RUNS_DIR
-    assert one.job_dir == runs / "checkpoints" / "run-7" / "demo" / "grpo_demo"
+    area = runs_area(alice)
+    assert area == runs / "users" / str(alice.pk)
+    one, two = (launch_spec(checked.data, checked.config, pk, area) for pk in (7, 8))
+    root = area / "checkpoints"  # a relative root: under the owner's runs area
+    assert one.run_root == root / "run-7"
+    assert one.job_dir == root / "run-7" / "demo" / "grpo_demo"
     assert two.job_dir != one.job_dir
     config = one.config
-    assert config["checkpoint_root_dir"] == str(runs / "checkpoints" / "run-7")
+    assert config["checkpoint_root_dir"] == str(root / "run-7")
     assert config["model"]["model_path"] == str(demo / "model")  # ${oc.env:...} resolved
     assert config["buffer"]["explorer_input"]["taskset"]["path"] == str(demo / "gsm8k")
     sft = config["stages"][0]["buffer"]["trainer_input"]["experience_buffer"]["path"]
@@ -330,7 +334,7 @@ def test_compare_lists_only_the_config_paths_whose_values_differ(client, alice, 
     assert rows == [
         ("buffer.batch_size", ["8", "16"]),
         ("explorer.eval_on_startup", ["true", ""]),
-        ("stages[0].buffer.total_steps", ["300", "50"]),
+        ("stages[0].buffer.total_steps", ["450", "50"]),
     ]
     assert "model.model_path" not in response.content.decode()  # equal: left out
 

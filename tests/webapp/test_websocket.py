@@ -160,7 +160,7 @@ def test_the_ingestors_batches_and_the_run_and_checkpoint_states_reach_the_socke
     state from publish_checkpoint."""
     import redis
 
-    from rft_core.monitor import ENV_REDIS_URL, ENV_RUN_ID, RUNS_SET, build_monitor, stream_key
+    from rft_core.monitor import ENV_REDIS_URL, ENV_RUN_ID, build_monitor, runs_set, stream_key
     from webapp.checkpoints.models import Checkpoint
     from webapp.runs.live import publish_checkpoint
     from webapp.runs.models import RunStatus
@@ -196,7 +196,7 @@ def test_the_ingestors_batches_and_the_run_and_checkpoint_states_reach_the_socke
     try:
         got = async_to_sync(scenario)()
     finally:
-        redis_client.srem(RUNS_SET, run.key)
+        redis_client.srem(runs_set(), run.key)
     *states, batch, ckpt = got
     assert {m["type"] for m in states} == {"run"}
     assert states[-1]["run"]["status"] == "running"

@@ -13,14 +13,12 @@ import pytest
 import redis
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
-from django.contrib.auth import get_user_model
 
-from rft_core.monitor import ENV_REDIS_URL, ENV_RUN_ID, RUNS_SET, build_monitor, stream_key
+from rft_core.monitor import ENV_REDIS_URL, ENV_RUN_ID, build_monitor, runs_set, stream_key
 from webapp.audit.models import AuditEvent
 from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.events.models import RunEvent
 from webapp.events.store import event_rows, store_events
-from webapp.experiments.models import Experiment
 from webapp.runs.models import LogLine, MetricPoint, RolloutSample, Run, RunStatus
 from workers.ingestor import Ingestor
 
@@ -56,25 +54,11 @@ def _write_stream(job: Path, monkeypatch, redis_url: str, run_key: str) -> None:
 
 
 @pytest.fixture
-def run(unique_id, tmp_path):
-    owner = get_user_model().objects.create_user("alice", password=None)
-    experiment = Experiment.objects.create(owner=owner, name="e", config_yaml="", config={})
-    return Run.objects.create(
-        experiment=experiment,
-        number=1,
-        key=unique_id,
-        status=RunStatus.STARTING,
-        config_yaml="",
-        job_dir=str(tmp_path),
-    )
-
-
-@pytest.fixture
 def run_stream(run, tmp_path, monkeypatch, redis_url, redis_client):
     redis_client.test_keys.append(stream_key(run.key))
     _write_stream(tmp_path, monkeypatch, redis_url, run.key)
     yield run.key
-    redis_client.srem(RUNS_SET, run.key)
+    redis_client.srem(runs_set(), run.key)
 
 
 def _ingestor(redis_url, run_key, group, consumer="consumer-a"):
@@ -190,7 +174,7 @@ def test_nul_characters_and_infinities_are_stored_on_every_database(
     try:
         assert _ingestor(redis_url, run.key, f"g-{run.key}").poll(block_ms=100) == 3
     finally:
-        redis_client.srem(RUNS_SET, run.key)
+        redis_client.srem(runs_set(), run.key)
     assert LogLine.objects.get(run=run).text == "binary \ufffd in a response"
     assert MetricPoint.objects.get(run=run).value is None
 
@@ -204,7 +188,7 @@ def test_events_of_a_key_without_a_run_keep_their_run_events_only(
     try:
         assert _ingestor(redis_url, orphan, f"g-{orphan}").poll(block_ms=100) == 7
     finally:
-        redis_client.srem(RUNS_SET, orphan)
+        redis_client.srem(runs_set(), orphan)
     assert RunEvent.objects.filter(run_key=orphan).count() == 7
     assert MetricPoint.objects.count() == LogLine.objects.count() == Checkpoint.objects.count() == 0
 
@@ -332,7 +316,7 @@ def test_samples_events_become_rollout_samples(run, tmp_path, monkeypatch, redis
     try:
         assert _ingestor(redis_url, run.key, f"g-{run.key}").poll(block_ms=100) == 2
     finally:
-        redis_client.srem(RUNS_SET, run.key)
+        redis_client.srem(runs_set(), run.key)
     rows = RolloutSample.objects.filter(run=run).order_by("id")
     assert [(r.stage, r.step, r.seq, r.prompt, r.response, r.truth, r.reward, r.extra)
             for r in rows] == [
@@ -383,3 +367,46 @@ def test_a_stream_deleted_under_a_blocking_read_does_not_end_the_ingestor(redis_
     finally:
         client.delete(*keys)
         client.close()
+
+
+def test_a_batch_whose_store_fails_stays_pending_and_is_stored_once_on_redelivery(
+    run_stream, run, redis_url, redis_client, monkeypatch
+):
+    """In process: the store raises a database error for the batch (the first call only);
+    its entries are not acked (XPENDING lists all 7 for the consumer), nothing is stored; the
+    next round claims the same entries again and stores each exactly once."""
+    from django.db import OperationalError
+
+    import workers.ingestor as ingestor_module
+
+    group, key = f"g-{run_stream}", stream_key(run_stream)
+    real_store = ingestor_module.store_events
+    calls = []
+
+    def store_failing_once(run_key, rows):
+        calls.append(len(rows))
+        if len(calls) == 1:
+            raise OperationalError("database is locked")
+        return real_store(run_key, rows)
+
+    monkeypatch.setattr(ingestor_module, "store_events", store_failing_once)
+    monkeypatch.setattr(ingestor_module, "RETRY_S", 0.0)  # retried at the next round
+    ingestor = _ingestor(redis_url, run_stream, group)
+    assert ingestor.poll(block_ms=100) == 0
+    pending = redis_client.xpending(key, group)
+    assert pending["pending"] == 7
+    assert pending["consumers"] == [{"name": b"consumer-a", "pending": 7}]
+    assert _counts(run)["events"] == 0
+    assert ingestor.poll(block_ms=100) == 7  # the pending entries, claimed again
+    assert calls == [7, 7]
+    assert redis_client.xpending(key, group)["pending"] == 0
+    assert ingestor.poll(block_ms=100) == 0
+    counts = _counts(run)
+    assert (counts["events"], counts["metrics"], counts["logs"], counts["checkpoints"]) == (
+        7,
+        4,
+        1,
+        1,
+    )
+    seqs = RunEvent.objects.filter(run_key=run_stream).values_list("seq", flat=True)
+    assert sorted(seqs) == [1, 2, 3, 4, 5, 6, 7]

@@ -14,7 +14,7 @@ import time
 import pytest
 from django.contrib.auth import get_user_model
 
-from rft_core.monitor import RUNS_SET, stream_key
+from rft_core.monitor import runs_set, stream_key
 from tests.conftest import database_url_of_test_db
 from webapp.events.models import RunEvent
 from webapp.experiments.models import Experiment
@@ -43,7 +43,7 @@ def stream(unique_id, redis_client):
         pipe.xadd(key, fields)
     pipe.execute()
     yield run
-    redis_client.srem(RUNS_SET, run.key)
+    redis_client.srem(runs_set(), run.key)
 
 
 def _start(run: Run, consumer: str, redis_url: str) -> subprocess.Popen:

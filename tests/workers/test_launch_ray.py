@@ -26,6 +26,7 @@ from django.db import connection
 from django.utils import timezone
 
 from rft_core.demo import build_demo
+from rft_core.monitor import runs_set, stream_key
 from webapp.audit.models import AuditEvent
 from webapp.audit.record import Actor
 from webapp.checkpoints.models import Checkpoint
@@ -104,8 +105,8 @@ def ingestor(redis_url, unique_id):
     yield keys
     stop.set()
     thread.join(timeout=30)
-    client.delete(*[f"rft:run:{k}" for k in keys] or ["-"])
-    client.srem("rft:runs", *keys or ["-"])
+    client.delete(*[stream_key(k) for k in keys] or ["-"])
+    client.srem(runs_set(), *keys or ["-"])
     client.close()
 
 
@@ -257,8 +258,9 @@ def test_the_demo_run_succeeds_with_metrics_and_checkpoints_and_a_cancelled_run_
     assert first.started_at and first.finished_at and first.started_at <= first.finished_at
     assert ray_jobs.status(first.submission_id).status == "SUCCEEDED"
 
-    # each run has its own launch config and job dir: <root>/run-<pk>/<project>/<name>
-    root = launch_env / "checkpoints"
+    # each run has its own launch config and job dir: <root>/run-<pk>/<project>/<name>, the
+    # root (relative in the demo config) in the runs area of the experiment's owner
+    root = launch_env / "users" / str(owner.pk) / "checkpoints"
     assert first.job_dir == str(root / f"run-{first.pk}" / "demo" / "grpo_demo")
     assert second.job_dir == str(root / f"run-{second.pk}" / "demo" / "grpo_demo")
     launched = yaml.safe_load((root / f"run-{first.pk}" / "config.yaml").read_text())

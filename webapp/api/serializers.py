@@ -122,6 +122,9 @@ class RunRegisteredSerializer(serializers.Serializer):
     run = RunSerializer()
     key = serializers.CharField(help_text="RFT_RUN_ID: stream the run's events under it")
     events_redis_url = serializers.CharField(help_text="RFT_EVENTS_REDIS_URL: stream there")
+    events_redis_prefix = serializers.CharField(
+        help_text="RFT_REDIS_PREFIX: the dashboard's deployment prefix of its Redis keys"
+    )
     page = serializers.CharField(help_text="the run page's address")
 
 

@@ -12,6 +12,7 @@ each page is one range scan of the (run, name, id) / (run, id) index.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db.models import Q
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers as drf_serializers
@@ -221,7 +222,9 @@ class RunRegisterView(ApiView):
     def post(self, request: Request) -> Response:
         """Register a run started in a terminal (``trinity run`` with RFT_DASHBOARD_URL and
         RFT_API_TOKEN set): a running run of yours, under the experiment named as its config;
-        the answer says which key and Redis to stream its events to."""
+        the answer says which key, Redis and deployment prefix to stream its events to. The job
+        dir must be one you may claim (your runs area or a root granted to your group; never
+        another user's run's): else a 403 naming the rule."""
         body = self.body(s.RunRegisterSerializer)
         run = register_terminal_run(
             self.actor(), config_yaml=body["config_yaml"], job_dir=body["job_dir"]
@@ -230,6 +233,7 @@ class RunRegisterView(ApiView):
             "run": s.RunSerializer(run).data,
             "key": run.key,
             "events_redis_url": events_redis_url(),
+            "events_redis_prefix": settings.RFT_REDIS_PREFIX,
             "page": request.build_absolute_uri(run.get_absolute_url()),
         }
         return Response(answer, status.HTTP_201_CREATED)
@@ -255,7 +259,9 @@ class RunImportView(ApiView):
     @extend_schema(request=s.RunImportSerializer, responses={201: s.RunDetailSerializer, **ERRORS})
     def post(self, request: Request) -> Response:
         """Import a job dir: its monitor JSONL, logs and checkpoint tree become a run with its
-        whole history (its checkpoints convertible like any other)."""
+        whole history (its checkpoints convertible like any other). The job dir must be one
+        you may claim (your runs area or a root granted to your group; never another user's
+        run's; staff: any inside the allowed roots): else a 403 naming the rule."""
         actor = self.actor()
         body = self.body(s.RunImportSerializer)
         experiment = None
@@ -365,7 +371,8 @@ class CheckpointConvertView(ApiView):
         request=None, responses={202: s.CheckpointSerializer, **ERRORS, 409: s.ErrorSerializer}
     )
     def post(self, request: Request, pk: int) -> Response:
-        """Convert the checkpoint to Hugging Face format (a worker does it; poll ``hf_status``)."""
+        """Convert the checkpoint to Hugging Face format (a worker does it; poll ``hf_status``).
+        403 when its run's job dir is not one you may claim (another user's run owns it)."""
         actor = self.actor()
         checkpoint = authorize(actor, Checkpoint, pk, "checkpoint.convert")
         checkpoint = convert_checkpoint(actor, checkpoint)

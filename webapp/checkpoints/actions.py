@@ -5,7 +5,8 @@ conversion to Hugging Face weights.
   :func:`sync_checkpoints` (a run's whole tree, every stage) write rows from what the tree shows
   (size, whether ``actor/huggingface/`` holds a loadable model), read with the torch-free
   ``rft_core.checkpoint.layout``. System actions: no permission check, no audit row.
-- :func:`convert_checkpoint` is a user's action: access check, audit ``checkpoint.convert``,
+- :func:`convert_checkpoint` is a user's action: access check, the claim of the run's job dir
+  (``webapp.runs.claims``: no conversion writes into a job dir another user's run owns), audit ``checkpoint.convert``,
   ``hf_status`` converting, and the Celery task (``checkpoints.tasks``) enqueued on commit.
 
 Every new or changed row is pushed to the run's live page (``webapp.runs.live.publish_checkpoint``,
@@ -26,8 +27,9 @@ from webapp.accounts.access import check
 from webapp.audit.record import Actor, record
 from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.errors import ActionError
+from webapp.runs.claims import claim_job_dir
 from webapp.runs.live import publish_checkpoint
-from webapp.runs.models import Run
+from webapp.runs.models import Run, RunOrigin
 
 # A conversion that wrote no progress for this long is taken for dead (its worker was killed):
 # converting it again is allowed.
@@ -102,10 +104,30 @@ def _refuse_unless_convertible(checkpoint: Checkpoint) -> Path:
     return path
 
 
+def _claim_job_dir_of(actor: Actor, checkpoint: Checkpoint) -> dict[str, str]:
+    """A conversion writes into the run's job dir: the actor must be able to claim it
+    (``webapp.runs.claims``), so a run that took another user's job dir (an import from before
+    the claim rule) converts nothing there. Refused: 403, audited, nothing written."""
+    run = checkpoint.run
+    if actor.is_system or not run.job_dir:
+        return {}
+    claim = claim_job_dir(
+        actor,
+        run.job_dir,
+        action="checkpoint.convert",
+        target=checkpoint,
+        run=run,
+        placed_by_dashboard=run.origin == RunOrigin.DASHBOARD,
+    )
+    return {"claim": claim.basis}
+
+
 def convert_checkpoint(actor: Actor, checkpoint: Checkpoint) -> Checkpoint:
     """Queue the conversion of ``checkpoint`` to Hugging Face weights (``actor/huggingface``).
-    Refused (409) while it is converting or when its step dir is gone."""
+    Refused (403) when the actor may not claim the run's job dir, (409) while it is converting
+    or when its step dir is gone."""
     check(actor, checkpoint, "checkpoint.convert")
+    claim = _claim_job_dir_of(actor, checkpoint)
     from webapp.checkpoints.tasks import convert_checkpoint_task
 
     with transaction.atomic():
@@ -123,7 +145,7 @@ def convert_checkpoint(actor: Actor, checkpoint: Checkpoint) -> Checkpoint:
             "checkpoint.convert",
             checkpoint,
             before=before,
-            after={"hf_status": checkpoint.hf_status, "path": checkpoint.path},
+            after={"hf_status": checkpoint.hf_status, "path": checkpoint.path, **claim},
         )
         # None: Celery's default queue; a deployment may route conversions to the workers on
         # the hosts that see the checkpoint storage

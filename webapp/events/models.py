@@ -1,4 +1,4 @@
-"""Run events as the ingestor stored them from the Redis streams ``rft:run:<key>``.
+"""Run events as the ingestor stored them from the Redis streams ``rft:<prefix>:run:<key>``.
 
 One row per stream entry, unique on (run_key, stream_id), so replaying a stream writes nothing
 twice. ``seq`` is the dense per-run sequence number (1, 2, 3, ... in stream order) clients page

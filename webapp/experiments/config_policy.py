@@ -28,7 +28,9 @@ In order, each failure an ``ActionError`` (400) whose ``errors`` map the YAML pa
    Relative model/taskset paths resolve against ``RFT_WORK_DIR`` (where the job runs), relative
    buffer paths under the run's job dir (``rft_core.buffer.resolve_buffer_path``), and a relative
    ``checkpoint_root_dir`` against ``RFT_RUNS_DIR``: the web decides where runs write (a run's
-   job dir is ``<checkpoint_root_dir>/run-<id>/<project>/<name>``).
+   job dir is ``<checkpoint_root_dir>/run-<id>/<project>/<name>``). At launch the paths are
+   resolved again against the owner's runs area and held to whose they are
+   (``webapp.runs.claims``; ``webapp.runs.actions.launch_run``).
 """
 
 from __future__ import annotations
@@ -211,41 +213,49 @@ def _outside(real: str, roots: list[str]) -> bool:
     return not any(os.path.commonpath([real, root]) == root for root in roots)
 
 
-def path_errors(cfg: Config) -> dict[str, str]:
-    """YAML path -> why, for every path of ``cfg`` outside the allowed roots."""
-    roots = allowed_roots()
-    work = settings.RFT_WORK_DIR
-    errors: dict[str, str] = {}
+@dataclass(frozen=True)
+class ConfigPath:
+    where: str  # the YAML path
+    value: str  # as written (a sqlite:/// prefix taken off)
+    real: str = ""  # where it resolves (symlinks and ..)
+    why: str = ""  # why it cannot be a path at all
 
-    def check(where: str, value: str | None, base: str | Path) -> None:
+
+def config_paths(cfg: Config, runs_dir: str | Path | None = None) -> list[ConfigPath]:
+    """Every file and directory ``cfg`` names, in the config's order, with where it resolves
+    (a relative checkpoint root under ``runs_dir``, default ``RFT_RUNS_DIR``; a launch passes
+    the owner's runs area); a value that cannot be one (a URL, a project/group/name that is no
+    directory name) with why."""
+    work = settings.RFT_WORK_DIR
+    runs_dir = runs_dir or settings.RFT_RUNS_DIR
+    found: list[ConfigPath] = []
+
+    def add(where: str, value: str | None, base: str | Path) -> None:
         if not value or not str(value).strip():
             return
         value = str(value)
         if value.startswith("sqlite:///"):
             value = value[len("sqlite:///") :]
         elif _URL.match(value):
-            errors[where] = (
+            why = (
                 f"{value!r}: a web config may name only files and directories (or sqlite:/// "
                 "databases) inside the allowed roots, not a URL"
             )
+            found.append(ConfigPath(where, value, why=why))
             return
-        real = resolve_path(value, base)
-        if _outside(real, roots):
-            errors[where] = (
-                f"{value!r} resolves to {real}, outside the allowed roots "
-                f"({', '.join(roots) or 'none'}; RFT_ALLOWED_PATH_ROOTS)"
-            )
+        found.append(ConfigPath(where, value, real=resolve_path(value, base)))
 
-    check("checkpoint_root_dir", cfg.checkpoint_root_dir, settings.RFT_RUNS_DIR)
-    root = resolve_path(cfg.checkpoint_root_dir, settings.RFT_RUNS_DIR)
+    add("checkpoint_root_dir", cfg.checkpoint_root_dir, runs_dir)
+    root = resolve_path(cfg.checkpoint_root_dir, runs_dir)
     for key in ("project", "group", "name"):
         value = str(getattr(cfg, key))
         if "/" in value or "\\" in value or value in (".", ".."):
-            errors[key] = f"{value!r} cannot be a directory name; use letters, digits, _ or -"
-    check("model.model_path", cfg.model.model_path, work)
+            why = f"{value!r} cannot be a directory name; use letters, digits, _ or -"
+            found.append(ConfigPath(key, value, why=why))
+    add("model.model_path", cfg.model.model_path, work)
     if cfg.algorithm.algorithm_type == "ppo" or cfg.model.critic_model_path:
-        check("model.critic_model_path", cfg.model.critic_model_path, work)
-    check("model.chat_template_path", cfg.model.chat_template_path, work)
+        add("model.critic_model_path", cfg.model.critic_model_path, work)
+    add("model.chat_template_path", cfg.model.chat_template_path, work)
     buffers = [("", cfg.buffer, "")]
     buffers += [
         (f"stages[{i}].", s.buffer, s.stage_name) for i, s in enumerate(cfg.stages) if s.buffer
@@ -256,12 +266,27 @@ def path_errors(cfg: Config) -> dict[str, str]:
         tasksets += [(f"tasksets[{j}]", ts) for j, ts in enumerate(ei.tasksets)]
         tasksets += [(f"eval_tasksets[{j}]", ts) for j, ts in enumerate(ei.eval_tasksets)]
         for key, ts in tasksets:
-            check(f"{prefix}buffer.explorer_input.{key}.path", ts.path, work)
+            add(f"{prefix}buffer.explorer_input.{key}.path", ts.path, work)
         eb = buffer.trainer_input.experience_buffer
         if eb is not None:
             parts = ["run-0", cfg.project, cfg.group, cfg.name, stage_name or "stage", "buffer"]
             job_buffer = Path(root).joinpath(*[p for p in parts if p])
-            check(f"{prefix}buffer.trainer_input.experience_buffer.path", eb.path, job_buffer)
+            add(f"{prefix}buffer.trainer_input.experience_buffer.path", eb.path, job_buffer)
+    return found
+
+
+def path_errors(cfg: Config) -> dict[str, str]:
+    """YAML path -> why, for every path of ``cfg`` outside the allowed roots."""
+    roots = allowed_roots()
+    errors: dict[str, str] = {}
+    for path in config_paths(cfg):
+        if path.why:
+            errors[path.where] = path.why
+        elif _outside(path.real, roots):
+            errors[path.where] = (
+                f"{path.value!r} resolves to {path.real}, outside the allowed roots "
+                f"({', '.join(roots) or 'none'}; RFT_ALLOWED_PATH_ROOTS)"
+            )
     return errors
 
 

@@ -30,19 +30,20 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from rft_core.monitor import ENV_REDIS_URL, ENV_RUN_ID
+from rft_core.monitor import ENV_REDIS_PREFIX, ENV_REDIS_URL, ENV_RUN_ID
 from rft_core.plugins import ENV_PLUGIN_DIRS
 from webapp.accounts.access import check
 from webapp.audit.record import Actor, record
 from webapp.checkpoints.actions import sync_checkpoints
 from webapp.errors import ActionError
-from webapp.experiments.config_policy import check_config
+from webapp.experiments.config_policy import CheckedConfig, check_config, config_paths
 from webapp.experiments.models import Experiment
 from webapp.health.checks import check_ray, check_redis
 from webapp.runs import ray_jobs
+from webapp.runs.claims import Claim, claim_job_dir, path_refusal, refusal, refuse, runs_area
 from webapp.runs.live import publish_run
 from webapp.runs.models import ACTIVE_STATUSES, FINAL_STATUSES, Run, RunOrigin, RunStatus
-from webapp.runs.snapshot import launch_spec, stage_total_steps
+from webapp.runs.snapshot import LaunchSpec, checkpoint_root, launch_spec, stage_total_steps
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ def launch_run(actor: Actor, experiment: Experiment) -> Run:
     checks, or when Redis or Ray's job server does not answer."""
     check(actor, experiment, "run.launch")
     checked = check_config(config_yaml=experiment.config_yaml)
+    claim = _claim_launch_paths(actor, experiment, checked)
     _require_services()
     task_id = str(uuid.uuid4())
     with transaction.atomic():
@@ -78,12 +80,55 @@ def launch_run(actor: Actor, experiment: Experiment) -> Run:
             actor,
             "run.launch",
             run,
-            after={"experiment": locked.pk, "number": number, "version": locked.version},
+            after={
+                "experiment": locked.pk,
+                "number": number,
+                "version": locked.version,
+                "checkpoint_root": str(claim.path),
+                "claim": claim.basis,
+            },
         )
         transaction.on_commit(lambda: _enqueue_launch(run, task_id))
         publish_run(run)
     experiment.last_run = run
     return run
+
+
+def _claim_launch_paths(actor: Actor, experiment: Experiment, checked: CheckedConfig) -> Claim:
+    """The run's job dir goes under the config's checkpoint root (a relative one in the runs
+    area of the experiment's owner): that root must be one the launching user may claim
+    (``webapp.runs.claims``), and no other path of the config may lie in another user's runs
+    area (or, for an experience buffer the run writes, in another user's run's job dir).
+    Refused: 403 naming the rule and the YAML path, audited, nothing written."""
+    area = runs_area(experiment.owner)
+    root = checkpoint_root(checked.config.checkpoint_root_dir, area)
+    claim = claim_job_dir(
+        actor,
+        str(root),
+        action="run.launch",
+        field="checkpoint_root_dir",
+        what="checkpoint root",
+        target=experiment,
+        below=False,
+    )
+    for path in config_paths(checked.config, area):
+        if path.why or path.where == "checkpoint_root_dir":
+            continue
+        writes = "experience_buffer" in path.where
+        if rule := path_refusal(actor.user, path.real, writes=writes):
+            message = f"{path.where}: {rule}"
+            raise refuse(
+                actor, "run.launch", message, field=path.where, path=path.real, target=experiment
+            )
+    return claim
+
+
+def _start_refusal(run: Run, spec: LaunchSpec) -> str:
+    """Why the run may not write its run root after all (another user's run took it or a
+    parent of it since the launch); "" when it may."""
+    user = run.launched_by or run.experiment.owner
+    _, rule = refusal(user, str(spec.run_root), what="run root", placed_by_dashboard=True)
+    return rule
 
 
 def _require_services() -> None:
@@ -124,7 +169,11 @@ def start_run(run_id: int) -> Run:
             return run  # cancelled while queued (or a second delivery of this task)
         try:
             checked = check_config(config=run.config)
-            spec = launch_spec(checked.data, checked.config, run.pk)
+            spec = launch_spec(
+                checked.data, checked.config, run.pk, runs_area(run.experiment.owner)
+            )
+            if rule := _start_refusal(run, spec):
+                raise ActionError(rule, status=403)
             spec.write()
         except (ActionError, OSError) as err:
             reason = getattr(err, "message", None) or str(err)
@@ -162,7 +211,7 @@ def start_run(run_id: int) -> Run:
 
 def runtime_env_of(run: Run) -> dict:
     """The job's runtime_env: ``RFT_RAY_RUNTIME_ENV`` plus the env vars that switch the
-    monitor's Redis sink on for this run, the deployment's ``RFT_PLUGIN_DIRS``, and the allow-listed ``${oc.env:...}`` variables the
+    monitor's Redis sink on for this run (with the deployment's prefix), the deployment's ``RFT_PLUGIN_DIRS``, and the allow-listed ``${oc.env:...}`` variables the
     worker has (so the job resolves them as the launch checks did)."""
     env = dict(settings.RFT_RAY_RUNTIME_ENV)
     env_vars = {
@@ -174,6 +223,7 @@ def runtime_env_of(run: Run) -> dict:
     env_vars.update(
         {
             ENV_REDIS_URL: settings.REDIS_URL,
+            ENV_REDIS_PREFIX: settings.RFT_REDIS_PREFIX,
             ENV_RUN_ID: run.key,
             "PYTHONUNBUFFERED": "1",
             # the deployment's plugins only, never whatever the worker's environment holds

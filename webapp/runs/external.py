@@ -17,14 +17,15 @@ write the audit row), as in ``webapp.runs.actions``.
 Both kinds go under the actor's experiment named as the config (created when missing); an
 import may name the experiment instead, and must when the job dir holds no ``config.yaml``
 and no config is given. The
-job dir must be inside ``RFT_ALLOWED_PATH_ROOTS``: the dashboard reads its tree and writes
-converted weights into it. A terminal run cannot be cancelled from the dashboard (no Ray job
+job dir must be one the user may claim (``webapp.runs.claims``: inside their runs area or a root
+granted to their group, never another user's run's; staff: anywhere inside
+``RFT_ALLOWED_PATH_ROOTS``): the dashboard reads its tree and writes converted weights into it.
+A refused claim is a 403 with its audit row, checked before anything is written. A terminal run cannot be cancelled from the dashboard (no Ray job
 of ours to stop): it is stopped in its terminal.
 """
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -41,14 +42,10 @@ from webapp.checkpoints.actions import sync_checkpoints
 from webapp.errors import ActionError
 from webapp.events.store import rows_of, store_events
 from webapp.experiments.actions import experiment_for_outside_run
-from webapp.experiments.config_policy import (
-    CheckedConfig,
-    allowed_roots,
-    canonical_yaml,
-    check_config,
-)
+from webapp.experiments.config_policy import CheckedConfig, canonical_yaml, check_config
 from webapp.experiments.models import Experiment
 from webapp.runs.actions import _finish
+from webapp.runs.claims import claim_job_dir
 from webapp.runs.live import publish_run
 from webapp.runs.models import FINAL_STATUSES, Run, RunOrigin, RunStatus
 
@@ -59,27 +56,6 @@ EXIT_INTERRUPTED = 130  # the CLI's exit code for Ctrl-C
 def _signed_in(actor: Actor, what: str) -> None:
     if actor.user is None or not actor.user.is_active:
         raise ActionError(f"sign in to {what}", status=403)
-
-
-def checked_job_dir(value: object, field: str = "job_dir") -> Path:
-    """``value`` as an existing directory inside the allowed roots (symlinks resolved)."""
-    text = str(value or "").strip()
-    if not text:
-        raise ActionError(f"{field}: required", errors={field: "required: give the job dir"})
-    if not os.path.isabs(text):
-        msg = f"give an absolute path, got {text!r}"
-        raise ActionError(f"{field}: {msg}", errors={field: msg})
-    real = os.path.realpath(text)
-    roots = allowed_roots()
-    if not any(os.path.commonpath([real, root]) == root for root in roots):
-        msg = (
-            f"{text} is outside the directories this dashboard may read "
-            f"(RFT_ALLOWED_PATH_ROOTS: {os.pathsep.join(roots)}); put the job dir under one of "
-            "them (trinity run: set checkpoint_root_dir, or TRINITY_CHECKPOINT_ROOT_DIR) or "
-            "have the admin add its root"
-        )
-        raise ActionError(f"{field}: {msg}", errors={field: msg})
-    return Path(real)
 
 
 def _next_number(experiment: Experiment) -> int:
@@ -111,7 +87,8 @@ def register_terminal_run(actor: Actor, *, config_yaml: object, job_dir: object)
         msg = "required: the run's config as YAML text"
         raise ActionError(f"config_yaml: {msg}", errors={"config_yaml": msg})
     checked = check_config(config_yaml=config_yaml, record_only=True)
-    path = checked_job_dir(job_dir)
+    claim = claim_job_dir(actor, job_dir, action="run.register")
+    path = claim.path
     with transaction.atomic():
         experiment = experiment_for_outside_run(actor, checked)
         check(actor, experiment, "run.register")
@@ -130,7 +107,7 @@ def register_terminal_run(actor: Actor, *, config_yaml: object, job_dir: object)
             actor,
             "run.register",
             run,
-            after={"experiment": experiment.pk, "number": run.number, "job_dir": str(path)},
+            after={"experiment": experiment.pk, "number": run.number, **claim.audit()},
         )
         publish_run(run)
     return run
@@ -211,7 +188,8 @@ def import_job_dir(
 ) -> Run:
     """A Run holding everything ``job_dir`` recorded (see the module doc)."""
     _signed_in(actor, "import a job dir")
-    path = checked_job_dir(job_dir)
+    claim = claim_job_dir(actor, job_dir, action="run.import")
+    path = claim.path
     if not path.is_dir():
         msg = f"{path} is not a directory"
         raise ActionError(f"job_dir: {msg}", errors={"job_dir": msg})
@@ -259,7 +237,7 @@ def import_job_dir(
             after={
                 "experiment": target.pk,
                 "number": run.number,
-                "job_dir": str(path),
+                **claim.audit(),
                 "events": len(events),
                 "checkpoints": len(checkpoints),
                 "skipped_lines": found.skipped,

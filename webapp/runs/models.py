@@ -5,9 +5,9 @@ running (first heartbeat) -> succeeded | failed | cancelled | lost. ``lost`` mea
 is gone or unknown to Ray (a restarted head) or its heartbeat stopped. ``origin`` says where
 the run came from: the dashboard, a terminal's ``trinity run`` that registered itself (its
 final status comes from the CLI's report or its heartbeats), or an imported job dir
-(``webapp.runs.external``). ``key`` is the id the
-run's monitor streams under (``RFT_RUN_ID``, Redis stream ``rft:run:<key>``): random, so two
-deployments or test sessions sharing one Redis never mix their streams.
+(``webapp.runs.external``). ``key`` is the id the run's monitor streams under (``RFT_RUN_ID``,
+Redis stream ``rft:<prefix>:run:<key>``): random, so two runs never mix their streams (and the
+deployment prefix keeps deployments and test sessions sharing one Redis apart).
 
 ``MetricPoint.seq``, ``LogLine.seq`` and ``RolloutSample.seq`` are the ``RunEvent.seq`` of the
 event each came from (the live page's snapshot includes rows up to one seq).

@@ -1,13 +1,15 @@
 """The config a run's Ray job reads: the experiment's config as launched, made independent of
 where the job runs.
 
-    spec = launch_spec(run.config, cfg, run.pk)   # cfg: the loaded, validated Config
+    spec = launch_spec(run.config, cfg, run.pk, area)   # cfg: the loaded, validated Config
     spec.config        # the mapping written to spec.config_path
     spec.job_dir       # <root>/run-<pk>/<project>[/<group>]/<name>
 
 * ``checkpoint_root_dir`` becomes ``<root>/run-<pk>``, ``<root>`` being the config's
-  ``checkpoint_root_dir`` (relative: under ``settings.RFT_RUNS_DIR``): two runs of one
-  experiment never share a job dir or a checkpoint tree.
+  ``checkpoint_root_dir`` (relative: under ``area``, the runs area of the run's owner,
+  ``<RFT_RUNS_DIR>/users/<user id>``; whether the owner may write there is
+  ``webapp.runs.claims``' rule, checked at launch): two runs never share a job dir or a
+  checkpoint tree.
 * Model, chat template and taskset paths are written resolved (``${oc.env:...}`` as the worker
   sees it, which is what ``check_config`` allowed) and absolute (relative: against
   ``settings.RFT_WORK_DIR``, where ``trinity run`` would have been started), so the job's
@@ -59,20 +61,27 @@ class LaunchSpec:
         return self.config_path
 
 
-def run_root(checkpoint_root_dir: str, run_pk: int) -> Path:
+def checkpoint_root(checkpoint_root_dir: str, area: Path) -> Path:
+    """Where a config's ``checkpoint_root_dir`` is (real path): a relative one under ``area``,
+    the runs area of the run's owner (``webapp.runs.claims.runs_area``)."""
     root = Path(os.path.expanduser(checkpoint_root_dir or "./checkpoints"))
     if not root.is_absolute():
-        root = Path(settings.RFT_RUNS_DIR) / root
-    return Path(os.path.abspath(root / f"run-{run_pk}"))
+        root = Path(area) / root
+    return Path(os.path.realpath(root))
 
 
-def launch_spec(data: dict[str, Any], cfg: Config, run_pk: int) -> LaunchSpec:
+def run_root(checkpoint_root_dir: str, run_pk: int, area: Path) -> Path:
+    return checkpoint_root(checkpoint_root_dir, area) / f"run-{run_pk}"
+
+
+def launch_spec(data: dict[str, Any], cfg: Config, run_pk: int, area: Path) -> LaunchSpec:
     """The launch config of run ``run_pk`` from the user's mapping ``data`` and its loaded
-    ``cfg`` (whose resolved values give each path's value)."""
+    ``cfg`` (whose resolved values give each path's value); ``area``: the runs area of the
+    run's owner, where a relative ``checkpoint_root_dir`` goes."""
     seen = written(cfg)
     out = copy.deepcopy(dict(data))
     _absolute_paths(out, seen, under_buffer=False)
-    root = run_root(seen.checkpoint_root_dir, run_pk)
+    root = run_root(seen.checkpoint_root_dir, run_pk, area)
     out["checkpoint_root_dir"] = str(root)
     parts = [p for p in (seen.project, seen.group, seen.name) if p]
     return LaunchSpec(config=out, run_root=root, job_dir=root.joinpath(*parts))

@@ -21,6 +21,7 @@ from webapp.errors import ActionError
 from webapp.experiments.actions import clone_run_config
 from webapp.experiments.models import Experiment
 from webapp.runs import actions
+from webapp.runs.claims import granted_roots, runs_area
 from webapp.runs.compare import (
     MAX_RUNS,
     compare_series,
@@ -87,10 +88,13 @@ def cancel(request: HttpRequest, pk: int) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def import_page(request: HttpRequest) -> HttpResponse:
     """``/runs/import/``: a job dir (and optionally the experiment to put it under, or its
-    config) read in as a run with its whole history."""
+    config) read in as a run with its whole history. The page names the user's runs area and
+    granted roots; a refused claim is its 403 with the rule beside the field."""
     actor = Actor.from_request(request)
     experiments = Experiment.objects.visible_to(request.user).order_by("name")
     context = {"experiments": experiments, "values": {}, "errors": {}, "message": ""}
+    context["runs_area"] = runs_area(request.user)
+    context["granted_roots"] = granted_roots(request.user)
     if request.method == "POST":
         values = {k: request.POST.get(k, "") for k in ("job_dir", "experiment", "config_yaml")}
         context["values"] = values
