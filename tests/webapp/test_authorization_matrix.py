@@ -33,7 +33,6 @@ from route_matrix import (
     assert_answer,
     assert_unchanged,
     body_text,
-    build_world,
     client_for,
     csrf_token,
     normalize,
@@ -51,11 +50,6 @@ pytestmark = pytest.mark.django_db
 PAGE_FLAVOURS = ("page", "json")  # session; Accept of a browser / application/json
 API_FLAVOURS = ("token", "token+json", "session", "session+json")
 ANONYMOUS_JSON = (401, 403)  # a signed-out fetch: a JSON refusal, never the login page
-
-
-@pytest.fixture
-def world(tmp_path, settings) -> World:
-    return build_world(tmp_path, settings)
 
 
 # ---------------------------------------------------------------- the URL conf, both ways

@@ -22,11 +22,9 @@ from route_matrix import (
     ROWS,
     UNSAFE,
     Row,
-    World,
     assert_answer,
     assert_unchanged,
     body_text,
-    build_world,
     client_for,
     registered_routes,
     send,
@@ -35,11 +33,6 @@ from route_matrix import (
 )
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def world(tmp_path, settings) -> World:
-    return build_world(tmp_path, settings)
 
 
 def test_every_registered_route_is_asked():
