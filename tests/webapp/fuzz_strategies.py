@@ -230,7 +230,7 @@ def valid_form_changes(draw, numeric: dict[str, tuple[str, float]]) -> dict[str,
         "experiment.name": draw(safe_names).strip(),
         "experiment.project": draw(st.one_of(st.just(""), safe_names)).strip(),
         "experiment.tags": ", ".join(draw(st.lists(st.from_regex(r"[a-z][a-z0-9-]{0,11}", fullmatch=True), max_size=3))),
-        "experiment.description": draw(st.text(max_size=80)),
+        "experiment.description": draw(st.text(st.characters(exclude_characters="\x00"), max_size=80)),
     }  # fmt: skip
     for name in draw(st.lists(st.sampled_from(sorted(numeric)), max_size=3, unique=True)):
         kind, value = numeric[name]

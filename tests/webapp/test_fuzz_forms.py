@@ -290,3 +290,29 @@ def test_valid_posts_create_one_experiment_and_invalid_ones_none(browser, alice)
     valid_posts = tally["valid accepted"] + tally["valid refused"]
     assert valid_posts >= 6 and tally["invalid refused"] >= 3, dict(tally)
     assert tally["valid accepted"] * 3 >= valid_posts, f"too few valid posts accepted: {tally}"
+
+
+@pytest.mark.parametrize(
+    ("field", "where"),
+    [
+        ("experiment.description", 'id="experiment-description"'),
+        ("experiment.project", 'id="experiment-project"'),
+        ("experiment.name", 'id="experiment-name"'),
+        ("project", 'for="f-project"'),  # a config text field: a path of the job dir
+    ],
+)
+def test_it_refuses_a_nul_character_in_a_text_field(browser, field, where):
+    """Found by the valid-post fuzz on PostgreSQL: a description with a NUL (\\x00) was a 500
+    (PostgreSQL text cannot hold one); in the config's project a ValueError from the path
+    check, a 500 on any database."""
+    fields = form_fields(browser, "/experiments/new/")
+    post = {**fields, "experiment.name": "nul-test", "source": "form"}
+    post[field] = post[field] + "a\x00b" if field != "experiment.name" else "nul\x00test"
+    before = row_counts()
+    response = browser.post("/experiments/new/", post)
+    assert response.status_code == 400, response.status_code
+    html = response.content.decode()
+    assert "NUL character" in html
+    box = html[html.index(where) - 200 :]
+    assert "has-error" in box[:300] and "field-error" in box[:1500], box[:1500]
+    assert row_counts() == before
