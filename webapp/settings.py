@@ -159,8 +159,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    # Last: every view requires login unless decorated with @login_not_required (Django 5.1+).
-    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    # Last: every view requires login unless decorated with @login_not_required (Django 5.1+);
+    # Django's, with a JSON 403 for a request that asks for JSON (webapp/refusals.py).
+    "webapp.refusals.LoginRequiredMiddleware",
 ]
 
 ROOT_URLCONF = "webapp.urls"

@@ -26,3 +26,7 @@ urlpatterns = [
     path("api/v1/", include("webapp.api.urls")),
     path("admin/", admin.site.urls),
 ]
+
+# a 403 / 404 as JSON {"detail"} for a request that asks for JSON (webapp/refusals.py)
+handler403 = "webapp.refusals.permission_denied"
+handler404 = "webapp.refusals.page_not_found"

@@ -15,3 +15,12 @@ def roots(tmp_path, settings, monkeypatch):
     settings.RFT_ALLOWED_PATH_ROOTS = [demo, runs]
     settings.RFT_RUNS_DIR = runs
     return demo, runs
+
+
+@pytest.fixture
+def world(tmp_path, settings):
+    """The users, experiments, runs and checkpoints the authorization and CSRF matrices ask
+    about (``route_matrix.World``)."""
+    from route_matrix import build_world
+
+    return build_world(tmp_path, settings)

@@ -189,3 +189,53 @@ def row_counts() -> dict[str, int]:
         "runs": Run.objects.count(),
         "audit": AuditEvent.objects.exclude(action="permission.denied").count(),
     }
+
+
+# ---------------------------------------------------------------- valid form posts
+def numeric_form_fields() -> dict[str, tuple[str, float]]:
+    """The experiment form's number fields that the demo config sets to a positive value:
+    name -> (kind, value). Varying one within [value / 2, value * 2] keeps the config valid."""
+    from webapp.experiments.schema_form import build_form
+
+    found = {}
+    for f in build_form(DEMO).fields():
+        if f.kind not in ("integer", "number"):
+            continue
+        try:
+            value = float(f.text)
+        except ValueError:
+            continue
+        if value > 0 and value == value and value != float("inf"):
+            found[f.name] = (f.kind, value)
+    return found
+
+
+def _number_text(kind: str, value: float, draw) -> str:
+    if kind == "integer":
+        low = max(1, int(value) // 2)
+        return str(draw(st.integers(low, max(low, int(value) * 2))))
+    return repr(value * draw(st.floats(0.5, 2.0)))
+
+
+safe_names = st.text(
+    st.characters(categories=["L", "N"], include_characters="-_ ."), min_size=1, max_size=30
+).filter(lambda s: s.strip())
+
+
+@st.composite
+def valid_form_changes(draw, numeric: dict[str, tuple[str, float]]) -> dict[str, str]:
+    """What a user changes in a well-filled new-experiment form: a name, a project, tags, a
+    description, and up to three of the numbers within a factor of two of the demo's."""
+    changes = {
+        "experiment.name": draw(safe_names).strip(),
+        "experiment.project": draw(st.one_of(st.just(""), safe_names)).strip(),
+        "experiment.tags": ", ".join(draw(st.lists(st.from_regex(r"[a-z][a-z0-9-]{0,11}", fullmatch=True), max_size=3))),
+        "experiment.description": draw(st.text(st.characters(exclude_characters="\x00"), max_size=80)),
+    }  # fmt: skip
+    for name in draw(st.lists(st.sampled_from(sorted(numeric)), max_size=3, unique=True)):
+        kind, value = numeric[name]
+        changes[name] = _number_text(kind, value, draw)
+    return changes
+
+
+not_a_number = st.sampled_from(["abc", "1e999", "nan", "-inf", "[1, 2", "{a: 1}", "1..2"])

@@ -11,18 +11,28 @@ grows. Derandomized and modest in examples: the suite runs on two shared cores.
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from html.parser import HTMLParser
 
 import pytest
 import yaml
 from api_helpers import make_user
 from django.test import Client
-from fuzz_strategies import DEMO_YAML, FUZZ, row_counts, yaml_texts
+from fuzz_strategies import (
+    DEMO_YAML,
+    FUZZ,
+    not_a_number,
+    numeric_form_fields,
+    row_counts,
+    valid_form_changes,
+    yaml_texts,
+)
 from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from webapp.experiments.models import Experiment
+from webapp.experiments.models import Experiment, ExperimentVersion
 
 pytestmark = pytest.mark.django_db
 FORM_FUZZ = hsettings(FUZZ, max_examples=12)  # a form post renders the whole form again
@@ -208,3 +218,101 @@ def test_it_refuses_a_non_finite_number_in_a_form_field(alice, browser):
     assert "not a finite number" in response.content.decode()  # beside the field, by its path
     assert row_counts() == before
     assert Experiment.objects.get(pk=experiment.pk).version == experiment.version
+
+
+# ---------------------------------------------------------------- the accept path
+MIXED_FUZZ = hsettings(FUZZ, max_examples=12)
+
+
+def _field_error_beside(html: str, name: str) -> bool:
+    """The form shows an error in the box of field ``name`` (``_field.html``)."""
+    box = re.search(
+        r'<div class="field kind-\w+ has-error"[^>]*>\s*<label for="f-' + re.escape(name) + r'"'
+        r'.*?<p class="error field-error">',
+        html,
+        re.S,
+    )
+    return box is not None
+
+
+def test_valid_posts_create_one_experiment_and_invalid_ones_none(browser, alice):
+    """Two posts in three are the form as a user fills it well (a name, tags, numbers varied
+    within a factor of two of the demo's): each accepted one creates exactly one experiment and
+    one version, and at least a third of them are accepted, so the accept path is exercised.
+    The third breaks one number field: refused with a 4xx, the error in that field's box,
+    no row written. Never a 5xx."""
+    numeric = numeric_form_fields()
+    assert len(numeric) >= 5, f"the demo form has few number fields: {sorted(numeric)}"
+    fields = form_fields(browser, "/experiments/new/")
+    tally: Counter[str] = Counter()
+    refused_valid: list[tuple[dict, list[str]]] = []
+
+    @MIXED_FUZZ
+    @given(data=st.data())
+    def post_one(data):
+        changes = data.draw(valid_form_changes(numeric))
+        changes["experiment.name"] += f" #{sum(tally.values())}"  # unique among alice's
+        valid = sum(tally.values()) % 3 != 2  # two valid posts to one broken, whatever is drawn
+        broken = None
+        if not valid:
+            broken = data.draw(st.sampled_from(sorted(numeric)))
+            changes[broken] = data.draw(not_a_number)
+        post = {**fields, **changes, "source": "form"}
+        before = row_counts()
+        response = browser.post("/experiments/new/", post)
+        assert response.status_code < 500, (response.status_code, changes)
+        after = row_counts()
+        if response.status_code == 302:
+            assert valid, f"a post with {broken}={changes[broken]!r} was accepted"
+            tally["valid accepted"] += 1
+            assert after["experiments"] == before["experiments"] + 1, changes
+            assert after["versions"] == before["versions"] + 1, changes
+            experiment = Experiment.objects.get(owner=alice, name=changes["experiment.name"])
+            assert ExperimentVersion.objects.filter(experiment=experiment).count() == 1
+            assert response["Location"] == experiment.get_absolute_url()
+        else:
+            tally["valid refused" if valid else "invalid refused"] += 1
+            if valid:  # a valid-looking post the checks refuse: shown in the summary line
+                errors = re.findall(
+                    r'class="error field-error">([^<]*)<', response.content.decode()
+                )
+                refused_valid.append((changes, errors[:3]))
+            assert 400 <= response.status_code < 500, (response.status_code, changes)
+            assert after == before, (changes, before, after)
+            html = response.content.decode()
+            if broken is not None:
+                assert _field_error_beside(html, broken), f"no error beside {broken}: {changes}"
+            else:
+                assert "field-error" in html or 'role="alert"' in html, changes
+
+    post_one()
+    print(f"form fuzz: {dict(tally)}; valid posts refused: {refused_valid}")
+    valid_posts = tally["valid accepted"] + tally["valid refused"]
+    assert valid_posts >= 6 and tally["invalid refused"] >= 3, dict(tally)
+    assert tally["valid accepted"] * 3 >= valid_posts, f"too few valid posts accepted: {tally}"
+
+
+@pytest.mark.parametrize(
+    ("field", "where"),
+    [
+        ("experiment.description", 'id="experiment-description"'),
+        ("experiment.project", 'id="experiment-project"'),
+        ("experiment.name", 'id="experiment-name"'),
+        ("project", 'for="f-project"'),  # a config text field: a path of the job dir
+    ],
+)
+def test_it_refuses_a_nul_character_in_a_text_field(browser, field, where):
+    """Found by the valid-post fuzz on PostgreSQL: a description with a NUL (\\x00) was a 500
+    (PostgreSQL text cannot hold one); in the config's project a ValueError from the path
+    check, a 500 on any database."""
+    fields = form_fields(browser, "/experiments/new/")
+    post = {**fields, "experiment.name": "nul-test", "source": "form"}
+    post[field] = post[field] + "a\x00b" if field != "experiment.name" else "nul\x00test"
+    before = row_counts()
+    response = browser.post("/experiments/new/", post)
+    assert response.status_code == 400, response.status_code
+    html = response.content.decode()
+    assert "NUL character" in html
+    box = html[html.index(where) - 200 :]
+    assert "has-error" in box[:300] and "field-error" in box[:1500], box[:1500]
+    assert row_counts() == before

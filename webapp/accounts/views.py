@@ -21,6 +21,7 @@ from webapp.errors import ActionError
 NEW_KEY_SESSION = "accounts.new_token_key"
 
 
+@require_GET
 def home(request: HttpRequest) -> HttpResponse:
     return redirect("/experiments/")
 

@@ -17,8 +17,9 @@ from webapp.audit.record import Actor
 from webapp.checkpoints.actions import convert_checkpoint
 from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.errors import ActionError
+from webapp.refusals import wants_json
 from webapp.runs.live import checkpoint_state
-from webapp.runs.live_views import authorize_json, wants_json
+from webapp.runs.live_views import authorize_json
 
 
 @require_POST

@@ -18,7 +18,7 @@ from django.db import IntegrityError, transaction
 from webapp.accounts.access import check
 from webapp.audit.record import Actor, record
 from webapp.errors import ActionError
-from webapp.experiments.config_policy import CheckedConfig, check_config
+from webapp.experiments.config_policy import NUL_MESSAGE, CheckedConfig, check_config
 from webapp.experiments.models import Experiment, ExperimentVersion, Tag
 
 NAME_MAX = 200
@@ -34,8 +34,16 @@ def _owner_of(actor: Actor, owner: Any) -> Any:
     return user
 
 
+def _clean_text(value: Any, field: str) -> str:
+    """``value`` as text, refused when it holds a NUL character (no database text can)."""
+    text = str(value or "")
+    if "\x00" in text:
+        raise ActionError(f"{field}: {NUL_MESSAGE}", errors={field: NUL_MESSAGE})
+    return text
+
+
 def _clean_name(name: Any, owner: Any, *, exclude_pk: int | None = None) -> str:
-    name = str(name or "").strip()
+    name = _clean_text(name, "experiment.name").strip()
     if not name:
         raise ActionError(
             "experiment.name: required", errors={"experiment.name": "required: give a name"}
@@ -54,10 +62,10 @@ def _clean_name(name: Any, owner: Any, *, exclude_pk: int | None = None) -> str:
 
 def _clean_tags(tags: Iterable[str] | str) -> list[str]:
     if isinstance(tags, str):
-        tags = tags.split(",")
+        tags = _clean_text(tags, "experiment.tags").split(",")
     out: list[str] = []
     for tag in tags:
-        tag = str(tag).strip()
+        tag = _clean_text(tag, "experiment.tags").strip()
         if len(tag) > TAG_MAX:
             msg = f"a tag has at most {TAG_MAX} characters: {tag[:20]!r}..."
             raise ActionError(f"experiment.tags: {msg}", errors={"experiment.tags": msg})
@@ -96,6 +104,8 @@ def _create(
 ) -> Experiment:
     name = _clean_name(name, owner)
     tag_names = _clean_tags(tags)
+    project = _clean_text(project, "experiment.project")
+    description = _clean_text(description, "experiment.description")
     try:
         with transaction.atomic():
             experiment = Experiment.objects.create(
@@ -186,6 +196,11 @@ def update_experiment(
         _clean_name(name, experiment.owner, exclude_pk=experiment.pk) if name is not None else None
     )
     tag_names = _clean_tags(tags) if tags is not None else None
+    project = _clean_text(project, "experiment.project") if project is not None else None
+    description = (
+        _clean_text(description, "experiment.description") if description is not None else None
+    )
+    note = _clean_text(note, "note")
     with transaction.atomic():
         experiment = Experiment.objects.select_for_update().get(pk=experiment.pk)
         before = _summary(experiment)

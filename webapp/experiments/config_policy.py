@@ -158,15 +158,26 @@ def interpolation_errors(data: Any, path: str = "") -> dict[str, str]:
     return errors
 
 
+NUL_MESSAGE = "contains a NUL character (\\x00), which no database text can hold; remove it"
+
+
 def non_finite_errors(data: Any, path: str = "") -> dict[str, str]:
-    """YAML path -> why, for every inf/NaN: no config field wants one, and no JSON column (the
-    experiment's and the run's parsed config) can store it."""
+    """YAML path -> why, for every inf/NaN and every text with a NUL character: no config field
+    wants one, and no JSON column (the experiment's and the run's parsed config) can store it
+    (PostgreSQL refuses a NUL; a path with one fails in the OS)."""
     if isinstance(data, Mapping):
+        bad_keys = [k for k in data if isinstance(k, str) and "\x00" in k]
+        if bad_keys:
+            return {
+                f"{path}.{bad_keys[0]!r}" if path else repr(bad_keys[0]): f"a key {NUL_MESSAGE}"
+            }
         items = ((f"{path}.{k}" if path else str(k), v) for k, v in data.items())
     elif isinstance(data, list):
         items = ((f"{path}[{i}]", v) for i, v in enumerate(data))
     elif isinstance(data, float) and not math.isfinite(data):
         return {path: f"{data!r} is not a finite number; write a finite value"}
+    elif isinstance(data, str) and "\x00" in data:
+        return {path: NUL_MESSAGE}
     else:
         return {}
     errors: dict[str, str] = {}

@@ -15,7 +15,7 @@ from django.db.models import F, Q
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from webapp.accounts.access import authorize
 from webapp.audit.record import Actor
@@ -182,6 +182,7 @@ def _refused_page(request, err, *, meta, experiment=None, fallback_yaml=""):
     )
 
 
+@require_http_methods(["GET", "POST"])
 def experiment_new(request: HttpRequest) -> HttpResponse:
     actor = Actor.from_request(request)
     if request.method == "POST":
@@ -211,6 +212,7 @@ def experiment_new(request: HttpRequest) -> HttpResponse:
     )
 
 
+@require_http_methods(["GET", "POST"])
 def experiment_edit(request: HttpRequest, pk: int) -> HttpResponse:
     actor = Actor.from_request(request)
     action = "experiment.update" if request.method == "POST" else "experiment.view"

@@ -12,17 +12,9 @@ from django.views.decorators.http import require_GET
 
 from webapp.accounts.access import authorize
 from webapp.audit.record import Actor
+from webapp.refusals import detail
 from webapp.runs import live
 from webapp.runs.models import Run
-
-
-def detail(message: str, status: int) -> JsonResponse:
-    return JsonResponse({"detail": message}, status=status)
-
-
-def wants_json(request: HttpRequest) -> bool:
-    """The page's ``fetch`` asks with ``Accept: application/json``: answer JSON, not a page."""
-    return "application/json" in request.headers.get("Accept", "")
 
 
 def authorize_json(actor: Actor, model, pk: int, action: str, label: str):

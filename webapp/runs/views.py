@@ -20,6 +20,7 @@ from webapp.audit.record import Actor
 from webapp.errors import ActionError
 from webapp.experiments.actions import clone_run_config
 from webapp.experiments.models import Experiment
+from webapp.refusals import wants_json
 from webapp.runs import actions
 from webapp.runs.claims import granted_roots, runs_area
 from webapp.runs.compare import (
@@ -31,7 +32,7 @@ from webapp.runs.compare import (
 )
 from webapp.runs.external import import_job_dir
 from webapp.runs.live import run_state
-from webapp.runs.live_views import authorize_json, wants_json
+from webapp.runs.live_views import authorize_json
 from webapp.runs.models import LogLine, Run, RunStatus
 
 LOG_CHUNK = 2000
