@@ -31,6 +31,7 @@ import yaml
 from api_helpers import make_run, make_user
 from django.apps import apps
 from django.conf import settings
+from django.contrib.auth.models import Group
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
@@ -38,6 +39,7 @@ from webapp.accounts.models import ApiToken
 from webapp.audit.models import AuditEvent
 from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.experiments.models import Experiment, ExperimentVersion
+from webapp.runs.claims import runs_area
 from webapp.runs.models import Run, RunOrigin, RunStatus
 
 ROLES = ("anonymous", "owner", "other", "staff")
@@ -96,14 +98,22 @@ def build_world(tmp_path: Path, settings) -> World:
     (job_dir / "monitor" / "trainer_metrics.jsonl").write_text('{"step": 1, "time": 1.0, "x": 2}\n')
     alice, bob = make_user("alice"), make_user("bob")
     root = make_user("root", staff=True)
+    # the import and register rows ask for a job dir that no run owns, in a root granted to a
+    # group both users are in (webapp/runs/claims.py); whose job dir is whose is
+    # test_job_dir_claims.py's matrix
+    settings.RFT_RUNS_DIR = tmp_path / "runs"
+    settings.RFT_SHARED_RUN_ROOTS = {"team": [str(tmp_path / "imports")]}
+    team = Group.objects.create(name="team")
+    team.user_set.add(alice, bob)
+    alice_dir = runs_area(alice) / "alice-jobdir-c4d1"  # her run's job dir, in her runs area
     main = _experiment(alice, "alice-main-7f3a", "alice-secret-description-51c9")
     busy = _experiment(alice, "alice-busy-2b8e", "")
-    run = make_run(main, status=RunStatus.SUCCEEDED, job_dir=str(tmp_path / "alice-jobdir-c4d1"))
+    run = make_run(main, status=RunStatus.SUCCEEDED, job_dir=str(alice_dir))
     queued = make_run(busy, status=RunStatus.QUEUED)
-    step_dir = tmp_path / "alice-jobdir-c4d1" / "global_step_2"
+    step_dir = alice_dir / "global_step_2"
     (step_dir / "actor").mkdir(parents=True)
     checkpoint = Checkpoint.objects.create(run=run, step=2, path=str(step_dir))
-    hf_dir = tmp_path / "alice-jobdir-c4d1" / "global_step_4" / "actor" / "huggingface"
+    hf_dir = alice_dir / "global_step_4" / "actor" / "huggingface"
     hf_dir.mkdir(parents=True)
     (hf_dir / "config.json").write_text("{}")
     converted = Checkpoint.objects.create(
