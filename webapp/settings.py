@@ -16,6 +16,7 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from rft_core.monitor.events import ENV_REDIS_PREFIX, check_redis_prefix
 
@@ -45,8 +46,6 @@ def _secret_key() -> str:
 def _shared_run_roots(text: str) -> dict[str, list[str]]:
     """RFT_SHARED_RUN_ROOTS: {"group name": ["/abs/root", ...]}; anything else stops start-up
     with one line saying what is wrong."""
-    from django.core.exceptions import ImproperlyConfigured
-
     if not text.strip():
         return {}
     try:
@@ -275,7 +274,10 @@ RFT_ALLOWED_PATH_ROOTS = [
 # {"<Django group name>": ["/abs/root", ...]}; a member of the group may also claim job dirs
 # under those roots (which must lie inside RFT_ALLOWED_PATH_ROOTS). Staff may claim any job dir
 # inside the allowed roots; such a claim is audited as "staff".
-RFT_SHARED_RUN_ROOTS = _shared_run_roots(os.environ.get("RFT_SHARED_RUN_ROOTS", ""))
+try:
+    RFT_SHARED_RUN_ROOTS = _shared_run_roots(os.environ.get("RFT_SHARED_RUN_ROOTS", ""))
+except ImproperlyConfigured as err:  # one line for every process, as for RFT_REDIS_PREFIX
+    raise SystemExit(f"RFT Studio settings: {err}") from None
 # ${oc.env:VAR} in a web-submitted config may read only variables matching these (fnmatch) patterns.
 RFT_OC_ENV_ALLOWLIST = [
     p.strip()
