@@ -384,10 +384,10 @@ def test_a_roles_failed_status_keeps_its_message_and_finished_does_not_end_the_r
 
 def test_progress_keeps_the_furthest_step_of_the_current_stage(alice, roots):
     run = make_run(make_experiment(alice), status=RunStatus.RUNNING)
-    actions.observe_progress(run, stage="sft_warmup", step=5, total_steps=300)
+    actions.observe_progress(run, stage="sft_warmup", step=5, total_steps=450)
     actions.observe_progress(run, stage="sft_warmup", step=3)
     run.refresh_from_db()
-    assert (run.stage, run.step, run.total_steps) == ("sft_warmup", 5, 300)
+    assert (run.stage, run.step, run.total_steps) == ("sft_warmup", 5, 450)
     actions.observe_progress(run, stage="rft", step=1)
     run.refresh_from_db()
     # the new stage's total comes from the launch config, never the SFT stage's 300
