@@ -357,7 +357,8 @@ class Explorer(RunActor):
     def sync_weights(self, version: int, final: bool = False) -> int:
         """Load the trainer's weights of ``version`` (blocking until published)."""
         start = time.perf_counter()
-        got, state_dict = self._receiver.receive(version, final=final)
+        # a vLLM engine joins an nccl broadcast with its own workers and loads it itself
+        got, state_dict = self._receiver.receive(version, final=final, engine=self._engine)
         if state_dict is not None and got != self._engine.model_version:
             self._engine.load_weights(state_dict, got)
             self._engine.model_version = got

@@ -129,6 +129,13 @@ def preflight(cfg: Any, check_model: bool = True) -> RunDatasets:
                 )
             )
     rm = cfg.explorer.rollout_model
+    if cfg.mode != "train" and rm.engine_type == "vllm" and not ray_address(cfg):
+        from rft_core.rollout.vllm_version import installed_vllm_version, vllm_version_problem
+
+        # on a Ray cluster the nodes' vLLM is checked by the engine's actor (the same line)
+        problem = vllm_version_problem(installed_vllm_version())
+        if problem:
+            problems.append(("explorer.rollout_model.engine_type", problem))
     if cfg.mode == "both" and rm.engine_num > 1 and gpus_needed > 0:
         if cfg.synchronizer.sync_method == "nccl":
             # the broadcast reaches the explorer process, which holds no GPU beside its engines

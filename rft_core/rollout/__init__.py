@@ -39,13 +39,27 @@ def engine_settings(cfg: Any) -> dict[str, Any]:
     ignores the vLLM-only ones. ``tensor_parallel_size`` is left to the caller (an engine pool
     places its engines by it)."""
     model = cfg.model
-    return _settings(
+    settings = _settings(
         cfg.explorer.rollout_model,
         max_model_len=model.max_model_len,
         max_prompt_tokens=model.max_prompt_tokens,
         chat_template=model.custom_chat_template,
         enable_thinking=model.enable_thinking,
     )
+    return {**vllm_batch_settings(cfg), **settings}  # extra_engine_args win
+
+
+def vllm_batch_settings(cfg: Any) -> dict[str, Any]:
+    """The vLLM engine settings a run's shape decides (the hf engine ignores them):
+    ``max_num_seqs`` = the rows of one explorer step's generate call (``buffer.batch_size x
+    algorithm.repeat_times``), at least vLLM's default 256 so evals of more rows stay batched;
+    ``enable_sleep_mode`` in ``mode: colocate`` (``release_memory`` frees vLLM's memory while
+    the trainer steps)."""
+    repeat = getattr(cfg.algorithm, "repeat_times", None) or 1
+    out: dict[str, Any] = {"max_num_seqs": max(256, int(cfg.buffer.batch_size) * int(repeat))}
+    if cfg.mode == "colocate":
+        out["enable_sleep_mode"] = True
+    return out
 
 
 def auxiliary_engine_settings(aux: Any) -> dict[str, Any]:
@@ -96,10 +110,13 @@ def _hf(model_path: str, **settings: Any) -> RolloutEngine:
 @ENGINES.register("vllm")
 def _vllm(model_path: str, *, device: str | None = None, **settings: Any) -> RolloutEngine:
     try:
-        import vllm  # noqa: F401
+        import vllm
     except ImportError as err:
         raise EngineUnavailable(VLLM_MISSING) from err
     from rft_core.rollout.vllm import VLLMRolloutEngine
+    from rft_core.rollout.vllm_version import check_vllm_version
+
+    check_vllm_version(str(getattr(vllm, "__version__", "unknown")))  # one line, in the actor too
 
     return VLLMRolloutEngine(model_path, **settings)  # vLLM places itself: no device
 

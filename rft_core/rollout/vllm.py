@@ -1,48 +1,63 @@
 """The ``vllm`` rollout engine for GPU nodes, written against vLLM's public offline API.
 
-Targets vLLM 0.10.2 – 0.11.x (V1 engine only), the versions Trinity-RFT 0.6 runs on. The API
-used, and reproduced by the fake package in ``tests/core/fake_vllm`` that the tests run this
-module against (vLLM cannot be installed on the CPU machines this project is tested on):
+Targets vLLM 0.26.x (V1 engine), the version run on the lent H200 (issue 21); the tested range
+is pinned in ``pyproject.toml``'s ``vllm`` extra and checked by ``rft_core.rollout.vllm_version``
+(a vLLM outside it is one ``ConfigError`` line before any actor starts). The API used, and
+reproduced by the fake package in ``tests/core/fake_vllm`` that the CPU tests run this module
+against (vLLM cannot be installed on the CPU machines this project is tested on):
 
 - ``vllm.LLM(model, *, tensor_parallel_size, dtype, seed, gpu_memory_utilization,
   enforce_eager, **engine_args)`` with the ``EngineArgs`` fields ``max_model_len``,
-  ``enable_prefix_caching``, ``enable_chunked_prefill``, ``logprobs_mode`` (0.10+) and
-  ``worker_extension_cls``; an unknown keyword is a ``TypeError`` in vLLM;
-- ``vllm.SamplingParams(n, temperature, top_p, top_k, max_tokens, logprobs, seed)``:
-  ``top_k=0`` disables top-k (0.10+; ``-1`` is only kept for backward compatibility),
-  ``logprobs=0`` returns the log-prob of the sampled token only;
-- ``LLM.generate(prompts, sampling_params, *, use_tqdm)`` with ``vllm.inputs.TokensPrompt``
-  (the legacy ``prompt_token_ids=`` keyword is deprecated, and gone in recent versions);
+  ``enable_prefix_caching``, ``enable_chunked_prefill``, ``logprobs_mode``, ``max_num_seqs``,
+  ``enable_sleep_mode`` and ``worker_extension_cls``; an unknown keyword is a ``TypeError``;
+- ``vllm.SamplingParams(n, temperature, top_p, top_k, max_tokens, logprobs, seed, ignore_eos,
+  detokenize)``: ``top_k=0`` disables top-k, ``logprobs=0`` returns the log-prob of the sampled
+  token only; greedy (temperature below 1e-5) with ``n > 1`` is a ``ValueError`` ("n must be 1
+  when using greedy sampling"), so a greedy group of n goes as n requests of n=1 (Trinity-RFT's
+  semantics: n identical greedy samples, each with its log-probs), regrouped per prompt;
+- ``LLM.generate(prompts, sampling_params, *, use_tqdm)`` with ``vllm.inputs.TokensPrompt``;
 - ``RequestOutput.outputs[i]`` = ``CompletionOutput(index, text, token_ids,
-  cumulative_logprob, logprobs, finish_reason, stop_reason)``; ``logprobs`` is one dict per
-  generated token, ``{token_id: Logprob(logprob, rank, decoded_token)}``, holding the sampled
-  token; ``finish_reason`` is "stop" (EOS / stop token, which stays in ``token_ids``),
-  "length" (``max_tokens`` or ``max_model_len``) or "abort";
-- ``LLM.collective_rpc(method, timeout=None, args=(), kwargs=None)`` runs a method of the
-  ``worker_extension_cls`` mixin on every worker (one per tensor-parallel rank);
-  ``LLM.reset_prefix_cache()``; ``LLM.get_tokenizer()``.
+  cumulative_logprob, logprobs, finish_reason, stop_reason)``; ``logprobs`` holds one entry per
+  generated token, ``{token_id: Logprob(logprob, rank, decoded_token)}`` (or vLLM's flat
+  container, whose ``.logprobs`` list is read directly); ``finish_reason`` is "stop", "length"
+  or "abort";
+- ``LLM.collective_rpc(method, timeout=None, args=(), kwargs=None)`` into the
+  ``worker_extension_cls`` mixin (``rft_core.rollout.vllm_sync``; its arguments are
+  msgpack-encoded when the engine core runs in its own process, the default);
+  ``LLM.sleep(level)``, ``LLM.wake_up(tags)``, ``LLM.reset_prefix_cache()``,
+  ``LLM.get_tokenizer()``.
 
 Prompts: chat conversations are rendered here with the tokenizer's chat template (the same
-``PromptEncoding`` as the hf engine, ``custom_chat_template`` and ``chat_template_kwargs``
-applied), then sent as token ids, so the prompt ids the trainer sees are exactly the ones vLLM
-sampled from. ``LLM.chat`` would render inside vLLM and hide them.
+``PromptEncoding`` as the hf engine), then sent as token ids, so the prompt ids the trainer sees
+are exactly the ones vLLM sampled from.
+
+Rollout overhead: vLLM's detokenizer is off (``detokenize=False``): it decodes every request
+incrementally, token by token, in the frontend's output loop. Workflows do need the response
+text (rewards parse it), so the adapter decodes all responses of a call in one
+``tokenizer.batch_decode`` (a fast tokenizer decodes the batch in Rust, in parallel; the text
+equals ``decode(ids, skip_special_tokens=True)``, as vLLM's). Log-probs are read without
+building per-token objects where vLLM gives the flat container. ``max_num_seqs`` comes from the
+batch (``engine_settings``: ``buffer.batch_size x algorithm.repeat_times``, at least vLLM's
+default 256) unless ``extra_engine_args`` sets it.
 
 Log-probs: ``logprobs_mode="processed_logprobs"`` gives them after temperature and
 top-k/top-p. With the defaults (top_p = 1, top_k off) that is exactly the hf engine's
-convention (``log_softmax(logits / temperature)``, ``rft_core.modeling.token_logprobs``); with
-top-k/top-p filtering vLLM renormalises over the kept tokens, so the trainer's first ratio is not
-exactly 1.
+convention (``log_softmax(logits / temperature)``).
 
-Weights: the synchronizer calls ``load_weights(state_dict, version)``; the tensors go (on CPU:
-vLLM serialises RPC arguments to its worker processes) to every worker through
-``collective_rpc`` into ``WorkerExtension.rft_load_weights``, which hands them to the model's own
-``load_weights`` (it knows the Hugging Face names, fuses qkv / gate_up and shards for TP) - the
-path vLLM's RLHF examples, OpenRLHF's ``WorkerWrap`` and Trinity-RFT's worker take. The prefix
-cache is reset afterwards: its KV blocks were computed with the old weights.
+Weights (``load_weights``): see ``rft_core.rollout.vllm_sync`` for the paths (in-process
+tensors, CUDA IPC buckets, NCCL broadcast buckets); the prefix cache is reset afterwards (its KV
+blocks were computed with the old weights). Colocated (``enable_sleep_mode``, set by
+``engine_settings`` for ``mode: colocate``): ``release_memory`` (the hook the colocate loop calls
+while the trainer steps, as for the hf engine) puts vLLM to sleep at level 1 (KV cache freed,
+weights offloaded to CPU RAM); ``load_weights`` wakes the weights only (``wake_up(["weights"])``)
+before loading, so the KV cache is not allocated alongside the incoming buckets, and the next
+generate wakes the KV cache (``wake_up(["kv_cache"])``).
 """
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 import torch
@@ -50,20 +65,14 @@ import torch
 from rft_core import dtypes
 from rft_core.errors import DataError, RFTError
 from rft_core.rollout.base import Generation, PromptEncoding, SamplingParams
+from rft_core.rollout.vllm_sync import WorkerExtension, send_in_process, send_ipc
+from rft_core.sync.nccl import DEFAULT_BUCKET_BYTES, TensorMeta
 
-WORKER_EXTENSION = "rft_core.rollout.vllm.WorkerExtension"
+WORKER_EXTENSION = "rft_core.rollout.vllm_sync.WorkerExtension"
 LOGPROBS_MODE = "processed_logprobs"
 HF_ONLY_OPTIONS = ("device", "num_threads", "attn_implementation", "model", "tokenizer")
-
-
-class WorkerExtension:
-    """Mixed into vLLM's GPU worker (``worker_extension_cls``); runs inside each worker."""
-
-    def rft_load_weights(self, named_tensors: list[tuple[str, torch.Tensor]]) -> int:
-        model = self.model_runner.model  # type: ignore[attr-defined]
-        device = next(model.parameters()).device
-        loaded = model.load_weights(weights=((n, t.to(device)) for n, t in named_tensors))
-        return len(loaded) if loaded is not None else len(named_tensors)
+GREEDY_EPS = 1e-5  # vLLM's _SAMPLING_EPS: a temperature below it is greedy
+SLEEP_LEVEL = 1  # weights kept (offloaded to CPU RAM), KV cache freed
 
 
 def vllm_dtype(dtype: str) -> str:
@@ -78,10 +87,15 @@ def vllm_dtype(dtype: str) -> str:
         return dtype
 
 
+def is_greedy(params: SamplingParams) -> bool:
+    return params.temperature < GREEDY_EPS
+
+
 def sampling_kwargs(params: SamplingParams, seed: int) -> dict[str, Any]:
-    """Our ``SamplingParams`` as ``vllm.SamplingParams`` keyword arguments."""
+    """Our ``SamplingParams`` as ``vllm.SamplingParams`` keyword arguments (a greedy group is
+    sent as n=1 requests: see ``VLLMRolloutEngine.generate_ids``)."""
     return {
-        "n": params.n,
+        "n": 1 if is_greedy(params) else params.n,
         "temperature": max(params.temperature, 0.0),  # 0 = greedy in vLLM too
         "top_p": params.top_p,
         "top_k": params.top_k if params.top_k > 0 else 0,  # 0 = off
@@ -89,6 +103,7 @@ def sampling_kwargs(params: SamplingParams, seed: int) -> dict[str, Any]:
         "logprobs": 0,  # only the sampled token's log-prob
         "seed": seed,
         "ignore_eos": params.ignore_eos,
+        "detokenize": False,  # one batch_decode here instead (module docstring)
     }
 
 
@@ -100,24 +115,42 @@ def finish_reason(reason: str | None) -> str:
     raise RuntimeError(f"vLLM finished a request with finish_reason={reason!r}")
 
 
-def completion_to_generation(
-    prompt_ids: list[int], completion: Any, model_version: int
-) -> Generation:
-    """One ``CompletionOutput`` as a ``Generation`` (log-prob of each sampled token)."""
-    tokens = list(completion.token_ids)
-    if completion.logprobs is None or len(completion.logprobs) != len(tokens):
+def sampled_logprobs(tokens: list[int], logprobs: Any) -> list[float]:
+    """The log-prob of each sampled token: vLLM's flat container's ``.logprobs`` list as it is
+    (one entry per position with ``logprobs=0``), else one dict lookup per position."""
+    if logprobs is None or len(logprobs) != len(tokens):
         raise RuntimeError(
             "vLLM returned no per-token log-probs for a sample (SamplingParams.logprobs must "
             "be set)"
         )
+    flat = getattr(logprobs, "logprobs", None)
+    if isinstance(flat, list) and len(flat) == len(tokens):
+        return flat
+    return [step[tok].logprob for tok, step in zip(tokens, logprobs, strict=True)]
+
+
+def completion_to_generation(
+    prompt_ids: list[int], completion: Any, model_version: int, text: str | None = None
+) -> Generation:
+    """One ``CompletionOutput`` as a ``Generation`` (log-prob of each sampled token)."""
+    tokens = list(completion.token_ids)
     return Generation(
-        prompt_ids=list(prompt_ids),
+        prompt_ids=prompt_ids,
         response_ids=tokens,
-        logprobs=[step[tok].logprob for tok, step in zip(tokens, completion.logprobs, strict=True)],
-        text=completion.text,
+        logprobs=sampled_logprobs(tokens, completion.logprobs),
+        text=completion.text if text is None else text,
         finish_reason=finish_reason(completion.finish_reason),
         extra={"model_version": model_version},
     )
+
+
+def multiprocessing_enabled(vllm: Any) -> bool:
+    """vLLM's ``VLLM_ENABLE_V1_MULTIPROCESSING`` (default on: the engine core in its own process)."""
+    envs = getattr(vllm, "envs", None)
+    value = getattr(envs, "VLLM_ENABLE_V1_MULTIPROCESSING", None) if envs is not None else None
+    if value is None:
+        value = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") not in ("0", "false", "False")
+    return bool(value)
 
 
 class VLLMRolloutEngine(PromptEncoding):
@@ -138,6 +171,7 @@ class VLLMRolloutEngine(PromptEncoding):
         enable_chunked_prefill: bool = True,
         chat_template: str | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        sync_bucket_bytes: int = DEFAULT_BUCKET_BYTES,
         **engine_args: Any,
     ) -> None:
         import vllm
@@ -148,8 +182,21 @@ class VLLMRolloutEngine(PromptEncoding):
         self.seed = seed
         self.max_model_len = max_model_len
         self.max_prompt_tokens = max_prompt_tokens
+        self.tensor_parallel_size = tensor_parallel_size
+        self.sync_bucket_bytes = int(sync_bucket_bytes)
         self._calls = 0
         self.model_version = 0
+        self.last_sync_s: float | None = None
+        self.sleep_enabled = bool(engine_args.get("enable_sleep_mode", False))
+        self.asleep: set[str] = set()  # the sleeping memory tags: "weights", "kv_cache"
+        self.dtype = getattr(torch, vllm_dtype(dtype), None)
+        # the worker is this process's own only with the in-process client and one worker
+        backend = engine_args.get("distributed_executor_backend")
+        self.in_process = (
+            tensor_parallel_size == 1
+            and backend in (None, "uni")
+            and not multiprocessing_enabled(vllm)
+        )
         self.llm = vllm.LLM(
             model=model_path,
             tensor_parallel_size=tensor_parallel_size,
@@ -168,6 +215,9 @@ class VLLMRolloutEngine(PromptEncoding):
         if chat_template:
             self.tokenizer.chat_template = chat_template
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self._broadcast_joined = False
+
+    # -- generation --------------------------------------------------------------------------
 
     def generate_ids(
         self, prompt_ids: list[list[int]], params: SamplingParams
@@ -178,17 +228,37 @@ class VLLMRolloutEngine(PromptEncoding):
             return []
         prompt_ids = self.fit_prompts(prompt_ids)
         self._check_prompt_lengths(prompt_ids)
+        self._wake(("weights", "kv_cache"))
         seed = params.seed if params.seed is not None else self.seed * 1_000_003 + self._calls
         self._calls += 1
+        # greedy n > 1: vLLM refuses it; n identical requests of n=1 instead (Trinity-RFT)
+        copies = params.n if is_greedy(params) else 1
+        prompts = [
+            TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids for _ in range(copies)
+        ]
         outputs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids],
+            prompts,
             sampling_params=self._vllm.SamplingParams(**sampling_kwargs(params, seed)),
             use_tqdm=False,
         )
-        return [
-            [completion_to_generation(p, c, self.model_version) for c in request.outputs]
-            for p, request in zip(prompt_ids, outputs, strict=True)
-        ]
+        completions = [c for request in outputs for c in request.outputs]
+        texts = self.tokenizer.batch_decode(
+            [c.token_ids for c in completions], skip_special_tokens=True
+        )
+        per_prompt = len(completions) // len(prompt_ids)
+        version = self.model_version
+        groups: list[list[Generation]] = []
+        for i, prompt in enumerate(prompt_ids):
+            lo = i * per_prompt
+            groups.append(
+                [
+                    completion_to_generation(prompt, c, version, text)
+                    for c, text in zip(
+                        completions[lo : lo + per_prompt], texts[lo : lo + per_prompt], strict=True
+                    )
+                ]
+            )
+        return groups
 
     def _check_prompt_lengths(self, prompt_ids: list[list[int]]) -> None:
         """The hf engine's rule, before vLLM's own ValueError: a prompt must leave room for at
@@ -202,8 +272,72 @@ class VLLMRolloutEngine(PromptEncoding):
                 f"{self.max_model_len}; raise max_model_len or lower model.max_prompt_tokens"
             )
 
+    # -- sleep / wake (colocate) -------------------------------------------------------------
+
+    def release_memory(self) -> None:
+        """Colocate: vLLM sleeps at level 1 while the trainer steps (KV cache freed, weights
+        offloaded to CPU RAM); a no-op without ``enable_sleep_mode`` or when already asleep."""
+        if not self.sleep_enabled or self.asleep:
+            return
+        self.llm.sleep(level=SLEEP_LEVEL)
+        self.asleep = {"weights", "kv_cache"}
+
+    def _wake(self, tags: tuple[str, ...]) -> None:
+        wanted = [t for t in tags if t in self.asleep]
+        if wanted:
+            self.llm.wake_up(tags=wanted)
+            self.asleep.difference_update(wanted)
+
+    # -- weights -----------------------------------------------------------------------------
+
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
-        named = [(name, t.detach().cpu()) for name, t in state_dict.items()]
-        self.llm.collective_rpc("rft_load_weights", args=(named,))
-        self.llm.reset_prefix_cache()
+        """New weights into every worker: the trainer's tensors themselves for an in-process
+        engine, else CUDA IPC handles of packed buckets staged on this process's GPU (the
+        engine's; the CPU when there is none, which only the fake vLLM of the tests meets)."""
+        start = time.perf_counter()
+        self._wake(("weights",))  # weights only: no KV cache beside the incoming buckets
+        if self.in_process:
+            send_in_process(self.llm, state_dict)
+        else:
+            device = (
+                torch.device("cuda", torch.cuda.current_device())
+                if torch.cuda.is_available()
+                else torch.device("cpu")
+            )
+            send_ipc(self.llm, state_dict, self.dtype, device, self.sync_bucket_bytes)
+        self._after_load(version, start)
+
+    def receive_broadcast(
+        self,
+        addr: str,
+        port: int,
+        metas: list[TensorMeta],
+        version: int,
+        timeout_s: float = 600.0,
+        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+    ) -> None:
+        """``sync_method: nccl`` (mode both): every worker joins the trainer's broadcast group
+        as rank 1 + its TP rank (once per run) and loads the buckets as they arrive."""
+        start = time.perf_counter()
+        self._wake(("weights",))
+        plain = [[m.name, list(m.shape), m.dtype] for m in metas]
+        if not self._broadcast_joined:
+            world = 1 + self.tensor_parallel_size
+            self.llm.collective_rpc("rft_join_broadcast", args=(addr, port, world, timeout_s))
+            self._broadcast_joined = True
+        self.llm.collective_rpc("rft_receive_broadcast", args=(plain, bucket_bytes))
+        self._after_load(version, start)
+
+    @property
+    def broadcast_receivers(self) -> int:
+        """How many ranks of this engine join a weight broadcast (one per TP worker)."""
+        return self.tensor_parallel_size
+
+    def _after_load(self, version: int, start: float) -> None:
+        if "kv_cache" not in self.asleep:  # sleeping freed the cache (and its prefix entries)
+            self.llm.reset_prefix_cache()
         self.model_version = int(version)
+        self.last_sync_s = time.perf_counter() - start
+
+
+__all__ = ["WORKER_EXTENSION", "VLLMRolloutEngine", "WorkerExtension", "sampling_kwargs"]

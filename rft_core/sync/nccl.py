@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -132,13 +133,22 @@ class BroadcastGroup:
     ) -> dict[str, torch.Tensor]:
         """Receive the broadcast (ranks > 0) into new tensors shaped as ``metas`` say."""
         out: dict[str, torch.Tensor] = {}
+        for named in self.receive_buckets(metas, bucket_bytes):
+            out.update(named)
+        return out
+
+    def receive_buckets(
+        self, metas: list[TensorMeta], bucket_bytes: int = DEFAULT_BUCKET_BYTES
+    ) -> Iterator[list[tuple[str, torch.Tensor]]]:
+        """Receive the broadcast one bucket at a time: ``(name, view)`` pairs of each bucket's
+        flat buffer, so a receiver that loads them before the next bucket holds one at most."""
         for bucket in bucket_plan(metas, bucket_bytes):
             numel = sum(_numel(m.shape) for m in bucket)
             flat = torch.empty(numel, dtype=_dtype(bucket[0].dtype), device=self.device)
             self._broadcast(flat)
-            offset = 0
+            named, offset = [], 0
             for m in bucket:
                 n = _numel(m.shape)
-                out[m.name] = flat[offset : offset + n].view(m.shape)
+                named.append((m.name, flat[offset : offset + n].view(m.shape)))
                 offset += n
-        return out
+            yield named

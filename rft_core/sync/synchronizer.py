@@ -53,6 +53,7 @@ class Synchronizer:
         self.trainer_error: str | None = None
         self.explorer_done = False
         self.requested: set[int] = set()  # versions an explorer will receive by broadcast
+        self.receivers = 1  # ranks the explorer brings to a broadcast (a vLLM engine: its TP)
         self.cond = asyncio.Condition()
 
     async def publish(self, version: int, payload: Any = None, final: bool = False) -> None:
@@ -91,10 +92,12 @@ class Synchronizer:
         """``wait_version(version)`` returns at once."""
         return self.version >= version or self.final or self.trainer_error is not None
 
-    async def request_broadcast(self, version: int) -> None:
-        """The explorer announces it will join the broadcast of ``version`` (nccl)."""
+    async def request_broadcast(self, version: int, receivers: int = 1) -> None:
+        """The explorer announces it will join the broadcast of ``version`` (nccl) with
+        ``receivers`` ranks (1, or a vLLM engine's workers, one per tensor-parallel rank)."""
         async with self.cond:
             self.requested.add(version)
+            self.receivers = int(receivers)
             self.cond.notify_all()
 
     async def wait_receiver(self, version: int, timeout: float | None = None) -> bool:
@@ -117,6 +120,7 @@ class Synchronizer:
             "version": self.version,
             "final": self.final,
             "explorer_done": self.explorer_done,
+            "receivers": self.receivers,
         }
 
 
@@ -234,12 +238,13 @@ class WeightSender(_WeightEnd):
                         self.sync_timeout,
                     )
                 return
-            if self.group is None:
+            if self.group is None:  # the trainer (rank 0) and the explorer's receiving ranks
+                receivers = int(self._call("state").get("receivers", 1))
                 self.group = BroadcastGroup(
                     self.rendezvous["addr"],
                     self.rendezvous["port"],
                     0,
-                    2,
+                    1 + receivers,
                     self.device,
                     self.sync_timeout,
                 )
@@ -270,12 +275,16 @@ class WeightReceiver(_WeightEnd):
     """The explorer's half: at a sync point, wait for the scheduled version and load it."""
 
     def receive(
-        self, version: int, final: bool = False
+        self, version: int, final: bool = False, engine: Any = None
     ) -> tuple[int, dict[str, torch.Tensor] | None]:
         """Wait (at most ``sync_timeout``) for ``version``; returns ``(version, state_dict)``,
-        or ``(version, None)`` when nothing newer than what the engine has arrived."""
+        or ``(version, None)`` when nothing newer than what the engine has arrived, or when an
+        ``engine`` with ``receive_broadcast`` (vLLM: its workers join the nccl broadcast
+        themselves) has already loaded it."""
+        direct = engine is not None and hasattr(engine, "receive_broadcast")
         if self.sync_method == "nccl" and not final:
-            self._call("request_broadcast", version)
+            receivers = engine.broadcast_receivers if direct else 1
+            self._call("request_broadcast", version, receivers)
         got, payload, is_final = self._call(
             "wait_version", version, self.sync_timeout, timeout=self.sync_timeout + 30
         )
@@ -304,6 +313,11 @@ class WeightReceiver(_WeightEnd):
             if got != version:  # the trainer will not broadcast this one
                 return got, None
             metas = [m if isinstance(m, TensorMeta) else TensorMeta(*m) for m in payload["metas"]]
+            if direct:
+                engine.receive_broadcast(
+                    payload["addr"], payload["port"], metas, got, self.sync_timeout
+                )
+                return got, None
             if self.group is None:
                 self.group = BroadcastGroup(
                     payload["addr"], payload["port"], 1, 2, self.device, self.sync_timeout

@@ -1,4 +1,4 @@
-"""``vllm.outputs.RequestOutput`` / ``CompletionOutput`` (the fields of vLLM 0.11)."""
+"""``vllm.outputs.RequestOutput`` / ``CompletionOutput`` (the fields of vLLM 0.26)."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field

@@ -1,5 +1,6 @@
-"""``vllm.SamplingParams``: the keyword arguments and the checks of vLLM 0.11's
-``SamplingParams`` (a ``msgspec.Struct``: an unknown keyword is a ``TypeError``)."""
+"""``vllm.SamplingParams``: the keyword arguments and the checks of vLLM 0.26's
+``SamplingParams`` (a ``msgspec.Struct``: an unknown keyword is a ``TypeError``), with vLLM
+0.26's greedy check: ``n > 1`` at temperature 0 is a ``ValueError``."""
 
 from enum import Enum
 from typing import Any
@@ -53,6 +54,11 @@ class SamplingParams:
         self._verify_args()
         if self.temperature < _SAMPLING_EPS:  # greedy: vLLM drops the filters
             self.top_p, self.top_k, self.min_p = 1.0, 0, 0.0
+            self._verify_greedy_sampling()
+
+    def _verify_greedy_sampling(self) -> None:
+        if self.n > 1:
+            raise ValueError(f"n must be 1 when using greedy sampling, got {self.n}.")
 
     def _verify_args(self) -> None:
         if not isinstance(self.n, int) or self.n < 1:

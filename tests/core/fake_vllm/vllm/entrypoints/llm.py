@@ -1,6 +1,8 @@
-"""``vllm.LLM``: the constructor signature of vLLM 0.11 (its own keyword arguments, the rest
+"""``vllm.LLM``: the constructor signature of vLLM 0.26 (its own keyword arguments, the rest
 forwarded to ``EngineArgs``, where an unknown one is a ``TypeError``), ``generate``,
-``collective_rpc``, ``reset_prefix_cache`` and ``get_tokenizer``.
+``collective_rpc`` (its arguments through vLLM's msgpack round trip unless
+``VLLM_ENABLE_V1_MULTIPROCESSING=0``), ``sleep`` / ``wake_up``, ``reset_prefix_cache`` and
+``get_tokenizer``.
 
 What it does instead of running a model: loads the real tokenizer and the real Hugging Face
 weights (CPU) of ``model``, builds one worker per tensor-parallel rank with the
@@ -10,18 +12,21 @@ instance (``init_kwargs``, ``generate_calls``, ``rpc_calls``, ``events``).
 """
 
 import importlib
+from concurrent.futures import ThreadPoolExecutor
 import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
+from vllm import envs
 from vllm.inputs import TOKENS_PROMPT_KEYS
 from vllm.logprobs import Logprob
 from vllm.outputs import CompletionOutput, RequestOutput
 from vllm.sampling_params import SamplingParams
+from vllm.serial_utils import round_trip
 
-# EngineArgs fields of vLLM 0.11 that LLM forwards from **kwargs (the ones RL frameworks pass)
+# EngineArgs fields of vLLM 0.26 that LLM forwards from **kwargs (the ones RL frameworks pass)
 ENGINE_ARGS = frozenset(
     {
         "max_model_len",
@@ -73,8 +78,11 @@ class ModelForCausalLM(torch.nn.Module):
         self.hf = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32)
         tied = getattr(self.hf.config, "tie_word_embeddings", False)
         self.skip_prefixes = ("lm_head.",) if tied else ()
+        self.offloaded = False  # sleep level 1: the weights are in CPU RAM, not on the GPU
 
     def load_weights(self, weights: Any) -> set[str]:
+        if self.offloaded:
+            raise RuntimeError("load_weights into a sleeping engine: wake_up(['weights']) first")
         params = dict(self.hf.named_parameters())
         loaded = set()
         for name, tensor in weights:
@@ -185,6 +193,8 @@ class LLM:
         self.rpc_calls: list[dict[str, Any]] = []
         self.events: list[str] = []
         self._request_counter = 0
+        self.sleeping: set[str] = set()  # "weights", "kv_cache"
+        self.multiprocessing = bool(envs.VLLM_ENABLE_V1_MULTIPROCESSING)
 
     def get_tokenizer(self, lora_request: Any = None) -> Any:
         return self.tokenizer
@@ -192,6 +202,29 @@ class LLM:
     def reset_prefix_cache(self, device: Any = None) -> bool:
         self.events.append("reset_prefix_cache")
         return True
+
+    def sleep(self, level: int = 1) -> None:
+        """Level 1: weights offloaded to CPU RAM, KV cache discarded; level 2 discards both."""
+        if not self.init_kwargs.get("enable_sleep_mode"):
+            raise ValueError("Sleep mode is not enabled (LLM(..., enable_sleep_mode=True))")
+        if level not in (1, 2):
+            raise ValueError(f"sleep level must be 1 or 2, got {level}")
+        self.events.append(f"sleep:{level}")
+        self.reset_prefix_cache()  # vLLM drops the prefix cache with the KV cache
+        self.sleeping = {"weights", "kv_cache"}
+        for worker in self.workers:
+            worker.model_runner.model.offloaded = True
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        tags = ["weights", "kv_cache"] if tags is None else list(tags)
+        unknown = sorted(set(tags) - {"weights", "kv_cache"})
+        if unknown:
+            raise ValueError(f"unknown wake_up tags {unknown}")
+        self.events.append("wake_up:" + ",".join(tags))
+        self.sleeping.difference_update(tags)
+        if "weights" in tags:
+            for worker in self.workers:
+                worker.model_runner.model.offloaded = False
 
     def collective_rpc(
         self,
@@ -204,11 +237,19 @@ class LLM:
         self.rpc_calls.append(
             {"method": method, "timeout": timeout, "args": args, "kwargs": kwargs}
         )
-        results = []
-        for worker in self.workers:
-            fn = getattr(worker, method) if isinstance(method, str) else method.__get__(worker)
-            results.append(fn(*args, **(kwargs or {})))
-        return results
+        if self.multiprocessing:  # the engine core is another process: msgpack both ways
+            args, kwargs = round_trip(list(args)), round_trip(kwargs or {})
+        calls = [
+            getattr(w, method) if isinstance(method, str) else method.__get__(w)
+            for w in self.workers
+        ]
+        if len(calls) == 1:
+            results = [calls[0](*args, **(kwargs or {}))]
+        else:  # vLLM's workers run at once (a collective among them must not deadlock)
+            with ThreadPoolExecutor(len(calls)) as pool:
+                futures = [pool.submit(fn, *args, **(kwargs or {})) for fn in calls]
+                results = [f.result() for f in futures]
+        return round_trip(results) if self.multiprocessing else results
 
     def generate(
         self,
@@ -233,6 +274,8 @@ class LLM:
         for sp in params:
             if not isinstance(sp, SamplingParams):
                 raise TypeError(f"sampling_params must be vllm.SamplingParams, got {type(sp)}")
+        if self.sleeping:
+            raise RuntimeError(f"generate on a sleeping engine ({sorted(self.sleeping)} asleep)")
         self.events.append("generate")
         self.generate_calls.append(
             {"prompts": prompts, "sampling_params": params, "use_tqdm": use_tqdm}
