@@ -123,9 +123,9 @@ def sampled_logprobs(tokens: list[int], logprobs: Any) -> list[float]:
             "vLLM returned no per-token log-probs for a sample (SamplingParams.logprobs must "
             "be set)"
         )
-    flat = getattr(logprobs, "logprobs", None)
-    if isinstance(flat, list) and len(flat) == len(tokens):
-        return flat
+    flat = getattr(logprobs, "logprobs", None)  # FlatLogprobs: a list (or numpy column)
+    if flat is not None and not callable(flat) and len(flat) == len(tokens):
+        return flat.tolist() if hasattr(flat, "tolist") else list(flat)
     return [step[tok].logprob for tok, step in zip(tokens, logprobs, strict=True)]
 
 
@@ -174,6 +174,10 @@ class VLLMRolloutEngine(PromptEncoding):
         sync_bucket_bytes: int = DEFAULT_BUCKET_BYTES,
         **engine_args: Any,
     ) -> None:
+        # vLLM's flat log-prob container (no dict + Logprob object per token); read by the
+        # frontend when it builds outputs, so set before the LLM exists; unknown to a vLLM
+        # without it, which then gives the per-token dicts read below
+        os.environ.setdefault("VLLM_FLAT_LOGPROBS", "1")
         import vllm
 
         for name in HF_ONLY_OPTIONS:

@@ -12,16 +12,16 @@ instance (``init_kwargs``, ``generate_calls``, ``rpc_calls``, ``events``).
 """
 
 import importlib
-from concurrent.futures import ThreadPoolExecutor
 import inspect
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 
 from vllm import envs
 from vllm.inputs import TOKENS_PROMPT_KEYS
-from vllm.logprobs import Logprob
+from vllm.logprobs import FlatLogprobs, Logprob
 from vllm.outputs import CompletionOutput, RequestOutput
 from vllm.sampling_params import SamplingParams
 from vllm.serial_utils import round_trip
@@ -334,7 +334,7 @@ class LLM:
         values = [-0.125 * (k + 1) - 0.5 * j for k in range(length)]
         logprobs = None
         if sp.logprobs is not None:
-            logprobs = []
+            logprobs = FlatLogprobs() if envs.VLLM_FLAT_LOGPROBS else []
             for k, (tok, value) in enumerate(zip(tokens, values, strict=True)):
                 step = {
                     tok: Logprob(value, rank=1 + k % 3, decoded_token=self.tokenizer.decode([tok]))
