@@ -325,7 +325,7 @@ class LLM:
         eos = self.tokenizer.eos_token_id
         special = set(self.tokenizer.all_special_ids)
         ordinary = [i for i in range(len(self.tokenizer)) if i not in special]
-        stops = j % 2 == 1 and j + 1 <= budget
+        stops = j % 2 == 1 and j + 1 <= budget and not sp.ignore_eos
         length = j + 1 if stops else budget
         picks = torch.randint(len(ordinary), (length,), generator=gen).tolist()
         tokens = [ordinary[i] for i in picks]
