@@ -33,9 +33,11 @@ are exactly the ones vLLM sampled from.
 
 Rollout overhead: vLLM's detokenizer is off (``detokenize=False``): it decodes every request
 incrementally, token by token, in the frontend's output loop. Workflows do need the response
-text (rewards parse it), so the adapter decodes all responses of a call in one
-``tokenizer.batch_decode`` (a fast tokenizer decodes the batch in Rust, in parallel; the text
-equals ``decode(ids, skip_special_tokens=True)``, as vLLM's). Log-probs are read without
+text (rewards parse it), so the adapter decodes all responses of a call at once, in the fast
+tokenizer's Rust ``decode_batch`` (``decode_all``; measured on this CPU machine for 2,048 x 256
+tokens: 0.09 s, against 0.16 s for transformers' ``batch_decode``, 0.27 s row by row and about
+1 s token by token with ``DecodeStream``, the incremental way a streaming detokenizer goes; the
+text equals ``decode(ids, skip_special_tokens=True)``). Log-probs are read without
 building per-token objects where vLLM gives the flat container. ``max_num_seqs`` comes from the
 batch (``engine_settings``: ``buffer.batch_size x algorithm.repeat_times``, at least vLLM's
 default 256) unless ``extra_engine_args`` sets it.
@@ -127,6 +129,16 @@ def sampled_logprobs(tokens: list[int], logprobs: Any) -> list[float]:
     if flat is not None and not callable(flat) and len(flat) == len(tokens):
         return flat.tolist() if hasattr(flat, "tolist") else list(flat)
     return [step[tok].logprob for tok, step in zip(tokens, logprobs, strict=True)]
+
+
+def decode_all(tokenizer: Any, rows: list[list[int]]) -> list[str]:
+    """Every response's text in one call: the fast tokenizer's own (Rust) ``decode_batch`` where
+    there is one (what vLLM's detokenizer uses too, without transformers' per-row Python), else
+    ``batch_decode``; special tokens skipped, as vLLM's default."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        return backend.decode_batch(rows, skip_special_tokens=True)
+    return tokenizer.batch_decode(rows, skip_special_tokens=True)
 
 
 def completion_to_generation(
@@ -246,9 +258,7 @@ class VLLMRolloutEngine(PromptEncoding):
             use_tqdm=False,
         )
         completions = [c for request in outputs for c in request.outputs]
-        texts = self.tokenizer.batch_decode(
-            [c.token_ids for c in completions], skip_special_tokens=True
-        )
+        texts = decode_all(self.tokenizer, [list(c.token_ids) for c in completions])
         per_prompt = len(completions) // len(prompt_ids)
         version = self.model_version
         groups: list[list[Generation]] = []
