@@ -298,3 +298,46 @@ def test_an_untested_vllm_is_one_config_error_line(fake_vllm, model_dir, monkeyp
 def test_the_tested_fake_version_passes(fake_vllm, monkeypatch):
     monkeypatch.setenv("FAKE_VLLM_VERSION", "0.26.0")
     assert check_vllm_version() == "0.26.0"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    from rft_core.demo import build_demo
+
+    return build_demo(tmp_path_factory.mktemp("demo"))
+
+
+@pytest.mark.parametrize(
+    ("version", "refused"), [("0.11.0", True), ("0.26.0", False), (None, True)]
+)
+def test_the_launchers_preflight_names_an_untested_or_missing_vllm(
+    fake_vllm, demo, tmp_path, monkeypatch, version, refused
+):
+    """Before any actor starts (``preflight``; the CLI prints the line and exits 2). The
+    machine has no GPU, so the GPU-count problem is reported in the same line."""
+    import sys
+
+    from rft_core.config import load_config_from_dict
+    from rft_core.launcher import preflight
+    from tests.core.test_orchestration import _config
+
+    if version is None:
+        monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
+    else:
+        monkeypatch.setenv("FAKE_VLLM_VERSION", version)
+    cfg = _config(
+        demo,
+        tmp_path,
+        "vllm_version",
+        cluster={"gpu_per_node": 2},
+        explorer={"rollout_model": {"engine_type": "vllm"}},
+    )
+    with pytest.raises(ConfigError) as err:
+        preflight(load_config_from_dict(cfg))
+    line = str(err.value)
+    assert "\n" not in line and "cluster.gpu_per_node" in line
+    assert ("explorer.rollout_model.engine_type: " in line) is refused
+    if version == "0.11.0":
+        assert "vLLM 0.11.0 is outside the tested range >=0.26.0,<0.27" in line
+    if version is None:
+        assert "vLLM is not installed" in line
