@@ -23,6 +23,15 @@ copies every tensor through CPU serialization:
   ``1..tp`` and receive its packed buckets, loading each as it arrives (the verl / OpenRLHF /
   Trinity-RFT pattern; ``rft_core.sync.synchronizer`` carries the rendezvous and the metas).
 
+Which path: ``in-process`` whenever the worker is in this process (the user set
+``VLLM_ENABLE_V1_MULTIPROCESSING=0``), else ``ipc`` (or ``nccl`` for an nccl sync). Colocate
+keeps vLLM's default multiprocess engine rather than forcing the in-process one: the engine
+core then schedules and runs the model while this process turns outputs into ``Generation``s,
+and ``vllm.LLM.generate`` is measured in that layout (issue 21's figures, the 5 % goal); the
+IPC path costs one packing copy per bucket on the GPU, no CPU round trip. A CUDA IPC handle
+cannot be opened by the process that made it, which is why the in-process engine gets the
+tensors themselves.
+
 Why not vLLM's newer ``weight_transfer`` API: it is not present in every version of the tested
 range's neighbours and its shape changed between releases; ``worker_extension_cls`` +
 ``collective_rpc`` is the API every vLLM since 0.8 keeps. The model's ``load_weights`` takes
