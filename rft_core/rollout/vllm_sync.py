@@ -72,6 +72,21 @@ def transfer_metas(
     return out
 
 
+def without_tied(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state_dict`` without the second name of a tensor stored twice (tied embeddings:
+    ``lm_head.weight`` is ``model.embed_tokens.weight``; vLLM's model ties them itself and skips
+    ``lm_head.`` anyway), so the vocabulary matrix crosses once (a sixth of Qwen2.5-1.5B)."""
+    seen: set[tuple] = set()
+    out = {}
+    for name, t in state_dict.items():
+        key = (t.device, t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride()))
+        if t.data_ptr() != 0 and key in seen:
+            continue
+        seen.add(key)
+        out[name] = t
+    return out
+
+
 def _dtype(name: str) -> torch.dtype:
     return getattr(torch, name.removeprefix("torch."))
 
@@ -205,6 +220,7 @@ def send_ipc(
 ) -> int:
     """IPC path: pack each bucket on ``device`` (the engine's GPU), send its handle; the bucket
     is freed once every worker has loaded it. Returns the number of buckets."""
+    state_dict = without_tied(state_dict)
     plan = bucket_plan(transfer_metas(state_dict, dtype), bucket_bytes)
     for bucket in plan:
         flat = pack_bucket(state_dict, bucket, device)
@@ -224,4 +240,5 @@ __all__ = [
     "share_handle",
     "transfer_metas",
     "unpack_bucket",
+    "without_tied",
 ]

@@ -106,6 +106,18 @@ def test_multiprocess_engine_loads_bounded_buckets_by_handle(fake_vllm, model_di
     assert engine.model_version == 2 and engine.last_sync_s > 0
 
 
+def test_tied_embeddings_cross_once(fake_vllm, model_dir):
+    engine = vllm_engine(model_dir, dtype="float32")
+    new = perturbed(engine, seed=6)
+    new["lm_head.weight"] = new["model.embed_tokens.weight"]  # tied, as the trainer holds them
+    engine.load_weights(new, version=1)
+    sent = [m[0] for r in engine.llm.rpc_calls for m in r["args"][1]]
+    assert "lm_head.weight" not in sent and "model.embed_tokens.weight" in sent
+    assert len(sent) == len(new) - 1
+    hf = engine.llm.workers[0].model_runner.model.hf
+    torch.testing.assert_close(hf.lm_head.weight, new["model.embed_tokens.weight"], rtol=0, atol=0)
+
+
 def test_bf16_engine_receives_bf16_rounded_weights(fake_vllm, model_dir):
     engine = vllm_engine(model_dir)  # dtype auto = bfloat16, as on the trainer
     new = perturbed(engine, seed=1)
