@@ -1,7 +1,8 @@
 """The HTTP routes of the OpenAI-compatible endpoint (``rft_core.rollout.openai_server`` owns
 the endpoint: its key, the engine calls and the recorded turns): the key check on every
 request, ``/v1/models``, ``/v1/chat/completions`` and their ``/sessions/<session>/v1/...``
-twins, and OpenAI-shaped error bodies (401 bad key, 400 bad request, 500 engine failure).
+twins, and OpenAI-shaped error bodies (401 bad key, 400 bad request or a prompt longer than
+the engine's ``max_model_len``, 500 engine failure).
 
 No ``from __future__ import annotations`` here: FastAPI reads the handlers' annotations as
 objects.
@@ -14,6 +15,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from rft_core.errors import DataError
 from rft_core.rollout.openai_format import RequestError
 
 log = logging.getLogger("rft_core.rollout.openai_server")
@@ -60,6 +62,8 @@ def build_app(endpoint: Any) -> FastAPI:
             return await endpoint.complete(body, session)
         except RequestError as err:
             return error(400, str(err), "invalid_request_error")
+        except DataError as err:  # the prompt does not fit the engine (max_model_len)
+            return error(400, str(err), "invalid_request_error", "context_length_exceeded")
         except Exception as err:  # noqa: BLE001 - the engine's failure, to the caller
             log.exception("OpenAI endpoint: generation failed")
             return error(500, f"generation failed: {err}", "server_error")

@@ -31,11 +31,8 @@ from typing import Any
 TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
 TOOLS_PREAMBLE = (
-    "# Tools\n\nYou may call one or more functions to help with the user's request.\n\n"
-    "The function signatures are inside <tools></tools> XML tags:\n<tools>\n{tools}\n</tools>\n\n"
-    "To call a function, write a JSON object with its name and arguments inside "
-    '<tool_call></tool_call> XML tags:\n<tool_call>\n{{"name": <function-name>, '
-    '"arguments": <args-json-object>}}\n</tool_call>'
+    "# Tools\nFunction signatures:\n<tools>\n{tools}\n</tools>\nTo call one, write "
+    '<tool_call>\n{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>'
 )
 
 

@@ -48,12 +48,10 @@ CALCULATE_TOOL = {
     "type": "function",
     "function": {
         "name": "calculate",
-        "description": "Evaluate an arithmetic expression (+ - * / // % ** and parentheses).",
+        "description": "Evaluate arithmetic: + - * / // % ** ( )",
         "parameters": {
             "type": "object",
-            "properties": {
-                "expression": {"type": "string", "description": "for example (12 + 3) * 4"}
-            },
+            "properties": {"expression": {"type": "string"}},
             "required": ["expression"],
         },
     },

@@ -181,11 +181,11 @@ def test_unimplemented_settings_in_stages_and_list_items_are_found(trinity_env):
 
     cfg = load_config(CORPUS / "grpo_gsm8k.yaml")
     cfg.buffer.explorer_input.eval_tasksets[0].format.image_key = "images"
-    cfg.explorer.rollout_model.enable_openai_api = True
+    cfg.explorer.rollout_model.base_port = 9000
     found = dict(unimplemented_settings(cfg))
     assert found == {
         "buffer.explorer_input.eval_tasksets[0].format.image_key": "images",
-        "explorer.rollout_model.enable_openai_api": True,
+        "explorer.rollout_model.base_port": 9000,
     }
 
 
