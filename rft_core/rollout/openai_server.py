@@ -90,7 +90,7 @@ class OpenAIEndpoint:
         model_name: str = "policy",
         *,
         default_max_tokens: int = 256,
-        batch_wait_s: float = 0.01,
+        batch_wait_s: float = 0.05,
     ) -> None:
         self.engine = engine
         self.model_name = model_name
@@ -103,6 +103,7 @@ class OpenAIEndpoint:
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self._server: Any = None
         self._threads: list[threading.Thread] = []
+        self._http: Any = None  # the clients' shared connection pool
 
     # -- lifetime ----------------------------------------------------------------------------
 
@@ -143,6 +144,9 @@ class OpenAIEndpoint:
         for thread in self._threads:
             thread.join(timeout=10)
         self._threads = []
+        if self._http is not None:
+            self._http.close()
+            self._http = None
 
     @property
     def running(self) -> bool:
@@ -153,9 +157,17 @@ class OpenAIEndpoint:
         return f"{root}/sessions/{session}/v1" if session else f"{root}/v1"
 
     def client(self, session: str | None = None, **kwargs: Any) -> Any:
-        """An ``openai.OpenAI`` client on this endpoint (its calls filed under ``session``)."""
+        """An ``openai.OpenAI`` client on this endpoint (its calls filed under ``session``).
+        The clients share one HTTP connection pool, closed with the endpoint (a client of its
+        own costs an SSL context, ~0.1 s): do not ``close()`` them; pass ``http_client`` for
+        one of your own."""
         import openai
 
+        if "http_client" not in kwargs:
+            with self._lock:
+                if self._http is None:
+                    self._http = openai.DefaultHttpxClient()
+            kwargs["http_client"] = self._http
         kwargs.setdefault("max_retries", 0)
         return openai.OpenAI(base_url=self.base_url(session), api_key=self.api_key, **kwargs)
 

@@ -15,11 +15,13 @@ Experiences follow Trinity-RFT's history semantics (``ModelWrapper.enable_histor
 ``extract_experience_from_history``, as its AgentScope workflows use them): **one experience
 per model call** (per choice), holding that call's prompt ids, sampled ids and the engine's
 log-probs, every one carrying the episode's reward (broadcast, as Trinity sets ``exp.reward`` on
-each); ``info["run"]`` is the repeat and ``info["step"]`` the call's index in the episode
-(Trinity's ``eid.run`` / ``eid.step``), ``info["steps"]`` the episode's number of calls. All
-calls of all repeats of a task share its ``group_id``; a step-wise advantage
-(``multi_step_grpo``) groups them by run and step from those keys. An eval task keeps only its
-episodes' last calls, so eval metrics count episodes, not calls.
+each); ``info`` says where a call sits as the step-wise workflows write it: ``run_id`` (the
+repeat: Trinity's ``eid.run``), ``step`` (the call's index in the episode: ``eid.step``),
+``last_turn``, and ``steps`` (the episode's number of calls). All calls of all repeats of a task
+share its ``group_id``; a step-wise advantage (``multi_step_grpo``) scores each episode by its
+last call's reward and broadcasts it to the episode's calls, a plain one (``grpo``) treats each
+call as a sample of the task. The explorer's rollout metrics read the last calls (one per
+episode). An eval task keeps only its episodes' last calls, so eval metrics count episodes.
 
 ``react_math`` below is the agent of Trinity's AgentScope ReAct math examples, written as a plain
 tool-calling loop; the workflows that need a service outside the job (web search, the e-mail
@@ -100,14 +102,11 @@ class AgentWorkflow(Workflow):
             (i, run, uuid.uuid4().hex) for i in range(len(tasks)) for run in range(repeat_times)
         ]
 
+        clients = {session: endpoint.client(session) for _, _, session in episodes}
+
         def play(i: int, run: int, session: str) -> EpisodeResult:
-            client = endpoint.client(session)
-            try:
-                return self.run_episode(
-                    tasks[i], client, endpoint.model_name, openai_sampling(tasks[i], run)
-                )
-            finally:
-                client.close()
+            sampling = openai_sampling(tasks[i], run)
+            return self.run_episode(tasks[i], clients[session], endpoint.model_name, sampling)
 
         with ThreadPoolExecutor(
             max_workers=max(1, len(episodes)), thread_name_prefix="agent"
@@ -169,9 +168,10 @@ class AgentWorkflow(Workflow):
                         "reward_fn": reward_fn or type(self).__name__,
                         "finish_reason": turn.finish_reason,
                         "is_eval": task.is_eval,
-                        "run": run,
+                        "run_id": str(run),
                         "step": step,
                         "steps": len(turns),
+                        "last_turn": last,
                         **({"answer": result.answer, "messages": turn.messages} if last else {}),
                     },
                 )

@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import math
 import threading
+from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 from test_multi_turn import ScriptedEngine
 
-from rft_core.config import check_registered_names, load_config_from_dict
+from rft_core.config import check_registered_names, load_config, load_config_from_dict
 from rft_core.data.task import Task
 from rft_core.demo import build_demo
 from rft_core.errors import ConfigError
@@ -72,9 +74,10 @@ def test_a_react_episode_calls_the_tool_through_the_endpoint_one_experience_per_
     assert len(experiences) == 4
     assert sum(engine.calls) == 4
     tok = engine.tokenizer
-    by_run = {run: [e for e in experiences if e.info["run"] == run] for run in (0, 1)}
+    by_run = {run: [e for e in experiences if e.info["run_id"] == run] for run in ("0", "1")}
     for first, second in by_run.values():
         assert [first.info["step"], second.info["step"]] == [0, 1]
+        assert [first.info["last_turn"], second.info["last_turn"]] == [False, True]
         assert first.info["steps"] == second.info["steps"] == 2
         # the episode's reward on every call: math_boxed_reward, accuracy 1 + format_score 0
         for exp in (first, second):
@@ -195,7 +198,7 @@ def test_two_steps_of_the_react_agent_on_the_demo_model(demo, tmp_path):
     for row in rows:
         assert len(row["response_ids"]) == len(row["logprobs"]) > 0
         assert all(lp <= 0 for lp in row["logprobs"])
-        key = (row["explorer_step"], row["group_id"], row["info"]["run"])
+        key = (row["explorer_step"], row["group_id"], row["info"]["run_id"])
         episodes.setdefault(key, []).append(row)
     assert len(episodes) == 8
     for calls in episodes.values():
@@ -214,3 +217,37 @@ def test_two_steps_of_the_react_agent_on_the_demo_model(demo, tmp_path):
     for m in rollout:
         assert 1.0 <= m["rollout/agent_calls/mean"] <= 2.0
         assert all(math.isfinite(v) for v in m.values() if isinstance(v, float))
+
+
+CORPUS = Path(__file__).parent / "trinity_configs"
+
+
+@pytest.mark.parametrize(
+    ("stem", "refused"),
+    [
+        ("agentscope_react_gsm8k", None),
+        ("agentscope_tool_react_gsm8k", None),
+        ("agentscope_websearch", "a web search API"),
+        ("grpo_email_search", "the Enron e-mail corpus database"),
+    ],
+)
+def test_trinitys_agent_examples_reach_their_workflow(stem, refused, monkeypatch, tmp_path):
+    # the keys other parts of issue 22 handle are taken out: multi_step_grpo (read as grpo here),
+    # add_strategy, use_priority_queue, and a train_batch_size of several experiences per run
+    monkeypatch.setenv("TRINITY_TASKSET_PATH", "/data/gsm8k")
+    d = OmegaConf.load(CORPUS / f"{stem}.yaml")
+    d.algorithm.algorithm_type = "grpo"
+    d.algorithm.pop("add_strategy", None)
+    d.buffer.trainer_input.experience_buffer.pop("use_priority_queue", None)
+    d.buffer.pop("train_batch_size", None)
+    if stem == "agentscope_websearch":  # its token budget is smaller than one sequence
+        d.trainer.trainer_config.actor_rollout_ref.actor.ppo_max_token_len_per_gpu = 20480
+    OmegaConf.save(d, tmp_path / "cfg.yaml")
+    cfg = load_config(tmp_path / "cfg.yaml")
+    if refused is None:
+        check_registered_names(cfg)
+        return
+    with pytest.raises(ConfigError) as err:
+        check_registered_names(cfg)
+    assert err.value.path == "buffer.explorer_input.taskset.default_workflow_type"
+    assert refused in str(err.value) and "\n" not in str(err.value)
