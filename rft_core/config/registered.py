@@ -74,6 +74,7 @@ SIMULATOR_PACKAGES = {
     "webshop_workflow": "webshop",
     "step_wise_alfworld_workflow": "alfworld",
     "agentscope_workflow_adapter": "agentscope",
+    "agentscope_workflow_adapter_v1": "agentscope",
 }
 # Trinity's agent workflows whose tools are a service outside the job: what each needs (the
 # model-only agents run on the OpenAI endpoint: rft_core/workflows/react_math.py)
