@@ -169,6 +169,9 @@ class OpenAIEndpoint:
                     self._http = openai.DefaultHttpxClient()
             kwargs["http_client"] = self._http
         kwargs.setdefault("max_retries", 0)
+        # a turn waits for the whole batch of its step's episodes: more than openai's 600 s
+        # default on a CPU
+        kwargs.setdefault("timeout", 3600.0)
         return openai.OpenAI(base_url=self.base_url(session), api_key=self.api_key, **kwargs)
 
     # -- recorded turns ----------------------------------------------------------------------

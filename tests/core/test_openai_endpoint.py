@@ -206,3 +206,15 @@ def test_stop_strings_cut_after_the_token_that_completes_them():
     assert cut_at_stop(tokenizer, ids, ["STOP", "zzz"]) == (8, "abc ")
     assert cut_at_stop(tokenizer, ids, ["zzz"]) is None
     assert cut_at_stop(tokenizer, ids, ["def", " S"]) == (5, "abc")  # the earliest stop wins
+
+
+def test_each_call_records_the_model_version_it_was_sampled_with(engine, endpoint):
+    client = endpoint.client("versions")
+    try:
+        for version in (0, 7):  # the explorer sets it when it loads the trainer's weights
+            engine.model_version = version
+            reply = client.chat.completions.create(model="m", messages=QUESTION, max_tokens=2)
+            assert reply.model_extra["model_version"] == version
+    finally:
+        engine.model_version = 0
+    assert [t.model_version for t in endpoint.take_turns("versions")] == [0, 7]
