@@ -222,7 +222,12 @@ class Explorer(RunActor):
             )
 
     def close_engine(self) -> None:
-        """Release an engine pool's actors and placement group (no-op for one engine)."""
+        """Stop the OpenAI endpoint an agent workflow started on the engine, if any, and
+        release an engine pool's actors and placement group (no-op for one engine)."""
+        if self._engine is not None:
+            from rft_core.rollout.openai_server import stop_endpoint
+
+            stop_endpoint(self._engine)
         close = getattr(self._engine, "close", None)
         if close is not None:
             close()
@@ -234,6 +239,8 @@ class Explorer(RunActor):
 
         cfg = self.cfg
         device = self._build_engine()
+        # the name the OpenAI endpoint serves the policy under (agent workflows)
+        self._engine.served_model_name = cfg.explorer.rollout_model.name or cfg.model.model_path
         self._build_auxiliary_models(device)
         if weights_from is not None:
             from rft_core.checkpoint.store import load_state_dict

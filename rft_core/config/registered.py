@@ -73,11 +73,18 @@ SIMULATOR_PACKAGES = {
     "sciworld_workflow": "scienceworld",
     "webshop_workflow": "webshop",
     "step_wise_alfworld_workflow": "alfworld",
-    "agentscope_react_math_workflow": "agentscope",
-    "agentscope_reactv2_math_workflow": "agentscope",
-    "agentscope_reactv2_gsm8k_workflow": "agentscope",
-    "agentscope_v1_react_search_workflow": "agentscope",
     "agentscope_workflow_adapter": "agentscope",
+    "agentscope_workflow_adapter_v1": "agentscope",
+}
+# Trinity's agent workflows whose tools are a service outside the job: what each needs (the
+# model-only agents run on the OpenAI endpoint: rft_core/workflows/react_math.py)
+OUTSIDE_SERVICE_WORKFLOWS = {
+    "agentscope_v1_react_search_workflow": "a web search API (Tavily or SearXNG, "
+    "workflow_args.search_client_type) for its search tools",
+    "email_search_workflow": "the Enron e-mail corpus database its search_emails / read_email "
+    "tools query (built by Trinity's prepare_data.py)",
+    "bcp_simple_react_workflow": "the BrowseComp-Plus document index its search tool queries",
+    "agentopia_workflow": "an AgentOpia / AppWorld environment service over HTTP",
 }
 # Trinity's other workflows that RFT Studio does not implement: what each is, for the refusal
 # (a plugin directory can register one under the same name)
@@ -172,6 +179,15 @@ def _check_workflow(workflows: Registry[None], name: str, path: str) -> None:
             f"workflow {name!r} needs the {package!r} package (its simulator), which is not "
             f"installed; install {package} and register the workflow from a plugin directory "
             "(trinity run --plugin-dir DIR)",
+            value=name,
+        )
+    if name in OUTSIDE_SERVICE_WORKFLOWS and name not in workflows:
+        raise ConfigError(
+            path,
+            f"workflow {name!r} needs {OUTSIDE_SERVICE_WORKFLOWS[name]}, a service outside the "
+            "job that RFT Studio does not run; run that service and register the workflow from "
+            "a plugin directory (trinity run --plugin-dir DIR), its agent on the run's OpenAI "
+            "endpoint (README: agent code in a workflow)",
             value=name,
         )
     if name in TRINITY_WORKFLOWS_NOT_HERE and name not in workflows:

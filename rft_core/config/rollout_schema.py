@@ -62,7 +62,9 @@ class RolloutModelConfig:
         "thinking switch of rollouts (None: model's; fills model.enable_thinking when that is unset)",
     )
     trust_remote_code: bool = _field(False, "allow model code (true sets model.trust_remote_code)")
-    name: str | None = _field(None, "model name for AgentScope workflows", unimplemented=True)
+    name: str | None = _field(
+        None, "model name the run's OpenAI endpoint serves the policy under (None: model_path)"
+    )
     data_parallel_size: int = _field(1, "data parallel size per engine", unimplemented=True)
     pipeline_parallel_size: int = _field(1, "pipeline parallel size per engine", unimplemented=True)
     enable_expert_parallel: bool = _field(False, "expert parallelism (MoE)", unimplemented=True)
@@ -75,14 +77,21 @@ class RolloutModelConfig:
     )
     ignore_eos: bool = _field(False, "generate past the end-of-sequence token", unimplemented=True)
     enable_multimodal: bool = _field(False, "multi-modal inputs", unimplemented=True)
-    enable_history: bool = _field(False, "record the engine's request history", unimplemented=True)
+    enable_history: bool = _field(
+        False,
+        "record the OpenAI endpoint's calls (agent workflows always record theirs: each call is an experience)",
+    )
     enable_openai_api: bool = _field(
-        False, "serve an OpenAI-compatible API for workflows", unimplemented=True
+        False,
+        "serve an OpenAI-compatible API for workflows (an agent workflow starts it on 127.0.0.1 with a per-run key, true or false)",
     )
     enable_log_requests: bool = _field(False, "log requests of the API server", unimplemented=True)
     base_port: int | None = _field(None, "first port of the API servers", unimplemented=True)
     api_key: str = _field("EMPTY", "API key of the API servers", unimplemented=True)
-    enable_auto_tool_choice: bool = _field(False, "API: automatic tool choice", unimplemented=True)
+    enable_auto_tool_choice: bool = _field(
+        False,
+        "API: tool calls in replies are parsed (Hermes <tool_call> blocks) whenever a request gives tools",
+    )
     tool_call_parser: str | None = _field(None, "API: tool-call parser", unimplemented=True)
     reasoning_parser: str | None = _field(None, "API: reasoning parser", unimplemented=True)
     weight_sync_buffer_size: int = _field(

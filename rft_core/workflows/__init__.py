@@ -14,6 +14,7 @@ from rft_core.workflows import frozen_lake as _frozen_lake_workflow  # noqa: F40
 from rft_core.workflows import math as _math_workflow  # noqa: F401
 from rft_core.workflows import math_boxed as _math_boxed_workflow  # noqa: F401
 from rft_core.workflows import math_rm as _math_rm_workflow  # noqa: F401
+from rft_core.workflows import react_math as _react_math_workflow  # noqa: F401
 from rft_core.workflows import simple as _simple_workflow  # noqa: F401
 from rft_core.workflows.base import WORKFLOWS, Workflow, get, names, register
 from rft_core.workflows.metrics import eval_metrics, rollout_metrics
