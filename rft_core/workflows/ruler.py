@@ -29,7 +29,11 @@ reply's start, and ``info["judge_reply"]`` keeps the reply. Never an exception.
 failed judgement.)
 
 ``workflow_args``: ``judge_model`` (index into ``explorer.auxiliary_models``, 0),
-``fallback_score`` (0.0). The judge samples with its entry's settings (greedy by default).
+``fallback_score`` (0.0), and for a judge with a short context (the tiny demo model reads one
+token per character) ``judge_prompt``: a template replacing the judge's user turn, with
+``{question}``, ``{solutions}`` (``1: …`` one per line), ``{n}`` and ``{rubric}``, and
+``judge_system_prompt`` (the same fields; "" or unset: no system turn when ``judge_prompt`` is
+given). The judge samples with its entry's settings (greedy by default).
 """
 
 from __future__ import annotations
@@ -71,10 +75,30 @@ def parse_ruler_scores(reply: str, n: int) -> list[float] | None:
 
 
 def ruler_messages(
-    question: str, responses: list[str], *, rubric: list[Any] | None = None
+    question: str,
+    responses: list[str],
+    *,
+    rubric: list[Any] | None = None,
+    system_prompt: str | None = None,
+    prompt: str | None = None,
 ) -> list[dict[str, str]]:
-    """The judge's conversation for one group (``rubric``: the medicine/rubric variant)."""
+    """The judge's conversation for one group (``rubric``: the medicine/rubric variant;
+    ``system_prompt`` / ``prompt``: templates replacing the default ones, see the module doc)."""
     n = len(responses)
+    if prompt is not None:
+        solutions = "\n".join(f"{i + 1}: {r}" for i, r in enumerate(responses))
+        fields = {
+            "question": question,
+            "solutions": solutions,
+            "n": n,
+            "rubric": rubric_text(rubric or []),
+        }
+        user = prompt.format(**fields)
+        system = (system_prompt or "").format(**fields)
+        return [
+            *([{"role": "system", "content": system}] if system else []),
+            {"role": "user", "content": user},
+        ]
     what = "a question, {n} candidate solutions{extra}".format(
         n=n, extra=" and rubrics with weights" if rubric is not None else ""
     )
@@ -144,7 +168,7 @@ class MathRULERWorkflow(MathWorkflow):
     """See the module doc."""
 
     default_reward_fn = "math_reward"  # the gold reward, logged only
-    takes_args = ("judge_model", "fallback_score")
+    takes_args = ("judge_model", "fallback_score", "judge_prompt", "judge_system_prompt")
     with_rubric = False
     name = "math_ruler_workflow"
 
@@ -159,7 +183,13 @@ class MathRULERWorkflow(MathWorkflow):
 
     def judge_conversation(self, task: Task, responses: list[str]) -> list[dict[str, str]]:
         rubric = (task.raw.get("rubric") or []) if self.with_rubric else None
-        return ruler_messages(task.prompt, responses, rubric=rubric)
+        return ruler_messages(
+            task.prompt,
+            responses,
+            rubric=rubric,
+            system_prompt=self.args.get("judge_system_prompt"),
+            prompt=self.args.get("judge_prompt"),
+        )
 
     def score_batch(
         self, tasks: list[Task], reward_fns: list[str], generations: list[list[Generation]]

@@ -27,7 +27,8 @@ When one judgement is unusable among several, the others are still read (Trinity
 the first reply without a list). Several experiences per task (2 x repeat_times when the truth
 is available): ``buffer.train_batch_size`` counts them.
 
-``workflow_args``: ``gold_probability`` (0.2), ``fallback_score`` (0.0).
+``workflow_args``: ``gold_probability`` (0.2), ``fallback_score`` (0.0), ``judge_prompt`` and
+``judge_system_prompt`` (templates, as for ``math_ruler_workflow``).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def mean_scores(judgements: list[list[float] | None], n: int, fallback: float) -
 class MathTrainableRULERWorkflow(MathWorkflow):
     """See the module doc."""
 
-    takes_args = ("gold_probability", "fallback_score")
+    takes_args = ("gold_probability", "fallback_score", "judge_prompt", "judge_system_prompt")
 
     def __init__(self, args: dict[str, Any] | None = None, **models: Any) -> None:
         super().__init__(args, **models)
@@ -92,7 +93,15 @@ class MathTrainableRULERWorkflow(MathWorkflow):
             positions = [i for i, a in enumerate(available) if (repeat_times if a else 1) == n]
             params = sampling_params(tasks[positions[0]], n)
             outputs = engine.chat(
-                [ruler_messages(tasks[i].prompt, [g.text for g in answers[i]]) for i in positions],
+                [
+                    ruler_messages(
+                        tasks[i].prompt,
+                        [g.text for g in answers[i]],
+                        system_prompt=self.args.get("judge_system_prompt"),
+                        prompt=self.args.get("judge_prompt"),
+                    )
+                    for i in positions
+                ],
                 params,
             )
             for i, gens in zip(positions, outputs, strict=True):
