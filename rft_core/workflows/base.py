@@ -22,7 +22,8 @@ workflow of that name takes but this one does not apply (``refused_args``: key -
 error when set to anything but false/null, since ignoring it would change results). The config
 check (``rft_core.config.registered``) reads both through ``workflow_args_table()``: a key in
 neither is a warning naming its YAML path, a close misspelling of a taken key an error.
-``takes_args = None`` (a user's workflow that declares nothing) skips the check.
+A class that does not set ``takes_args`` itself (a user's workflow, also one subclassing a
+built-in: it may read more) is not checked.
 """
 
 from __future__ import annotations
@@ -221,11 +222,12 @@ def workflow_args_table() -> dict[str, dict[str, Any] | None]:
     table: dict[str, dict[str, Any] | None] = {}
     for name in names():
         cls = WORKFLOWS.get(name)
-        if cls.takes_args is None:
+        takes = cls.__dict__.get("takes_args")  # a subclass that declares nothing: unchecked
+        if takes is None:
             table[name] = None
             continue
         table[name] = {
-            "takes": sorted(cls.takes_args),
+            "takes": sorted(takes),
             "refuses": dict(sorted(cls.refused_args.items())),
             "default_reward_fn": cls.default_reward_fn,
             "uses_reward_fn": cls.uses_reward_fn,

@@ -153,6 +153,8 @@ class Learn2AskWorkflow(Workflow):
     def score_batch(
         self, tasks: list[Task], reward_fns: list[str], generations: list[list[Generation]]
     ) -> list[list[dict[str, float]]]:
+        if not tasks:
+            return []
         judge = judge_of(self, tasks[0])
         to_judge: list[tuple[int, int]] = []  # (task, response) pairs the judge must read
         conversations = []

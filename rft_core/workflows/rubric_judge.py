@@ -102,6 +102,8 @@ class RubricJudgeWorkflow(SimpleWorkflow):
     def score_batch(
         self, tasks: list[Task], reward_fns: list[str], generations: list[list[Generation]]
     ) -> list[list[dict[str, float]]]:
+        if not tasks:
+            return []
         judge = judge_of(self, tasks[0])
         conversations = [
             judge_conversation(task, g.text)

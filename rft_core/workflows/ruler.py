@@ -194,6 +194,8 @@ class MathRULERWorkflow(MathWorkflow):
     def score_batch(
         self, tasks: list[Task], reward_fns: list[str], generations: list[list[Generation]]
     ) -> list[list[dict[str, float]]]:
+        if not tasks:
+            return []
         judge = judge_of(self, tasks[0])
         conversations = [
             self.judge_conversation(task, [g.text for g in gens])
@@ -245,6 +247,7 @@ class MedicineRULERWorkflow(MathRULERWorkflow):
     """RULER with the row's ``rubric`` column shown to the judge (see the module doc)."""
 
     default_reward_fn = None
+    takes_args = MathRULERWorkflow.takes_args
     uses_reward_fn = False
     with_rubric = True
     name = "medicine_ruler_workflow"
