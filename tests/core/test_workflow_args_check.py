@@ -173,3 +173,19 @@ def test_reward_settings_a_workflow_does_not_use_are_warned(caplog):
         "buffer.explorer_input.taskset.default_reward_fn_type: not used by learn2ask_workflow"
         in caplog.text
     )
+
+
+def test_the_judge_demo_config_passes_the_check_without_a_warning(caplog, monkeypatch):
+    from pathlib import Path
+
+    from rft_core.config import load_config
+
+    monkeypatch.delenv("TRINITY_CHECKPOINT_ROOT_DIR", raising=False)
+    demo = Path(__file__).resolve().parents[2] / "examples" / "demo" / "judge_ruler_demo.yaml"
+    with caplog.at_level("WARNING"):
+        cfg = load_config(demo)
+        check(cfg)
+    assert "workflow_args" not in caplog.text and "reward_fn" not in caplog.text
+    ts = cfg.buffer.explorer_input.taskset
+    assert ts.default_workflow_type == "math_ruler_workflow"
+    assert cfg.explorer.auxiliary_models[0].model_path == cfg.model.model_path  # self-judged
