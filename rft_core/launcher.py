@@ -154,6 +154,29 @@ def preflight(cfg: Any, check_model: bool = True) -> RunDatasets:
     raise ConfigError("", "; ".join(f"{p}: {m}" if p else m for p, m in problems))
 
 
+def dry_run_checks(cfg: Any) -> list[str]:
+    """What ``trinity run --dry-run`` checks beyond the config: every data check the run makes
+    at its start (dataset columns such as ``format.response_key``, SFT/DPO/expert files, the
+    experience buffer's queue path), per stage, raising one ConfigError naming them all.
+    Returns notes on what it cannot check here and the run checks at its start: datasets not
+    on this machine (they may be where the run starts), and (not attempted) the model and
+    judge directories and the GPUs."""
+    from rft_core.config import resolve_stages
+    from rft_core.data.run_datasets import read_run_datasets
+
+    notes: list[str] = []
+    problems: list[tuple[str, str]] = []
+    for stage in resolve_stages(cfg):
+        _, data_problems = read_run_datasets(stage, missing=notes)
+        problems.extend(("", message) for message in data_problems)
+        problems.extend(_experience_buffer_problems(stage))
+    if len(problems) == 1:
+        raise ConfigError(*problems[0])
+    if problems:
+        raise ConfigError("", "; ".join(f"{p}: {m}" if p else m for p, m in problems))
+    return notes
+
+
 def _experience_buffer_problems(cfg: Any) -> list[tuple[str, str]]:
     eb = cfg.buffer.trainer_input.experience_buffer
     if cfg.mode == "explore" and eb is not None and eb.storage_type == "queue" and not eb.path:
@@ -481,6 +504,11 @@ def cli_run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, list(getattr(args, "overrides", None) or ()))
     if getattr(args, "dry_run", False):
         check_registered_names(cfg)
+        for note in dry_run_checks(cfg):  # the data checks of the run's start
+            print(
+                f"dry run: not checked here, checked when the run starts: {note}",
+                file=sys.stderr,
+            )
         print(config_to_yaml(cfg), end="")
         return 0
     from rft_core.monitor import dashboard
@@ -520,6 +548,7 @@ __all__ = [
     "RunResult",
     "StageResult",
     "cli_run",
+    "dry_run_checks",
     "preflight",
     "run_experiment",
     "run_stage",

@@ -100,7 +100,9 @@ TRINITY_WORKFLOWS_NOT_HERE = {
 def registered_names_table() -> dict[str, Any]:
     """What is registered now: ``workflows``, ``reward_fns``, ``kl_fns``, ``storage_types``,
     ``engine_types``, ``monitor_types`` (names), ``advantage_fns`` and ``policy_loss_fns`` (name -> {settable
-    argument: default}). Imports the registries (torch)."""
+    argument: default}), ``workflow_args`` (per workflow what its ``workflow_args`` may hold,
+    ``rft_core.workflows.workflow_args_table``) and ``reward_fn_args`` (per reward function the
+    ``reward_fn_args`` keys it takes; null: any). Imports the registries (torch)."""
     from rft_core import rewards, workflows
     from rft_core.algorithms.advantages import ADVANTAGE_FNS
     from rft_core.algorithms.kl import KL_FNS
@@ -112,6 +114,8 @@ def registered_names_table() -> dict[str, Any]:
     return {
         "workflows": workflows.names(),
         "reward_fns": rewards.names(),
+        "workflow_args": workflows.workflow_args_table(),
+        "reward_fn_args": {n: _reward_args(rewards.get(n)) for n in rewards.names()},
         "advantage_fns": {n: _settable(ADVANTAGE_FNS.get(n).fn) for n in ADVANTAGE_FNS.names()},
         "policy_loss_fns": {n: _settable(POLICY_LOSSES.get(n).fn) for n in POLICY_LOSSES.names()},
         "kl_fns": KL_FNS.names(),
@@ -157,18 +161,110 @@ def check_registered_names(cfg: Config, table: dict[str, Any] | None = None) -> 
         for ts in [*ei.all_tasksets, *ei.eval_tasksets]:
             where = getattr(ts, "_yaml_path", "buffer.explorer_input.taskset")  # stage's own
             _check_workflow(workflows, ts.default_workflow_type, f"{where}.default_workflow_type")
+            _check_workflow_args(ts, where, table, rewards)
             if ts.default_reward_fn_type:
                 path = f"{where}.default_reward_fn_type"
-                needs = OUTSIDE_SERVICE_REWARDS.get(ts.default_reward_fn_type)
-                if needs and ts.default_reward_fn_type not in rewards:
-                    raise ConfigError(
-                        path,
-                        f"{ts.default_reward_fn_type!r} needs {needs}, which RFT Studio does not "
-                        "call; judge with a model in explorer.auxiliary_models through "
-                        "default_workflow_type: math_rm_workflow instead",
-                        value=ts.default_reward_fn_type,
-                    )
+                if ts.default_reward_fn_type not in rewards:
+                    _refuse_outside_judge(ts.default_reward_fn_type, path)
                 rewards.get(ts.default_reward_fn_type, path=path)
+
+
+def _refuse_outside_judge(name: str, path: str) -> None:
+    needs = OUTSIDE_SERVICE_REWARDS.get(name)
+    if needs:
+        raise ConfigError(
+            path,
+            f"{name!r} needs {needs}, which RFT Studio does not call; judge with a model in "
+            "explorer.auxiliary_models through default_workflow_type: math_rm_workflow (or "
+            "math_ruler_workflow) instead",
+            value=name,
+        )
+
+
+def _not_set(value: Any) -> bool:
+    return value is None or value is False
+
+
+def _check_workflow_args(ts: Any, where: str, table: dict[str, Any], rewards: Any) -> None:
+    """``workflow_args`` and ``reward_fn_args`` of taskset ``ts`` against what its workflow and
+    reward function take: a key they take passes; a key the workflow refuses (Trinity's
+    workflow takes it, this one does not apply it, so ignoring it would change results) set to
+    anything but false/null, a close misspelling of a taken key, or a ``reward_fn_args`` key the
+    reward function does not take is an error; any other key is a warning naming its path."""
+    entry = table.get("workflow_args", {}).get(ts.default_workflow_type)
+    args = ts.workflow_args or {}
+    fn_type = args.get("reward_fn_type")
+    if isinstance(fn_type, str) and fn_type not in rewards:  # Trinity's newer frozen lake
+        _refuse_outside_judge(fn_type, f"{where}.workflow_args.reward_fn_type")
+    if entry is not None:
+        takes, refuses = list(entry["takes"]), dict(entry["refuses"])
+        for key, value in args.items():
+            path = f"{where}.workflow_args.{key}"
+            if key in takes:
+                continue
+            if key in refuses:
+                if not _not_set(value):
+                    raise ConfigError(path, refuses[key], value=value)
+                continue
+            close = difflib.get_close_matches(key, takes, n=1, cutoff=0.75)
+            if close:
+                raise ConfigError(
+                    path,
+                    f"{ts.default_workflow_type} takes no argument {key!r}; did you mean "
+                    f"{close[0]!r}? it takes: {', '.join(takes)}",
+                    allowed=takes,
+                )
+            log.warning(
+                "%s: not taken by %s, ignored (it takes: %s)",
+                path,
+                ts.default_workflow_type,
+                ", ".join(takes) or "none",
+            )
+        if not entry["uses_reward_fn"]:
+            for key in ("default_reward_fn_type", "reward_fn_args"):
+                if getattr(ts, key, None):
+                    log.warning(
+                        "%s.%s: not used by %s (it scores on its own), ignored",
+                        where,
+                        key,
+                        ts.default_workflow_type,
+                    )
+            return
+    fn = ts.default_reward_fn_type or (entry or {}).get("default_reward_fn")
+    fn_args = ts.reward_fn_args or {}
+    if not fn:
+        for key in fn_args:
+            log.warning(
+                "%s.reward_fn_args.%s: no reward function is set to take it, ignored", where, key
+            )
+        return
+    accepted = table.get("reward_fn_args", {}).get(fn, None)
+    if accepted is None or fn not in rewards:
+        return  # takes any keyword, or unknown (refused by its own check)
+    for key in fn_args:
+        if key not in accepted:
+            raise ConfigError(
+                f"{where}.reward_fn_args.{key}",
+                f"reward function {fn!r} takes no argument {key!r}; it accepts: "
+                f"{', '.join(accepted) or 'none'}",
+                value=key,
+                allowed=list(accepted),
+            )
+
+
+def _reward_args(fn: Any) -> list[str] | None:
+    """The ``reward_fn_args`` keys reward function ``fn`` takes; None when it takes any."""
+    from rft_core.rewards.base import _FILLED_IN
+
+    params = inspect.signature(fn).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return [
+        p.name
+        for p in params
+        if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        and p.name not in _FILLED_IN
+    ]
 
 
 def _check_workflow(workflows: Registry[None], name: str, path: str) -> None:

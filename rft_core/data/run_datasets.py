@@ -14,7 +14,7 @@ from typing import Any
 
 from rft_core.algorithms.presets import get_preset, mixes_expert_data
 from rft_core.data.sft import check_sft_dataset
-from rft_core.data.source import Rows
+from rft_core.data.source import Rows, missing_dataset
 from rft_core.data.taskset import ExplorerTasksets, read_explorer_tasksets
 from rft_core.errors import RFTError
 
@@ -30,24 +30,38 @@ class RunDatasets:
     dataset_rows: Rows | None = None  # the trainer's SFT/DPO file, checked for its columns
 
 
-def read_run_datasets(cfg: Any) -> tuple[RunDatasets, list[str]]:
-    """The datasets of stage ``cfg`` and the problems found reading them (none: all read)."""
+def read_run_datasets(cfg: Any, missing: list[str] | None = None) -> tuple[RunDatasets, list[str]]:
+    """The datasets of stage ``cfg`` and the problems found reading them (none: all read).
+    With ``missing`` (``trinity run --dry-run``), a dataset that is not on this machine (it may
+    be where the run starts) is skipped with a note there; every other check runs."""
     out = RunDatasets()
     problems: list[str] = []
     preset = get_preset(cfg.algorithm.algorithm_type)
     if cfg.mode in EXPLORING_MODES and preset.use_rollout:
-        out.tasksets = read_explorer_tasksets(cfg.buffer.explorer_input, problems)
+        out.tasksets = read_explorer_tasksets(cfg.buffer.explorer_input, problems, missing)
     eb = cfg.buffer.trainer_input.experience_buffer
     if not preset.use_rollout and eb is not None and eb.storage_type == "file" and eb.path:
-        try:  # the file and the columns its format names, before the trainer reads it
-            out.dataset_rows = check_sft_dataset(eb, schema=preset.schema)
-        except RFTError as err:
-            problems.append(str(err))
+        if not _noted_missing(eb, "buffer.trainer_input.experience_buffer", missing):
+            try:  # the file and the columns its format names, before the trainer reads it
+                out.dataset_rows = check_sft_dataset(eb, schema=preset.schema)
+            except RFTError as err:
+                problems.append(str(err))
     if mixes_expert_data(cfg.algorithm.algorithm_type) and cfg.mode != "explore":
         from rft_core.config.expert_data import expert_buffer_config
 
-        try:  # mix, mix_chord: the expert SFT file (the trainer reads it at its start)
-            check_sft_dataset(expert_buffer_config(cfg)[0], schema="sft")
-        except RFTError as err:
-            problems.append(str(err))
+        expert = expert_buffer_config(cfg)[0]
+        if not _noted_missing(expert, "the expert SFT dataset", missing):
+            try:  # mix, mix_chord: the expert SFT file (the trainer reads it at its start)
+                check_sft_dataset(expert, schema="sft")
+            except RFTError as err:
+                problems.append(str(err))
     return out, problems
+
+
+def _noted_missing(cfg: Any, where: str, missing: list[str] | None) -> bool:
+    if missing is None:
+        return False
+    absent = missing_dataset(cfg)
+    if absent is not None:
+        missing.append(f"{getattr(cfg, '_yaml_path', None) or where}.path: {absent}")
+    return absent is not None

@@ -134,6 +134,25 @@ def read_config_rows(cfg: Any, where: str, what: str) -> Rows:
         raise DataError(f"{where}.path: {err}") from err
 
 
+class DatasetMissing(DataError):
+    """The dataset is not on this machine: neither a local path nor in the offline cache (it
+    may exist where the run starts; ``trinity run --dry-run`` notes it and goes on)."""
+
+
+def missing_dataset(cfg: Any) -> str | None:
+    """Why the dataset of a taskset/buffer config is not on this machine, or None when it is
+    (or has no path, or fails otherwise: the read reports that)."""
+    if not getattr(cfg, "path", None):
+        return None
+    try:
+        find_files(cfg.path, cfg.subset_name, cfg.split)
+    except DatasetMissing as err:
+        return str(err)
+    except DataError:
+        return None
+    return None
+
+
 def find_files(path: str, subset_name: str | None = None, split: str = "train") -> list[Path]:
     """The data files of ``split`` (see the module docstring for the layouts understood)."""
     local = Path(os.path.expanduser(str(path)))
@@ -146,11 +165,11 @@ def find_files(path: str, subset_name: str | None = None, split: str = "train") 
     text = str(path)
     if text.startswith(("/", "./", "../", "~")) or text.endswith(DATA_SUFFIXES):
         # a filesystem path, not a dataset name: no download hint
-        raise DataError(f"{text!r} does not exist (no such file or directory)")
+        raise DatasetMissing(f"{text!r} does not exist (no such file or directory)")
     cached = _find_in_cache(text, subset_name, split)
     if cached is not None:
         return cached
-    raise DataError(
+    raise DatasetMissing(
         f"{path!r} is neither a local file or directory nor a dataset in the offline Hugging Face cache "
         f"({_hub_cache()}); download it first, e.g. `huggingface-cli download {path} --repo-type dataset "
         f"--local-dir DIR` (or `modelscope download --dataset {path} --local_dir DIR`), then set path: DIR"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rft_core.config.schema import ExplorerInput, TasksetConfig
-from rft_core.data.source import Rows, read_config_rows
+from rft_core.data.source import Rows, missing_dataset, read_config_rows
 from rft_core.data.task import Task
 from rft_core.errors import DataError, RFTError
 
@@ -171,15 +171,23 @@ class ExplorerTasksets:
 
 
 def read_explorer_tasksets(
-    explorer_input: ExplorerInput, problems: list[str] | None = None
+    explorer_input: ExplorerInput,
+    problems: list[str] | None = None,
+    missing: list[str] | None = None,
 ) -> ExplorerTasksets:
     """Read every training and eval taskset of ``explorer_input``. With ``problems``, each
     taskset's error (its message names the YAML path) is added there and the rest are still
-    read; without, the first error is raised."""
+    read; without, the first error is raised. With ``missing`` (``--dry-run``), a taskset whose
+    dataset is not on this machine is not read: a note naming it goes there instead."""
     out = ExplorerTasksets()
     checks = [(ts, False) for ts in explorer_input.all_tasksets]
     checks += [(ts, True) for ts in explorer_input.eval_tasksets]
     for ts_cfg, is_eval in checks:
+        absent = missing_dataset(ts_cfg) if missing is not None else None
+        if absent is not None:
+            where = config_path(ts_cfg, f"taskset {ts_cfg.name!r}")
+            missing.append(f"{where}.path: {absent}")  # type: ignore[union-attr]
+            continue
         try:
             taskset = load_taskset(ts_cfg, is_eval=is_eval)
         except RFTError as err:

@@ -16,6 +16,14 @@ base models) and which reward function scores it by default (``default_reward_fn
 
 Subclasses are registered by name in ``WORKFLOWS`` (``@register("name")``), the registry
 ``default_workflow_type`` (or a row's ``format.workflow_key``) picks from.
+
+Each subclass declares the ``workflow_args`` it takes (``takes_args``) and those Trinity-RFT's
+workflow of that name takes but this one does not apply (``refused_args``: key -> why; an
+error when set to anything but false/null, since ignoring it would change results). The config
+check (``rft_core.config.registered``) reads both through ``workflow_args_table()``: a key in
+neither is a warning naming its YAML path, a close misspelling of a taken key an error.
+A class that does not set ``takes_args`` itself (a user's workflow, also one subclassing a
+built-in: it may read more) is not checked.
 """
 
 from __future__ import annotations
@@ -54,6 +62,12 @@ class Workflow(ABC):
 
     #: reward function used when the task names none (None: the task must name one)
     default_reward_fn: ClassVar[str | None] = None
+    #: the ``workflow_args`` keys this workflow reads (None: undeclared, not checked)
+    takes_args: ClassVar[tuple[str, ...] | None] = None
+    #: keys Trinity's workflow of this name takes that this one does not apply: key -> why
+    refused_args: ClassVar[dict[str, str]] = {}
+    #: whether the task's reward function (default_reward_fn_type, reward_fn_args) is used
+    uses_reward_fn: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -199,6 +213,26 @@ def get(name: str, *, path: str | None = None) -> type[Workflow]:
 
 def names() -> list[str]:
     return WORKFLOWS.names()
+
+
+def workflow_args_table() -> dict[str, dict[str, Any] | None]:
+    """Per registered workflow what its ``workflow_args`` may hold: ``{"takes": [...],
+    "refuses": {key: why}, "default_reward_fn": name | None, "uses_reward_fn": bool}``, or
+    None for a workflow that declares nothing (see the module doc)."""
+    table: dict[str, dict[str, Any] | None] = {}
+    for name in names():
+        cls = WORKFLOWS.get(name)
+        takes = cls.__dict__.get("takes_args")  # a subclass that declares nothing: unchecked
+        if takes is None:
+            table[name] = None
+            continue
+        table[name] = {
+            "takes": sorted(takes),
+            "refuses": dict(sorted(cls.refused_args.items())),
+            "default_reward_fn": cls.default_reward_fn,
+            "uses_reward_fn": cls.uses_reward_fn,
+        }
+    return table
 
 
 def _group_ids(tasks: list[Task]) -> list[str]:

@@ -42,6 +42,7 @@ class CountdownWorkflow(Workflow):
     :data:`COUNTDOWN_SYSTEM_PROMPT`; the user turn is the instruction (see the module doc)."""
 
     default_reward_fn = "countdown_reward"
+    takes_args = ("numbers_key", "target_key")
 
     def __init__(self, args: dict[str, Any] | None = None, **engines: Any) -> None:
         super().__init__(args, **engines)

@@ -1,11 +1,19 @@
 """``frozen_lake_workflow``: Trinity-RFT's FrozenLake environment on ``gymnasium``.
 
 A task row gives the lake: ``size`` (side of the square map), ``p`` (probability that a tile is
-frozen rather than a hole) and ``seed``; ``workflow_args`` give ``max_steps`` (model turns per
-episode, 10), ``is_slippery`` (False) and optionally ``desc`` (a fixed map, rows of S/F/H/G).
-The map is drawn as Trinity draws it: a ``gymnasium`` RNG seeded with ``seed`` fills the board
-with F/H, picks a start and a different goal, and draws again until the goal is reachable from
-the start in at most ``max_steps`` moves.
+frozen rather than a hole) and ``seed``; ``workflow_args`` give ``is_slippery`` (False),
+optionally ``desc`` (a fixed map, rows of S/F/H/G), and the two step bounds with Trinity's two
+spellings: ``agent_max_steps`` (model turns per episode) and ``env_max_steps`` (the map's goal
+is reachable in at most this many moves), as Trinity's current ``frozen_lake/workflow.py`` reads
+them (defaults 10 and 8); the older ``max_steps`` (its earlier version) sets both (default 10,
+also when none is given). The map is drawn as Trinity draws it: a ``gymnasium`` RNG seeded with
+``seed`` fills the board with F/H, picks a start and a different goal, and draws again until the
+goal is reachable from the start in at most ``env_max_steps`` moves.
+
+Refused (they would change results and are not implemented): ``use_multistep_prompt: true``
+(Trinity's few-shot prompt) and ``reward_fn_type`` / ``reward_fn_args`` (Trinity's newer version
+scores the trajectory with that grader instead of the environment's reward); an outside judge
+API named there is refused by name. ``max_model_len`` is taken and unused, as in Trinity.
 
 Each turn the model sees the lake (``P`` player, ``_`` frozen, ``O`` hole, ``G`` goal, ``X``
 player in a hole, ``√`` player on the goal; cells as `` P \\t``, one row per line) and answers
@@ -228,13 +236,45 @@ class FrozenLake(Environment):
 
 @register("frozen_lake_workflow")
 class FrozenLakeWorkflow(MultiTurnWorkflow):
-    def __init__(self, args: dict[str, Any] | None = None) -> None:
-        super().__init__(args)
-        if self.args.get("use_multistep_prompt"):
-            log.warning(
-                "frozen_lake_workflow: use_multistep_prompt (Trinity's few-shot prompt) is not "
-                "implemented; using the plain system prompt"
-            )
+    takes_args = (
+        "max_steps",
+        "env_max_steps",
+        "agent_max_steps",
+        "is_slippery",
+        "desc",
+        "prompt_style",
+        "max_model_len",
+    )
+    refused_args = {
+        "use_multistep_prompt": "Trinity's few-shot FrozenLake prompt is not implemented here; "
+        "remove it (or set it false) to use the plain system prompt",
+        "reward_fn_type": "frozen_lake_workflow rewards an episode with the environment's reward; "
+        "a trajectory grader is not applied here; remove it",
+        "reward_fn_args": "arguments of workflow_args.reward_fn_type, which is not applied here; "
+        "remove it",
+    }
+
+    def __init__(self, args: dict[str, Any] | None = None, **models: Any) -> None:
+        super().__init__(args, **models)
+        for key, why in self.refused_args.items():
+            if self.args.get(key) not in (None, False):
+                raise ConfigError(f"buffer.explorer_input.taskset.workflow_args.{key}", why)
+
+    @property
+    def max_steps(self) -> int:
+        """Model turns per episode: ``agent_max_steps``, else ``max_steps``, else 10."""
+        return int(self.args.get("agent_max_steps", self.args.get("max_steps", 10)))
+
+    @property
+    def env_max_steps(self) -> int:
+        """The map's goal is reachable in at most this many moves: ``env_max_steps``; else
+        ``max_steps``; else 8 when ``agent_max_steps`` is given (Trinity's current default),
+        10 otherwise (its earlier one)."""
+        if "env_max_steps" in self.args:
+            return int(self.args["env_max_steps"])
+        if "max_steps" in self.args:
+            return int(self.args["max_steps"])
+        return 8 if "agent_max_steps" in self.args else 10
 
     @property
     def prompt_style(self) -> str:
@@ -256,7 +296,7 @@ class FrozenLakeWorkflow(MultiTurnWorkflow):
             int(raw.get("size", 4)),
             float(raw.get("p", 0.8)),
             int(raw.get("seed", 42)),
-            self.max_steps,
+            self.env_max_steps,
         )
 
     def environment(self, task: Task, run: int) -> Environment:

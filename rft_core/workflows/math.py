@@ -22,6 +22,7 @@ class MathWorkflow(Workflow):
     :data:`THINK_ANSWER_SYSTEM_PROMPT`; the question is the user turn."""
 
     default_reward_fn = "math_reward"
+    takes_args = ()
 
     def messages(self, task: Task) -> list[dict[str, str]]:
         system = THINK_ANSWER_SYSTEM_PROMPT if task.system_prompt is None else task.system_prompt

@@ -36,32 +36,21 @@ BOXED_THINK_SYSTEM_PROMPT = (
 )
 
 
-_WORKFLOW_ARGS = {"use_base", "with_think", "format_score_coef"}
-_warned: set[str] = set()  # once per process: a workflow is built every explorer step
-
-
 @register("math_boxed_workflow")
 class MathBoxedWorkflow(Workflow):
     """System prompt: the taskset's ``format.system_prompt`` when given ("" for none), else
     :data:`BOXED_SYSTEM_PROMPT` (:data:`BOXED_THINK_SYSTEM_PROMPT` with ``with_think``)."""
 
     default_reward_fn = "math_boxed_reward"
+    # others are a load-time warning (rft_core.config.registered): reward settings such as
+    # DAPO's overlong penalty go in reward_fn_args, with default_reward_fn_type: math_dapo_reward
+    takes_args = ("use_base", "with_think", "format_score_coef")
 
     def __init__(self, args: dict[str, Any] | None = None, **engines: Any) -> None:
         super().__init__(args, **engines)
         self.use_base = bool(self.args.get("use_base", False))
         self.with_think = bool(self.args.get("with_think", False))
         self.format_score_coef = float(self.args.get("format_score_coef", 0.1))
-        unused = sorted(set(self.args) - _WORKFLOW_ARGS - _warned)
-        if unused:
-            _warned.update(unused)
-            log.warning(
-                "math_boxed_workflow does not use workflow_args %s (it takes %s); reward "
-                "settings such as DAPO's overlong penalty go in reward_fn_args, with "
-                "default_reward_fn_type: math_dapo_reward",
-                ", ".join(unused),
-                ", ".join(sorted(_WORKFLOW_ARGS)),
-            )
 
     def system_prompt(self, task: Task) -> str:
         if task.system_prompt is not None:

@@ -63,6 +63,14 @@ class MathRMWorkflow(SimpleWorkflow):
     """The policy's prompt is :class:`SimpleWorkflow`'s; the judge scores (see the module doc)."""
 
     default_reward_fn = None  # the judge scores; a task's reward function adds its parts
+    takes_args = (
+        "judge_model",
+        "score_min",
+        "score_max",
+        "normalize_score",
+        "judge_prompt",
+        "judge_system_prompt",
+    )
 
     def __init__(self, args: dict[str, Any] | None = None, **models: Any) -> None:
         super().__init__(args, **models)

@@ -136,6 +136,8 @@ class MultiTurnWorkflow(Workflow):
     of an episode (Trinity's default, 10)."""
 
     default_max_steps = 10
+    takes_args = ("max_steps",)
+    uses_reward_fn = False
 
     @abstractmethod
     def environment(self, task: Task, run: int) -> Environment:

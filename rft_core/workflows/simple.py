@@ -10,6 +10,7 @@ from rft_core.workflows.base import Workflow, register
 @register("simple_workflow")
 class SimpleWorkflow(Workflow):
     default_reward_fn = None
+    takes_args = ()
 
     def messages(self, task: Task) -> list[dict[str, str]]:
         conversation = []

@@ -83,13 +83,17 @@ def test_dapo_reward_gets_the_response_length_in_tokens():
     ]
 
 
-def test_unused_workflow_args_are_named_once(caplog):
-    # Trinity's dapo example sets DAPO's overlong settings in workflow_args; they do nothing there
+def test_unused_workflow_args_are_named_at_load_time(caplog):
+    # Trinity's dapo example sets DAPO's overlong settings in workflow_args; they do nothing
+    # there: the config check names each with its YAML path (test_workflow_args_check.py has
+    # the rest of the check)
+    from test_workflow_args_check import check, config
+
     args = {"use_base": True, "enable_overlong_penalty": True, "cache_length": 4096}
-    with caplog.at_level("WARNING", logger="rft_core.workflows.math_boxed"):
-        workflows.get("math_boxed_workflow")(args)
-        workflows.get("math_boxed_workflow")(args)
-    warnings = [r.getMessage() for r in caplog.records]
-    assert len(warnings) == 1
-    assert "cache_length, enable_overlong_penalty" in warnings[0]
-    assert "math_dapo_reward" in warnings[0]
+    with caplog.at_level("WARNING"):
+        check(config("math_boxed_workflow", workflow_args=args))
+    text = caplog.text
+    path = "buffer.explorer_input.taskset.workflow_args"
+    assert f"{path}.cache_length: not taken by math_boxed_workflow, ignored" in text
+    assert f"{path}.enable_overlong_penalty: not taken by math_boxed_workflow" in text
+    assert f"{path}.use_base" not in text
