@@ -123,6 +123,7 @@ class ReActMathWorkflow(AgentWorkflow):
     default_reward_fn = (
         "math_boxed_reward"  # Trinity's MathBoxedRewardFn; a taskset may name another
     )
+    takes_args = ("max_turns", "system_prompt", "type")
 
     def __init__(self, args: dict[str, Any] | None = None, **models: Any) -> None:
         super().__init__(args, **models)
