@@ -110,23 +110,21 @@ def engine_gpu_problem(cfg: Any) -> tuple[str, str] | None:
     if not c.gpu_per_node or cfg.mode in ("train",):
         return None
     tp, total = rm.tensor_parallel_size, c.node_num * c.gpu_per_node
+    room, why = (
+        c.gpu_per_node,
+        f"an engine lives on one node (cluster.gpu_per_node {c.gpu_per_node})",
+    )
     if cfg.mode == "colocate":
         room, why = 1, "mode colocate runs the engine and the trainer in one actor on one GPU"
-    elif cfg.mode == "both":
-        room = min(c.gpu_per_node, total - 1)
-        why = (
-            f"mode both leaves the engines {total - 1} of the cluster's {total} GPU(s) "
-            "(one is the trainer's)"
-        )
-    else:
-        room, why = c.gpu_per_node, "an engine lives on one node"
-    room = min(room, c.gpu_per_node)
+    elif cfg.mode == "both" and total - 1 < room:
+        room = total - 1
+        why = f"mode both leaves the engines {room} of the cluster's {total} GPU(s), one is the trainer's"
     if tp <= room or room < 1:
         return None  # room 0: no GPU left for any engine, check_cluster names engine_num
     return (
         "explorer.rollout_model.tensor_parallel_size",
-        f"{tp} GPUs per engine, but an engine can have {room} ({why}, cluster.gpu_per_node "
-        f"{c.gpu_per_node}); set tensor_parallel_size to at most {room} or add GPUs",
+        f"{tp} GPUs per engine, but an engine can have {room}: {why}; set "
+        f"tensor_parallel_size to at most {room} or add GPUs",
     )
 
 
