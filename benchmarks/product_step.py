@@ -13,7 +13,9 @@
    setting as the config (``--trainer-variant``, default the config's 256 rows a micro-batch
    with gradient checkpointing, dtype auto), in this process.
 
-Printed, and written to ``$OUT/product_step.json`` when ``$OUT`` is set: per engine, the
+Each run's ``global_step_*`` directories are deleted once its figures are read
+(``--keep-checkpoints`` keeps them, e.g. for ``trinity convert``). Printed, and written to
+``$OUT/product_step.json`` when ``$OUT`` is set: per engine, the
 product's seconds per step over its steady window (explorer steps ``--skip+1`` to the last; the
 wall time between the explorer's step records, so everything the run does between two steps
 counts) split as the monitor records it: ``rollout`` (``time/rollout``: generation),
@@ -173,6 +175,11 @@ def run_product(
     result["tail_s"] = round(ended - split.pop("last_step_at"), 2)
     result.pop("first_step_at", None), result.pop("last_step_at", None)
     result["stdout"] = proc.stdout.strip().splitlines()[-3:]
+    if not args.keep_checkpoints:  # ~21 GB a checkpoint at 1.5B; the device disk is 64 GiB
+        import shutil
+
+        for sub in job_dir.glob("global_step_*"):
+            shutil.rmtree(sub, ignore_errors=True)
     return result
 
 
@@ -250,6 +257,9 @@ def main() -> None:
     parser.add_argument("--skip", type=int, default=1, help="first steps left out (warm-up)")
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temp dir")
     parser.add_argument("--skip-benchmark", action="store_true")
+    parser.add_argument(
+        "--keep-checkpoints", action="store_true", help="keep each run's global_step_* dirs"
+    )
     parser.add_argument("--bench-steps", type=int, default=3)
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--group", type=int, default=8)

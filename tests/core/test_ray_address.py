@@ -47,6 +47,9 @@ def test_trinity_run_joins_the_cluster_ray_address_names(ray_head, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRINITY_", "RAY_"))}
     env.update(
         RAY_ADDRESS=address,
+        # Ray 2.60's heads use token auth: a driver that joins one says so (the token is
+        # ~/.ray/auth_token, which the head wrote; README "Runs started outside the dashboard")
+        RAY_AUTH_MODE="token",
         RFT_DEMO_DIR=str(demo.root),
         TRINITY_CHECKPOINT_ROOT_DIR=str(tmp_path / "checkpoints"),
         OMP_NUM_THREADS="1",
@@ -68,13 +71,14 @@ def test_trinity_run_joins_the_cluster_ray_address_names(ray_head, tmp_path):
     job = tmp_path / "checkpoints" / "demo" / "via_ray_address"
     assert (job / "rft" / "global_step_2").is_dir()
     # the head's job server lists this run's driver: it ran in that cluster
+    from webapp.health.checks import ray_auth_headers  # the token Ray's own clients send
+
     url = f"http://127.0.0.1:{ray_head.dashboard_port}/api/jobs/"
-    with urllib.request.urlopen(url, timeout=30) as answer:
+    request = urllib.request.Request(url, headers=ray_auth_headers())
+    with urllib.request.urlopen(request, timeout=30) as answer:
         jobs = json.load(answer)
     drivers = [
-        j
-        for j in jobs
-        if j.get("type") == "DRIVER" and str(config) in (j.get("entrypoint") or "")
+        j for j in jobs if j.get("type") == "DRIVER" and str(config) in (j.get("entrypoint") or "")
     ]
     assert len(drivers) == 1, [(j.get("type"), j.get("entrypoint")) for j in jobs]
     assert drivers[0]["status"] == "SUCCEEDED"
