@@ -183,6 +183,7 @@ def test_cli_one_gpu_demo_warns_once_and_this_cpu_machine_stops_naming_the_gpus(
 def test_more_gpus_than_the_cluster_has_names_the_key_and_the_most_it_can_have():
     cfg = config(gpus=2)
     assert cluster_gpu_problem(cfg, 2, "x") is None
+    assert cluster_gpu_problem(config(gpus=1), 1, "x") is None  # the one-GPU box: runs
     key, message = cluster_gpu_problem(cfg, 1, "the Ray cluster at h:1")
     assert key == "cluster.gpu_per_node"
     assert "1 x gpu_per_node 2 = 2 GPU(s) requested" in message
