@@ -52,59 +52,22 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from rft_core.experience import Experience  # noqa: E402
 from rft_core.rollout import SamplingParams, build_engine  # noqa: E402
+from rft_core.synthetic import QWEN25_1P5B, SMOKE, write_model  # noqa: E402
 
 PEAK_BF16_FLOPS = 790e12  # H200 dense bf16, measured on the device machine (KINDS.md)
-# Qwen2.5-1.5B-Instruct's config.json (the architecture; weights are random here)
-QWEN25_15B = dict(
-    vocab_size=151936,
-    hidden_size=1536,
-    intermediate_size=8960,
-    num_hidden_layers=28,
-    num_attention_heads=12,
-    num_key_value_heads=2,
-    max_position_embeddings=32768,
-    rope_theta=1000000.0,
-    rms_norm_eps=1e-6,
-    tie_word_embeddings=True,
-    hidden_act="silu",
-    bos_token_id=151643,
-    eos_token_id=151645,
-)
+# the shapes live in rft_core.synthetic (Qwen2.5-1.5B-Instruct's config.json; its smoke size)
+QWEN25_15B, SMOKE_SHAPE = QWEN25_1P5B, SMOKE
 
 
 def build_model(root: Path, seed: int, tiny: bool = False) -> Path:
     """A random Qwen2.5-1.5B-shaped model (bf16 safetensors) and a word-level tokenizer whose
-    token ``i`` is the word ``t<i>``, so any id sequence decodes and re-encodes exactly."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import (
-        GenerationConfig,
-        PreTrainedTokenizerFast,
-        Qwen2Config,
-        Qwen2ForCausalLM,
-    )
-
+    token ``i`` is the word ``t<i>``, so any id sequence decodes and re-encodes exactly
+    (``rft_core.synthetic.write_model``, what ``trinity init-demo --synthetic`` writes)."""
     path = root / ("tiny_random" if tiny else "qwen25_15b_random")
     if (path / "config.json").exists():
         return path
-    torch.manual_seed(seed)
-    shape = dict(QWEN25_15B)
-    if tiny:  # a smoke run's size (the CPU check of this script), Qwen2.5's vocabulary kept
-        shape.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
-    config = Qwen2Config(**shape, dtype="bfloat16")
-    with torch.device(DEVICE):
-        model = Qwen2ForCausalLM(config).to(torch.bfloat16)
-    model.generation_config = GenerationConfig(eos_token_id=151645, pad_token_id=151643)
-    model.save_pretrained(path)
-    vocab = {f"t{i}": i for i in range(config.vocab_size)}
-    words = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
-    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=words, eos_token="t151645", pad_token="t151643", unk_token="t0"
-    )
-    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
-    tokenizer.save_pretrained(path)
-    del model
+    # a smoke run's size (the CPU check of this script), Qwen2.5's vocabulary kept
+    write_model(path, SMOKE_SHAPE if tiny else QWEN25_15B, seed, DEVICE, words=True)
     free()
     return path
 

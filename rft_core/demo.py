@@ -496,7 +496,15 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
 
 
 def cli_init_demo(args: argparse.Namespace) -> int:
-    """``trinity init-demo``: build the demo and print where its parts are."""
+    """``trinity init-demo``: build the demo and print where its parts are (``--synthetic``:
+    the random model and taskset of ``rft_core.synthetic`` instead)."""
+    if getattr(args, "synthetic", None):
+        from rft_core.synthetic import cli_synthetic
+
+        env = os.environ.get("RFT_SYNTHETIC_DIR")
+        default = Path(env).expanduser() if env else Path.cwd() / "var" / "synthetic"
+        out = Path(args.out).expanduser() if args.out else default
+        return cli_synthetic(out, args.synthetic, args.seed, args.force)
     out = Path(args.out).expanduser() if args.out else default_demo_dir()
     paths = build_demo(out, seed=args.seed, force=args.force)
     print(f"demo ready in {paths.root}")

@@ -154,6 +154,7 @@ class Explorer(RunActor):
         self._experience_buffer = experience_buffer  # shared with an in-process trainer
         self._pending_sync = self._pending_eval = False
         self.last_sync_s: float | None = None  # the latest weight load's seconds
+        self._timings: dict[str, float] = {}  # the workflows' seconds per part, this step
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -311,6 +312,8 @@ class Explorer(RunActor):
             # set after construction: subclasses whose __init__ takes only args still work
             workflow.auxiliary_models = list(self._auxiliary_models)
             experiences.extend(workflow.run_batch(group, self._engine, repeat_times))
+            for part, seconds in (getattr(workflow, "timings", None) or {}).items():
+                self._timings[part] = self._timings.get(part, 0.0) + seconds
         return experiences
 
     def _advantage_args(self, fn: Any, args: Any) -> dict[str, Any]:
@@ -331,12 +334,14 @@ class Explorer(RunActor):
         step = self.step + 1
         version = self._engine.model_version
         start = time.perf_counter()
+        self._timings = {}  # time/rollout and time/reward of this step's workflows
         experiences = self._run_workflows(tasks, algo.repeat_times)
+        metrics = {f"time/{part}": seconds for part, seconds in self._timings.items()}
         for exp in experiences:
             exp.group_id = f"{step}/{exp.group_id}"  # unique across steps
             exp.explorer_step = step
             exp.model_version = version
-        metrics = dict(workflows.rollout_metrics(experiences))
+        metrics.update(workflows.rollout_metrics(experiences))
         metrics.update(group_reward_stats(experiences))
         samples = rollout_samples(tasks, experiences, samples_per_step())
         if algo.advantage_fn:

@@ -67,6 +67,7 @@ class StageResult:
 class RunResult:
     stages: list[StageResult] = field(default_factory=list)
     renamed_from: str | None = None  # job dir name when continue_from_checkpoint: false renamed it
+    ray_address: str | None = None  # the Ray cluster the run joined (None: a local Ray of its own)
     wall_time_s: float = 0.0
 
     @property
@@ -114,20 +115,9 @@ def preflight(cfg: Any, check_model: bool = True) -> RunDatasets:
     problems.extend(("", message) for message in data_problems)  # messages name the YAML path
     problems.extend(_experience_buffer_problems(cfg))
     gpus_needed = cfg.cluster.gpu_per_node
-    if gpus_needed > 0:
-        import torch
-
-        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        address = ray_address(cfg)
-        if have < gpus_needed and not address:
-            problems.append(
-                (
-                    "cluster.gpu_per_node",
-                    f"{gpus_needed} GPU(s) per node requested but this machine has {have} CUDA "
-                    "device(s) and no Ray cluster is given (RAY_ADDRESS / cluster.ray_address); set "
-                    "cluster.gpu_per_node: 0 to run on CPU, or point RAY_ADDRESS at a GPU cluster",
-                )
-            )
+    if gpus_needed > 0 and not ray_address(cfg):
+        # a local Ray of this machine's GPUs; a joined cluster's are checked once joined
+        problems.extend(_local_gpu_problems(cfg, check_model))
     rm = cfg.explorer.rollout_model
     if cfg.mode != "train" and rm.engine_type == "vllm" and not ray_address(cfg):
         from rft_core.rollout.vllm_version import installed_vllm_version, vllm_version_problem
@@ -175,6 +165,35 @@ def dry_run_checks(cfg: Any) -> list[str]:
     if problems:
         raise ConfigError("", "; ".join(f"{p}: {m}" if p else m for p, m in problems))
     return notes
+
+
+def _local_gpu_problems(cfg: Any, check_model: bool) -> list[tuple[str, str]]:
+    """This machine's GPUs against the job's (count, and the vLLM engine's weights against one
+    GPU's memory x ``gpu_memory_utilization``): ``rft_core.config.gpu_fit``."""
+    import json
+
+    import torch
+
+    from rft_core.config.gpu_fit import cluster_gpu_problem, memory_fit_problem
+
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    where = "this machine (no RAY_ADDRESS / cluster.ray_address given)"
+    problems = [p for p in [cluster_gpu_problem(cfg, have, where)] if p]
+    config_json = Path(cfg.model.model_path).expanduser() / "config.json"
+    if not problems and have and check_model and config_json.is_file():
+        memory = torch.cuda.get_device_properties(0).total_memory
+        fit = memory_fit_problem(cfg, json.loads(config_json.read_text()), memory)
+        problems.extend([fit] if fit else [])
+    return problems
+
+
+def check_joined_cluster(cfg: Any, cluster_gpus: float, address: str | None) -> None:
+    """After joining a Ray cluster (``RAY_ADDRESS``), before any actor: the job's GPUs against
+    the cluster's ``GPU`` resource (``ray.cluster_resources()``, passed in)."""
+    from rft_core.config.gpu_fit import cluster_gpu_problem, raise_first
+
+    if address and cfg.cluster.gpu_per_node > 0:
+        raise_first(cluster_gpu_problem(cfg, cluster_gpus, f"the Ray cluster at {address}"))
 
 
 def _experience_buffer_problems(cfg: Any) -> list[tuple[str, str]]:
@@ -471,6 +490,14 @@ def run_experiment(cfg: Any, on_job_dir: Callable[[Any], None] | None = None) ->
             else:
                 # Ray only once a stage has work: a rerun of a finished run starts none
                 own_ray = start_ray(cfg, min_cpus=_engine_pool_cpus(stages)) or own_ray
+                if ray_address(stage):
+                    import ray
+
+                    result.ray_address = ray_address(stage)
+                    log.info("joined the Ray cluster at %s", result.ray_address)
+                    check_joined_cluster(
+                        stage, ray.cluster_resources().get("GPU", 0), ray_address(stage)
+                    )
                 result.stages.append(run_stage(stage, stage_datasets))
             if stage.stage_name:
                 previous_hf = _latest_hf_dir(job_dir) or previous_hf
@@ -536,6 +563,8 @@ def cli_run(args: argparse.Namespace) -> int:
             f"{stage.wall_time_s:.1f}s",
             f"job dir {stage.job_dir}",
         ]
+        if result.ray_address:
+            parts.append(f"Ray cluster {result.ray_address}")
         if stage.trainer:
             parts.insert(1, f"{stage.trainer['steps']} trainer steps")
         if stage.explorer:

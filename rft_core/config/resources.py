@@ -16,6 +16,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
+from rft_core.config.gpu_fit import engine_gpu_problem, raise_first
 from rft_core.errors import ConfigError
 
 
@@ -146,12 +147,7 @@ def check_cluster(cfg: Any) -> None:
         )
     if total == 0 or cfg.mode in ("train",):
         return
-    if rm.tensor_parallel_size > c.gpu_per_node:
-        raise ConfigError(
-            "explorer.rollout_model.tensor_parallel_size",
-            f"{rm.tensor_parallel_size} GPUs per engine exceed cluster.gpu_per_node {c.gpu_per_node} (an engine lives on one node)",
-            value=rm.tensor_parallel_size,
-        )
+    raise_first(engine_gpu_problem(cfg))  # tensor_parallel_size against an engine's GPUs
     rollout_gpus = rm.engine_num * rm.tensor_parallel_size
     shown = (
         f"explorer.rollout_model.engine_num {rm.engine_num} x tensor_parallel_size {rm.tensor_parallel_size} = "

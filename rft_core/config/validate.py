@@ -10,6 +10,8 @@ path. Decisions (where Trinity is silent or where TRINITY_COMPAT.md asks for a f
   GRPO would train on raw rewards, Trinity's silent failure).
 - ``synchronizer.sync_method`` unset -> nccl in ``both``, memory in ``colocate``, checkpoint
   otherwise; a written value that cannot work in the mode is an error, never silently changed.
+  The one exception, with a warning line: mode ``both`` on a cluster of one GPU runs as
+  ``colocate`` with memory sync (``rft_core.config.gpu_fit.adapt_one_gpu`` says why).
 - Lengths: any two of ``max_model_len``, ``max_prompt_tokens``, ``max_response_tokens``
   determine the third; only ``max_model_len`` -> split in halves; only one of prompt/response ->
   the other is 1024; none -> 1024 + 1024 = 2048.
@@ -38,6 +40,7 @@ from typing import Any
 from rft_core.algorithms.presets import get_preset, ignored_kl_penalty, mixes_expert_data
 from rft_core.buffer import QUEUE_BETWEEN_JOBS_NEEDS_PATH
 from rft_core.config.expert_data import check_expert_data, expert_rows_per_step
+from rft_core.config.gpu_fit import adapt_one_gpu
 from rft_core.config.resources import check_cluster, check_world_size
 from rft_core.config.schema import (
     Config,
@@ -177,6 +180,7 @@ def _derive(cfg: Config) -> None:
     _check_explorer(cfg)
     _at_least(cfg.cluster.node_num, "cluster.node_num", 1)
     _at_least(cfg.cluster.gpu_per_node, "cluster.gpu_per_node", 0)
+    adapt_one_gpu(cfg)  # mode both on one GPU runs colocated, with one warning line
     check_cluster(cfg)
     _derive_synchronizer(cfg)
     _derive_trainer(cfg)

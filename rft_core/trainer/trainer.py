@@ -89,6 +89,7 @@ class Trainer(RunActor):
         self._rank_placement = rank_placement  # (placement group, bundle of ranks 1..W-1)
         self._dataset_rows = dataset_rows  # train mode's SFT/DPO file as the preflight read it
         self.saved_steps: list[int] = []
+        self._checkpoint_s = 0.0  # the last save's seconds, until the next step reports them
         self.last_metrics: dict[str, float] = {}
         self.policy = None
         self._source = None
@@ -296,6 +297,8 @@ class Trainer(RunActor):
         self._write_meta(save_hf)
         path = step_dir(self.job_dir, self.step)
         self.monitor.checkpoint_saved(self.step, str(path))
+        # reported with the next step's metrics (one metrics line a trainer step)
+        self._checkpoint_s += time.perf_counter() - start
         log.info(
             "saved checkpoint %s (hf=%s) in %.1fs%s",
             path,
@@ -322,11 +325,17 @@ class Trainer(RunActor):
 
     # -- the loop ----------------------------------------------------------------------------
 
-    def train_step(self, experiences: list) -> dict[str, float]:
+    def train_step(self, experiences: list, waited: float | None = None) -> dict[str, float]:
+        """One optimizer step; ``waited``: the seconds its batch was waited for
+        (``time/waiting``)."""
         start = time.perf_counter()
         metrics = dict(self.policy.train_step(experiences))
         self.step += 1
         metrics["time/train_step"] = time.perf_counter() - start
+        if waited is not None:
+            metrics["time/waiting"] = waited
+        if self._checkpoint_s:  # the checkpoint saved after the step before
+            metrics["time/checkpoint"], self._checkpoint_s = self._checkpoint_s, 0.0
         sync = self.cfg.synchronizer
         if self._sender is not None and trainer_syncs_after(self.step, sync.sync_interval):
             t0 = time.perf_counter()
@@ -380,7 +389,9 @@ class Trainer(RunActor):
             return None
         timeout = self.cfg.buffer.trainer_input.experience_buffer.max_read_timeout
         rollouts = self.cfg.buffer.train_batch_size - self._expert_rows
+        waited = time.perf_counter()
         experiences = self._source.get(rollouts, timeout=timeout)
+        waited = time.perf_counter() - waited  # time/waiting: for the explorer's experiences
         if not experiences:
             return None
         if self._expert_source is not None:
@@ -390,7 +401,7 @@ class Trainer(RunActor):
                 log.info("expert data used up after %d steps: training ends", self.step)
                 return None
             experiences = list(experiences) + expert
-        metrics = self.train_step(experiences)
+        metrics = self.train_step(experiences, waited=waited)
         if tr.save_interval and self.step % tr.save_interval == 0:
             self.save(save_hf=tr.save_hf_checkpoint == "always")
             self._last_saved = self.step

@@ -28,6 +28,7 @@ built-in: it may read more) is not checked.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, astuple, is_dataclass
@@ -140,8 +141,12 @@ class Workflow(ABC):
         if repeat_times < 1:
             raise ValueError(f"repeat_times must be >= 1, got {repeat_times}")
         reward_fns = [self.check(task) for task in tasks]
+        start = time.perf_counter()
         generations = self._generate(tasks, engine, repeat_times)
+        generated = time.perf_counter()
         scores = self.score_batch(tasks, reward_fns, generations)
+        # the explorer's time/rollout and time/reward (a workflow without them: neither)
+        self.timings = {"rollout": generated - start, "reward": time.perf_counter() - generated}
         group_ids = _group_ids(tasks)
         version = int(getattr(engine, "model_version", 0))
         experiences: list[Experience] = []
