@@ -17,7 +17,7 @@ from rft_core.dtypes import AUTO, SHORT_ALIASES, WEIGHT_DTYPES
 class RolloutModelConfig:
     engine_type: str = _field(
         "auto",
-        "rollout engine: hf (transformers, CPU or GPU), vllm (GPU); auto = vllm when vLLM is installed and cluster.gpu_per_node > 0, else hf",
+        "rollout engine: hf (transformers, CPU or GPU), vllm (GPU); auto = hf for an engine of one GPU (measured faster there), vllm for tensor_parallel_size > 1 when vLLM is installed",
         choices=registered_choices("engine_types"),
         aliases={"transformers": "hf", "vllm_async": "vllm"},
         level=BEGINNER,

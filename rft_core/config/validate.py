@@ -15,9 +15,10 @@ path. Decisions (where Trinity is silent or where TRINITY_COMPAT.md asks for a f
 - Lengths: any two of ``max_model_len``, ``max_prompt_tokens``, ``max_response_tokens``
   determine the third; only ``max_model_len`` -> split in halves; only one of prompt/response ->
   the other is 1024; none -> 1024 + 1024 = 2048.
-- ``explorer.rollout_model.engine_type: auto`` -> vllm when vLLM is installed and the job has
-  GPUs (``cluster.gpu_per_node > 0``), else hf. Decided from the config, not from the machine
-  that loads it, so a CPU head node launching a GPU job decides the same way.
+- ``explorer.rollout_model.engine_type: auto`` -> vllm for an engine over several GPUs
+  (``tensor_parallel_size > 1``, ``cluster.gpu_per_node > 0``) when vLLM is installed, else hf
+  (measured faster on one GPU: ``resources.auto_engine_type``). Decided from the config, not
+  from the machine that loads it, so a CPU head node launching a GPU job decides the same way.
 - With ``stages``, each stage is validated as a full config; the global sections only serve
   as what stages inherit. ``validate`` does it once, at load, and keeps the stages;
   ``resolve_stages`` hands out copies of them, so the name check and the launcher of a run

@@ -123,8 +123,16 @@ def _vllm(model_path: str, *, device: str | None = None, **settings: Any) -> Rol
 
 @ENGINES.register("auto")
 def _auto(model_path: str, **settings: Any) -> RolloutEngine:
-    """vLLM when it is importable and CUDA is available, else hf."""
-    return ENGINES.get("vllm" if vllm_usable() else "hf")(model_path, **settings)
+    """The engine ``rft_core.config.resources.auto_engine_type`` picks: vLLM for an engine over
+    several GPUs when it is usable, else hf (measured faster on one GPU)."""
+    import torch
+
+    from rft_core.config.resources import auto_engine_type
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    tp = int(settings.get("tensor_parallel_size", 1))
+    name = auto_engine_type(gpus, tp, vllm_usable())
+    return ENGINES.get(name)(model_path, **settings)
 
 
 def build_engine(
@@ -138,7 +146,7 @@ def build_engine(
     **engine_kwargs: Any,
 ) -> RolloutEngine:
     """Build the rollout engine named by ``engine_type`` (an ``ENGINES`` name: "hf", "vllm", or
-    "auto": vLLM when it is importable and CUDA is available, else hf)."""
+    "auto": ``_auto``'s choice)."""
     factory = ENGINES.get((engine_type or "auto").lower())
     return factory(
         model_path,

@@ -26,6 +26,7 @@ from rft_core.config.gpu_fit import (
     parameter_count,
     weights_bytes,
 )
+from rft_core.config.resources import auto_engine_type
 from rft_core.errors import ConfigError
 from rft_core.launcher import check_joined_cluster
 
@@ -123,16 +124,47 @@ def test_mode_colocate_picks_memory_sync_and_refuses_nccl():
     assert "mode colocate uses memory" in str(info.value)
 
 
-def test_engine_type_auto_with_vllm_importable_picks_vllm_and_colocates(monkeypatch):
+def test_engine_type_auto_with_vllm_importable_on_one_gpu_picks_hf_and_colocates(monkeypatch):
+    # hf measured 2-3.9x vLLM's tokens/s on one H200 (resources.auto_engine_type)
     monkeypatch.syspath_prepend(str(FAKE_VLLM))
     try:
         d = dict(MINIMAL, mode="both", cluster={"node_num": 1, "gpu_per_node": 1})
         cfg = load_config_from_dict(d)  # engine_type left at its default, auto
-        assert cfg.explorer.rollout_model.engine_type == "vllm"
+        assert cfg.explorer.rollout_model.engine_type == "hf"
         assert (cfg.mode, cfg.synchronizer.sync_method) == ("colocate", "memory")
     finally:
         for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
             del sys.modules[name]
+
+
+def test_engine_type_auto_with_vllm_importable_picks_vllm_for_an_engine_over_two_gpus(
+    monkeypatch,
+):
+    monkeypatch.syspath_prepend(str(FAKE_VLLM))
+    try:
+        rollout = {"rollout_model": {"tensor_parallel_size": 2}}
+        d = dict(MINIMAL, mode="both", cluster={"node_num": 1, "gpu_per_node": 4})
+        d["explorer"] = {**d.get("explorer", {}), **rollout}
+        cfg = load_config_from_dict(d)
+        assert cfg.explorer.rollout_model.engine_type == "vllm"
+    finally:
+        for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+            del sys.modules[name]
+
+
+@pytest.mark.parametrize(
+    "gpus, tp, installed, engine",
+    [
+        (0, 1, True, "hf"),
+        (1, 1, True, "hf"),
+        (8, 1, True, "hf"),
+        (8, 2, True, "vllm"),
+        (8, 2, False, "hf"),
+        (0, 2, True, "hf"),
+    ],
+)
+def test_auto_engine_type_table(gpus, tp, installed, engine):
+    assert auto_engine_type(gpus, tp, installed) == engine
 
 
 def test_the_demo_config_on_one_gpu_needs_only_the_gpu_count(monkeypatch):
