@@ -119,7 +119,10 @@ def step_wise_grpo_advantages(
     for runs in groups.values():
         finals = rewards[[rows[-1] for rows in runs.values()]]
         if len(runs) == 1:
-            mean, std = torch.tensor(0.0, dtype=rewards.dtype), torch.tensor(1.0, dtype=rewards.dtype)
+            mean, std = (
+                torch.tensor(0.0, dtype=rewards.dtype),
+                torch.tensor(1.0, dtype=rewards.dtype),
+            )
         else:
             mean, std = finals.mean(), finals.std()
         if std_threshold is not None and (len(runs) == 1 or std <= std_threshold):
@@ -130,7 +133,9 @@ def step_wise_grpo_advantages(
             if std_cal_level == "none":
                 score = final - mean
             else:
-                score = (final - mean) / ((batch_std if std_cal_level == "batch" else std) + epsilon)
+                score = (final - mean) / (
+                    (batch_std if std_cal_level == "batch" else std) + epsilon
+                )
             advantages[rows] = score / len(rows) if enable_step_norm else score
     return advantages.float(), keep
 

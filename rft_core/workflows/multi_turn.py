@@ -274,7 +274,6 @@ class MultiTurnWorkflow(Workflow):
             },
         )
 
-
     def _turn_experiences(
         self, task: Task, episode: Episode, group_id: str, version: int, run: str
     ) -> list[Experience]:

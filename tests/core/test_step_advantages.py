@@ -215,8 +215,8 @@ def test_a_step_wise_frozen_lake_episode_is_one_experience_per_turn():
         assert tok.decode(exp.prompt_ids).count("Current Observation") == step + 1
         # the anchor state: the lake and where P stood before the move
         assert exp.info["env_state_hash"].startswith("/".join(board) + "@")
-    start = next((r, row.index("S")) for r, row in enumerate(board) if "S" in row)
-    assert experiences[0].info["env_state_hash"] == "/".join(board) + "@%d,%d" % start
+    row, col = next((r, line.index("S")) for r, line in enumerate(board) if "S" in line)
+    assert experiences[0].info["env_state_hash"] == f"{'/'.join(board)}@{row},{col}"
     # both runs start in the same state and walk the same way: equal anchors turn by turn
     states = [e.info["env_state_hash"] for e in experiences]
     assert states[: len(path)] == states[len(path) :]
