@@ -77,9 +77,11 @@ def test_a_short_single_turn_run_reports_its_own_metrics(demo, tmp_path, algorit
         for name in ["actor/grad_norm", "critic/rewards/mean", *SINGLE_TURN[algorithm_type][2]]:
             assert math.isfinite(r[name]), (name, r[name])
     assert any(r["actor/grad_norm"] > 0 for r in trained), trained
-    if algorithm_type == "raft":  # the filter kept some rollouts and dropped others
-        counts = [r["experience_pipeline/experience_count"] for r in reports]
-        assert any(0 < c < 4 for c in counts), counts
+    if algorithm_type == "raft":  # the filter: rollouts under 0.17 are not trained on
+        for r in reports:
+            count = r["experience_pipeline/experience_count"]
+            assert (count == 4) == (r["rollout/reward/min"] >= 0.17), r
+            assert (count == 0) == (r["rollout/reward/max"] < 0.17), r
 
 
 @pytest.mark.parametrize("algorithm_type", STEP_WISE)
