@@ -220,3 +220,22 @@ def test_a_step_wise_frozen_lake_episode_is_one_experience_per_turn():
     # both runs start in the same state and walk the same way: equal anchors turn by turn
     states = [e.info["env_state_hash"] for e in experiences]
     assert states[: len(path)] == states[len(path) :]
+
+
+def test_the_step_wise_demo_config_loads_as_multi_step_grpo(monkeypatch, tmp_path):
+    from pathlib import Path
+
+    from rft_core.config import load_config, resolve_stages
+
+    monkeypatch.setenv("RFT_DEMO_DIR", str(tmp_path))
+    path = Path(__file__).resolve().parents[2] / "examples/demo/frozen_lake_step_wise_demo.yaml"
+    warmup, cfg = resolve_stages(load_config(path))  # the SFT warmup, then the step-wise stage
+    assert warmup.algorithm.algorithm_type == "sft"
+    a = cfg.algorithm
+    assert (a.algorithm_type, a.advantage_fn, a.policy_loss_fn) == (
+        "multi_step_grpo",
+        "step_wise_grpo",
+        "ppo",
+    )
+    assert cfg.mode == "colocate" and a.repeat_times == 8
+    assert cfg.buffer.explorer_input.taskset.default_workflow_type == "frozen_lake_workflow"
