@@ -3,8 +3,9 @@ the current policy's log-probs (and entropies), for the losses whose token selec
 nonlinear in the batch: M2PO's second-moment mask (``policy_loss_fn: m2po``) and Clip_B's
 entropy filter (``advantage_fn: clipb``, algorithm_type ``grpo_verl``).
 
-One extra forward pass without gradients. The statistics are those of this process's
-micro-batches: on sharded ranks each rank selects within its own share of the step.
+One extra forward pass without gradients (over every micro-batch, as the loss pass). The
+statistics are those of this process's micro-batches: on sharded ranks each rank selects within
+its own share of the step (Trinity gathers the whole mini-batch; not done here).
 
 Clip_B, reproduced from Trinity-RFT's ``trinity/algorithm/advantage_fn/clipb_advantage.py``
 (arXiv 2602.03392): per token ``S = p · (H + log p)`` (``p`` the sampled token's probability, ``H``
@@ -87,8 +88,9 @@ def step_token_masks(
     logp: dict[int, torch.Tensor] = {}
     ent: dict[int, torch.Tensor] = {}
     with torch.no_grad():
-        for k in live:
-            logp[k], ent[k] = forward.logprobs(model, mbs[k], entropy=True)
+        # every micro-batch, padding ones too: sharded ranks run their forwards together
+        for k, mb in enumerate(mbs):
+            logp[k], ent[k] = forward.logprobs(model, mb, entropy=True)
     metrics: dict[str, float] = {}
     if not live:
         return extra, metrics
