@@ -112,8 +112,13 @@ def apply_group_advantages(
     if not experiences:
         return experiences
     rewards = torch.tensor([e.reward for e in experiences], dtype=torch.float32)
+    from rft_core.algorithms.step_advantages import turns_of
+
     advantages, keep = advantage_fn.group(
-        rewards, [e.group_id for e in experiences], **advantage_fn_args
+        rewards,
+        [e.group_id for e in experiences],
+        turns=turns_of(experiences),
+        **advantage_fn_args,
     )
     kept = []
     for exp, adv, k in zip(experiences, advantages.tolist(), keep.tolist(), strict=True):
@@ -298,7 +303,11 @@ class Explorer(RunActor):
 
     # -- one step ----------------------------------------------------------------------------
 
-    def _run_workflows(self, tasks: list[Task], repeat_times: int) -> list[Experience]:
+    def _run_workflows(
+        self, tasks: list[Task], repeat_times: int, *, step_wise: bool = False
+    ) -> list[Experience]:
+        """Every task's experiences; ``step_wise`` (training with a turn-level advantage fn,
+        multi_step_grpo / gigpo): multi-turn workflows emit one experience per turn."""
         from rft_core import workflows
 
         by_workflow: dict[str, list[Task]] = defaultdict(list)
@@ -311,6 +320,7 @@ class Explorer(RunActor):
             workflow = workflows.get(name, path=path)(first.workflow_args)
             # set after construction: subclasses whose __init__ takes only args still work
             workflow.auxiliary_models = list(self._auxiliary_models)
+            workflow.step_wise = step_wise
             experiences.extend(workflow.run_batch(group, self._engine, repeat_times))
             for part, seconds in (getattr(workflow, "timings", None) or {}).items():
                 self._timings[part] = self._timings.get(part, 0.0) + seconds
@@ -328,6 +338,7 @@ class Explorer(RunActor):
     def explore_step(self, tasks: list[Task]) -> dict[str, float]:
         from rft_core import workflows
         from rft_core.algorithms.advantages import get_advantage_fn
+        from rft_core.algorithms.presets import STEP_WISE_ADVANTAGE_FNS
         from rft_core.algorithms.settings import AlgorithmSettings
 
         algo = self.cfg.algorithm
@@ -335,15 +346,18 @@ class Explorer(RunActor):
         version = self._engine.model_version
         start = time.perf_counter()
         self._timings = {}  # time/rollout and time/reward of this step's workflows
-        experiences = self._run_workflows(tasks, algo.repeat_times)
+        step_wise = algo.advantage_fn in STEP_WISE_ADVANTAGE_FNS
+        experiences = self._run_workflows(tasks, algo.repeat_times, step_wise=step_wise)
         metrics = {f"time/{part}": seconds for part, seconds in self._timings.items()}
         for exp in experiences:
             exp.group_id = f"{step}/{exp.group_id}"  # unique across steps
             exp.explorer_step = step
             exp.model_version = version
-        metrics.update(workflows.rollout_metrics(experiences))
-        metrics.update(group_reward_stats(experiences))
-        samples = rollout_samples(tasks, experiences, samples_per_step())
+        # rollout metrics per episode: a step-wise episode's last turn stands for it
+        episodes = [e for e in experiences if e.info.get("last_turn", True)]
+        metrics.update(workflows.rollout_metrics(episodes))
+        metrics.update(group_reward_stats(episodes))
+        samples = rollout_samples(tasks, episodes, samples_per_step())
         if algo.advantage_fn:
             fn = get_advantage_fn(algo.advantage_fn)
             if AlgorithmSettings.resolve(algo).advantages_in_explorer:  # else the trainer's

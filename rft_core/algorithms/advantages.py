@@ -297,16 +297,26 @@ class AdvantageFn:
     fn: Callable[..., Any]
     level: str  # "group" or "token"
     needs_values: bool = False
+    # a group fn over the turns of step-wise episodes (step_wise_grpo, gigpo): takes ``turns``
+    needs_turns: bool = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
 
     def group(
-        self, rewards: torch.Tensor, group_ids: Sequence[str], **args: Any
+        self,
+        rewards: torch.Tensor,
+        group_ids: Sequence[str],
+        *,
+        turns: Sequence[Any] | None = None,
+        **args: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Uniform call for group-level fns: always ``(advantages[B], keep[B])``."""
+        """Uniform call for group-level fns: always ``(advantages[B], keep[B])``. ``turns``
+        (``step_advantages.turns_of``) go to the fns that take them."""
         if self.level != "group":
             raise ValueError(f"advantage fn {self.name!r} is token-level; call it directly")
+        if self.needs_turns:
+            args = {**args, "turns": turns}
         out = self.fn(rewards, group_ids, **args)
         if isinstance(out, tuple):
             return out
@@ -317,14 +327,15 @@ ADVANTAGE_FNS: Registry[AdvantageFn] = Registry("advantage function", "algorithm
 
 
 def register_advantage_fn(
-    name: str, level: str, *, needs_values: bool = False
+    name: str, level: str, *, needs_values: bool = False, needs_turns: bool = False
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator for a user advantage fn; ``level`` is "group" or "token" (see module doc)."""
+    """Decorator for a user advantage fn; ``level`` is "group" or "token" (see module doc);
+    ``needs_turns``: a group fn that takes ``turns`` (``rft_core.algorithms.step_advantages``)."""
     if level not in ("group", "token"):
         raise ValueError(f"advantage fn level must be 'group' or 'token', got {level!r}")
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
-        ADVANTAGE_FNS.add(name, AdvantageFn(name, fn, level, needs_values))
+        ADVANTAGE_FNS.add(name, AdvantageFn(name, fn, level, needs_values, needs_turns))
         return fn
 
     return decorator
@@ -343,3 +354,6 @@ register_advantage_fn("reinforce", "group")(reinforce_advantages)
 register_advantage_fn("reinforceplusplus", "token")(reinforce_plus_plus_advantages)
 register_advantage_fn("ppo", "token", needs_values=True)(gae_advantages)
 register_advantage_fn("gae", "token", needs_values=True)(gae_advantages)
+
+# the turn-level fns (step_wise_grpo, gigpo), raft's filter and clipb register themselves
+from rft_core.algorithms import step_advantages as _step_advantages  # noqa: E402,F401

@@ -575,3 +575,7 @@ def mix_chord_policy_loss(
     metrics["mix_loss"] = float(loss.detach())
     metrics["mu"] = mu
     return loss, metrics
+
+
+# sapo and m2po (rft_core/algorithms/soft_losses.py) register themselves here
+from rft_core.algorithms import soft_losses as _soft_losses  # noqa: E402,F401

@@ -243,6 +243,95 @@ for _name, _loss_args in (
     )
 
 
+# ---- round 2 (trinity/algorithm/algorithm.py of agentscope-ai/Trinity-RFT): SAPO, M2PO, RAFT,
+# step-wise GRPO, GiGPO, grpo_verl (Clip_B's); group algorithms get a real group, as above
+PRESETS["sapo"] = AlgorithmPreset(
+    algorithm_type="sapo",
+    policy_loss_fn="sapo",
+    advantage_fn="grpo",
+    advantage_fn_args={"epsilon": 1e-6},
+    policy_loss_fn_args={"tau_pos": 1.0, "tau_neg": 1.05},
+    kl_loss_fn="k2",
+    kl_coef=0.001,
+    use_reference=True,
+    group_algorithm=True,
+    repeat_times=8,
+)
+# Trinity selects M2PO as policy_loss_fn: m2po (m2po_policy_loss.py) on GRPO advantages; the
+# algorithm_type is that pairing under its own name
+PRESETS["m2po"] = AlgorithmPreset(
+    algorithm_type="m2po",
+    policy_loss_fn="m2po",
+    advantage_fn="grpo",
+    advantage_fn_args={"epsilon": 1e-6},
+    policy_loss_fn_args={"m2_threshold": 0.04, "log_ratio_clip": 20.0},
+    kl_loss_fn="k2",
+    kl_coef=0.001,
+    use_reference=True,
+    group_algorithm=True,
+    repeat_times=8,
+)
+# RAFT: SFT on the rollouts that pass the reward filter (Trinity's RAFT workflows keep the
+# successful episodes: reward 1)
+PRESETS["raft"] = AlgorithmPreset(
+    algorithm_type="raft",
+    policy_loss_fn="sft",
+    advantage_fn="raft",
+    advantage_fn_args={"reward_threshold": 1.0},
+    repeat_times=1,
+)
+# step-wise: each turn of an episode is an experience (the multi-turn workflows emit one per
+# turn for these), the episode's reward broadcast to its turns
+PRESETS["multi_step_grpo"] = AlgorithmPreset(
+    algorithm_type="multi_step_grpo",
+    policy_loss_fn="ppo",
+    advantage_fn="step_wise_grpo",
+    advantage_fn_args={
+        "epsilon": 1e-6,
+        "enable_step_norm": False,
+        "std_cal_level": "group",
+        "std_threshold": None,
+    },
+    policy_loss_fn_args=dict(_PPO_CLIP_ARGS),
+    kl_loss_fn="k2",
+    kl_coef=0.001,
+    use_reference=True,
+    group_algorithm=True,
+    repeat_times=8,
+)
+PRESETS["gigpo"] = AlgorithmPreset(
+    algorithm_type="gigpo",
+    policy_loss_fn="ppo",
+    advantage_fn="gigpo",
+    advantage_fn_args={"omega": 1.0, "gamma": 1.0, "fnorm": "none", "epsilon": 1e-6},
+    policy_loss_fn_args={"clip_range_low": 0.2, "clip_range_high": 0.2, "clip_ratio_c": 3.0},
+    kl_loss_fn="k2",
+    kl_coef=0.001,
+    use_reference=True,
+    group_algorithm=True,
+    repeat_times=8,
+)
+# GRPO with its advantages computed by the trainer over its batch (Trinity's GRPOverlAlgorithm),
+# the algorithm of Clip_B's example (advantage_fn: clipb)
+PRESETS["grpo_verl"] = AlgorithmPreset(
+    algorithm_type="grpo_verl",
+    policy_loss_fn="ppo",
+    advantage_fn="grpo",
+    advantage_fn_args={"epsilon": 1e-6},
+    policy_loss_fn_args=dict(_PPO_CLIP_ARGS),
+    kl_loss_fn="k2",
+    kl_coef=0.001,
+    applies_kl_penalty=True,
+    use_reference=True,
+    group_algorithm=True,
+    repeat_times=8,
+    compute_advantage_in_trainer=True,
+)
+
+# the algorithms whose experiences are the turns of multi-turn episodes
+STEP_WISE_ADVANTAGE_FNS = ("step_wise_grpo", "gigpo")
+
+
 def mixes_expert_data(algorithm_type: str) -> bool:
     """The algorithm mixes expert SFT rows into each trainer step (mix, mix_chord)."""
     return str(algorithm_type).lower() in ("mix", "mix_chord")
@@ -271,6 +360,8 @@ TRINITY_ALGORITHMS: dict[str, str] = {
     "sppo": "sPPO",
     "rec": "REINFORCE with clipping",
     "multi_step_grpo": "step-wise GRPO for multi-turn agents",
+    "gigpo": "group-in-group policy optimization for multi-turn agents",
+    "grpo_verl": "GRPO with advantages computed in the trainer",
     "on_policy_distill": "on-policy distillation from a teacher's log-probs",
     "jsd": "Jensen-Shannon distillation from a teacher",
 }

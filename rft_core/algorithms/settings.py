@@ -33,6 +33,8 @@ class AlgorithmSettings:
     use_critic: bool
     optimizer: dict[str, Any] = field(default_factory=dict)
     applies_kl_penalty: bool = True  # False: the preset ignores kl_penalty_fn (grpo, as Trinity)
+    # a group fn computed by the trainer, over its batch (grpo_verl, as Trinity's)
+    compute_advantage_in_trainer: bool = False
 
     @classmethod
     def from_config(cls, cfg: Any) -> AlgorithmSettings:
@@ -86,6 +88,7 @@ class AlgorithmSettings:
             use_critic=preset.use_critic,
             optimizer=optimizer,
             applies_kl_penalty=preset.applies_kl_penalty,
+            compute_advantage_in_trainer=preset.compute_advantage_in_trainer,
         )
 
     @property
@@ -105,7 +108,7 @@ class AlgorithmSettings:
         """Where the advantages are computed: a group fn in the explorer, from the raw rewards
         of each group, and the trainer uses them as they arrive; a token-level fn, or a group fn
         over KL-penalized rewards (those need the reference log-probs), in the trainer."""
-        if not self.advantage_fn:
+        if not self.advantage_fn or self.compute_advantage_in_trainer:
             return False
         return get_advantage_fn(self.advantage_fn).level == "group" and not self.uses_kl_penalty
 

@@ -49,6 +49,8 @@ _INTERNAL_ARGS = {
     "step",
     "usual_totals",
     "expert_totals",
+    "turns",  # step-wise advantage fns: the experiences' places in their episodes
+    "m2po_mask",  # m2po: the step's token mask, computed by the trainer
 }
 # Trinity's KL fn arguments: kl_coef is used; the adaptive controller is not built here
 _KL_ARGS = ["kl_coef"]

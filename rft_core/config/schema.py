@@ -109,24 +109,26 @@ class AlgorithmConfig:
     )
     advantage_fn: str | None = _field(
         None,
-        "advantage function: grpo, rloo, reinforceplusplus, ppo/gae, opmd, asymre, rec, reinforce "
-        "(derived from algorithm_type)",
+        "advantage function: grpo, rloo, reinforceplusplus, ppo/gae, opmd, asymre, rec, reinforce, "
+        "step_wise_grpo, gigpo, raft, clipb (derived from algorithm_type)",
     )
     advantage_fn_args: dict[str, Any] = _field(
         help="free-form: std_threshold (drops groups whose reward std is <= it: DAPO's dynamic "
         "sampling), std_cal_level (grpo); gamma, lam (ppo); opmd_baseline, tau (opmd); "
-        "baseline_shift (asymre); std_normalize, drop (rec)",
+        "baseline_shift (asymre); std_normalize, drop (rec); enable_step_norm (step_wise_grpo); "
+        "omega, gamma, fnorm (gigpo); reward_threshold (raft); mu (clipb)",
         factory=dict,
     )
     policy_loss_fn: str | None = _field(
         None,
         "policy loss (derived from algorithm_type): ppo, sft, dpo, opmd, gspo, cispo, topr, sppo, "
-        "rec",
+        "rec, sapo, m2po",
     )
     policy_loss_fn_args: dict[str, Any] = _field(
         help="free-form: clip_range, clip_range_low, clip_range_high (ppo, gspo, cispo; DAPO's "
         "decoupled clip is ppo's clip_range_high 0.28), clip_ratio_c (ppo); beta (dpo); tau "
-        "(opmd); epsilon (sppo); advantage_threshold (topr); clip_mode, weight (rec)",
+        "(opmd); epsilon (sppo); advantage_threshold (topr); clip_mode, weight (rec); tau_pos, "
+        "tau_neg (sapo); m2_threshold, log_ratio_clip (m2po)",
         factory=dict,
     )
     kl_loss_fn: str | None = _field(

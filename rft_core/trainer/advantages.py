@@ -22,6 +22,7 @@ import torch
 from rft_core.algorithms import advantages as adv
 from rft_core.algorithms.kl import apply_kl_penalty, kl_penalized_rewards
 from rft_core.algorithms.settings import AlgorithmSettings, accepted_args
+from rft_core.algorithms.step_advantages import turns_of
 from rft_core.errors import ConfigError
 from rft_core.experience import Experience
 from rft_core.trainer.batching import MicroBatch
@@ -59,7 +60,8 @@ def step_advantages(
         if algo.uses_kl_penalty:
             rewards = _kl_penalized_rewards(algo, rewards, mbs, old, ref, ranks, metrics)
         args = accepted_args(fn.fn, algo.advantage_args, "algorithm.advantage_fn_args")
-        seq_adv, keep = fn.group(rewards, [e.group_id for e in experiences], **args)
+        group_ids = [e.group_id for e in experiences]
+        seq_adv, keep = fn.group(rewards, group_ids, turns=turns_of(experiences), **args)
         return _broadcast(seq_adv, keep, mbs, ranks.device), [None] * len(mbs)
     # token-level: the whole batch in one right-aligned [N, R] layout
     width, n, device = max(mb.response_width for mb in mbs), len(experiences), ranks.device

@@ -34,6 +34,7 @@ from rft_core.trainer.batching import MicroBatch, loss_weight, right_aligned
 from rft_core.trainer.critic import Critic
 from rft_core.trainer.forward import PolicyForward
 from rft_core.trainer.metrics import add_weighted
+from rft_core.trainer.step_masks import step_token_masks
 
 
 def token_losses_backward(
@@ -65,13 +66,19 @@ def token_losses_backward(
     on_advantages = loss.inputs in ("advantages", "mixed")
     old: list[torch.Tensor] = []
     ref: list[torch.Tensor | None] = []
+    extra: list[dict[str, Any]] = [{} for _ in mbs]
     critic_inputs: list[Any] = [None] * len(mbs)
     if on_advantages:
         old, ref = _old_and_reference_logprobs(experiences, mbs, forward, model, ref_model)
         advantages, critic_inputs = step_advantages(
             algo, experiences, mbs, old, ref, ranks, critic, metrics
         )
-        # std_threshold may drop rows
+        # m2po's mask, Clip_B's filter: over the whole step, from the current policy
+        extra, mask_metrics = step_token_masks(
+            algo, loss.name, mbs, old, advantages, forward, model
+        )
+        metrics.update(mask_metrics)
+        # std_threshold may drop rows, Clip_B tokens
         total_tokens, total_rows = ranks.total(
             float(sum(mb.mask.sum() for mb in mbs)), _trained_rows(experiences, mbs)
         )
@@ -114,8 +121,9 @@ def token_losses_backward(
                     add_weighted(sums, f"actor/{name}", value, loss_scale)
         elif on_advantages:
             mb_loss, m = loss.fn(
-                logp, old[k], advantages[k], mb.mask, loss_agg_mode=mode, horizon=horizon, **args
-            )
+                logp, old[k], advantages[k], mb.mask, loss_agg_mode=mode, horizon=horizon,
+                **args, **extra[k],
+            )  # fmt: skip
         else:
             mb_loss, m = loss.fn(logp, mb.mask, mode, horizon=horizon, **args)
         if not mixed:

@@ -226,6 +226,11 @@ class FrozenLake(Environment):
             return StepResult(None, self.reward, True)
         return StepResult(self.observation(), self.reward, False)
 
+    def state_key(self) -> str:
+        """The lake and where the player stands on it (GiGPO's anchor state)."""
+        row, col = self.position
+        return f"{'/'.join(self.board)}@{row},{col}"
+
     def metrics(self) -> dict[str, float]:
         return {
             "success": float(self.reward == 1.0),

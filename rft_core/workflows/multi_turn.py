@@ -26,6 +26,14 @@ the turn goes through ``engine.chat`` on the conversation; when the rendered pro
 extend each other token for token, the experience is the final conversation rendered again
 with its assistant turns trained and no engine log-probs (the trainer computes them), as
 Trinity's ``convert_messages_to_experience`` does, and ``info["retokenized"]`` is True.
+
+Step-wise (``step_wise``, set by the explorer for a turn-level advantage fn: algorithm_type
+``multi_step_grpo`` or ``gigpo``, Trinity's step-wise workflows): each model turn is an experience
+of its own, prompt = the context the turn was sampled from, response = its sampled tokens with the
+engine's log-probs, reward = the episode's (Trinity's ``RewardPropagationWorkflow``), and
+``info`` says where it sits: ``run_id`` (the episode within its group), ``step`` (the turn),
+``last_turn``, ``env_state_hash`` (the environment's state before the turn,
+``Environment.state_key``, GiGPO's anchor; absent when the environment has none).
 """
 
 from __future__ import annotations
@@ -64,6 +72,11 @@ class Environment:
     def metrics(self) -> dict[str, float]:
         return {}
 
+    def state_key(self) -> str | None:
+        """The current state as a string, equal for equal states (GiGPO's anchor states);
+        None: the environment has none to give."""
+        return None
+
 
 @dataclass
 class Episode:
@@ -73,6 +86,7 @@ class Episode:
     turns: list[Generation] = field(default_factory=list)
     reward: float = 0.0
     done: bool = False
+    states: list[str | None] = field(default_factory=list)  # before each turn
 
 
 def pack_turns(
@@ -138,6 +152,7 @@ class MultiTurnWorkflow(Workflow):
     default_max_steps = 10
     takes_args = ("max_steps",)
     uses_reward_fn = False
+    step_wise = False  # one experience per turn (module docstring); the explorer sets it
 
     @abstractmethod
     def environment(self, task: Task, run: int) -> Environment:
@@ -177,6 +192,10 @@ class MultiTurnWorkflow(Workflow):
         for i, episode in enumerate(episodes):
             task = tasks[i // repeat_times]
             group_id = group_ids[i // repeat_times]
+            if self.step_wise:
+                run = str(i % repeat_times)
+                experiences.extend(self._turn_experiences(task, episode, group_id, version, run))
+                continue
             experiences.append(self._experience(task, episode, group_id, version, engine.tokenizer))
         return experiences
 
@@ -201,6 +220,7 @@ class MultiTurnWorkflow(Workflow):
                     f"{len(group)} conversations × n=1"
                 )
             for episode, (generation,) in zip(group, outputs, strict=True):
+                episode.states.append(episode.env.state_key())
                 episode.turns.append(generation)
                 episode.messages.append({"role": "assistant", "content": generation.text})
                 result = episode.env.step(generation.text)
@@ -255,6 +275,43 @@ class MultiTurnWorkflow(Workflow):
                 "messages": episode.messages,
             },
         )
+
+    def _turn_experiences(
+        self, task: Task, episode: Episode, group_id: str, version: int, run: str
+    ) -> list[Experience]:
+        """Step-wise: one experience per model turn (module docstring)."""
+        metrics = episode.env.metrics()
+        out = []
+        last = len(episode.turns) - 1
+        for k, turn in enumerate(episode.turns):
+            info: dict[str, Any] = {
+                "taskset": task.taskset,
+                "task_index": task.index,
+                "finish_reason": turn.finish_reason,
+                "is_eval": task.is_eval,
+                "run_id": run,
+                "step": k,
+                "last_turn": k == last,
+                "turns": len(episode.turns),
+            }
+            if episode.states[k] is not None:
+                info["env_state_hash"] = episode.states[k]
+            out.append(
+                Experience(
+                    prompt_ids=list(turn.prompt_ids),
+                    response_ids=list(turn.response_ids),
+                    logprobs=list(turn.logprobs),
+                    reward=episode.reward,
+                    group_id=group_id,
+                    metrics=dict(metrics),
+                    model_version=version,
+                    prompt_text=task.prompt,
+                    response_text=turn.text,
+                    truncated=turn.finish_reason == "length",
+                    info=info,
+                )
+            )
+        return out
 
 
 def _rendered(

@@ -66,7 +66,8 @@ def test_rloo_of_penalized_rewards_by_hand():
 
 def test_which_algorithm_types_apply_it():
     applies = {name for name in ALGORITHM_TYPES if get_preset(name).applies_kl_penalty}
-    assert applies == {"ppo", "reinforceplusplus", "rloo"}  # Trinity: advantages in the trainer
+    # Trinity: advantages in the trainer (grpo_verl: its group advantages too)
+    assert applies == {"ppo", "reinforceplusplus", "rloo", "grpo_verl"}
     message = ignored_kl_penalty("GRPO", "k1")
     assert message.startswith("algorithm.kl_penalty_fn: 'k1' is ignored for algorithm_type grpo")
     assert "algorithm.kl_loss_fn" in message and "kl_penalty_fn: none" in message

@@ -39,7 +39,9 @@ def test_every_preset_names_registered_parts(name):
     if p.advantage_fn is not None:
         entry = get_advantage_fn(p.advantage_fn)
         assert entry.needs_values == p.use_critic
-        assert (entry.level == "token") == p.compute_advantage_in_trainer
+        # token-level fns run in the trainer; a group fn too for grpo_verl (Trinity's GRPOverl)
+        in_trainer = entry.level == "token" or name == "grpo_verl"
+        assert in_trainer == p.compute_advantage_in_trainer
     get_kl_fn(p.kl_loss_fn)
     get_kl_fn(p.kl_penalty_fn)
     assert p.policy_loss_fn in POLICY_LOSS_FNS
@@ -100,7 +102,7 @@ def test_asymre_and_rec_trinity_args():
     assert rec.policy_loss_fn_args["epsilon_high_prime"] == 2.0
 
 
-@pytest.mark.parametrize("name", ["sapo", "on_policy_distill", "raft", "multi_step_grpo", "jsd"])
+@pytest.mark.parametrize("name", ["on_policy_distill", "jsd"])
 def test_trinity_algorithms_we_lack_are_refused_as_such(name):
     with pytest.raises(ConfigError) as err:
         get_preset(name)
@@ -110,6 +112,45 @@ def test_trinity_algorithms_we_lack_are_refused_as_such(name):
         and "is a Trinity-RFT algorithm that RFT Studio does not" in message
     )
     assert "did you mean" not in message and "implemented: grpo, rloo" in message
+
+
+def test_round_two_presets_carry_trinitys_defaults():
+    # trinity/algorithm/algorithm.py (agentscope-ai/Trinity-RFT) and each fn's default_args
+    sapo = get_preset("sapo")
+    assert (sapo.advantage_fn, sapo.policy_loss_fn) == ("grpo", "sapo")
+    assert sapo.policy_loss_fn_args == {"tau_pos": 1.0, "tau_neg": 1.05}
+    m2po = get_preset("m2po")
+    assert m2po.policy_loss_fn_args == {"m2_threshold": 0.04, "log_ratio_clip": 20.0}
+    assert m2po.loss_agg_mode == "token-mean"
+    raft = get_preset("raft")
+    assert (raft.policy_loss_fn, raft.kl_loss_fn, raft.use_reference) == ("sft", "none", False)
+    assert raft.use_rollout and raft.schema == "experience"
+    msg = get_preset("multi_step_grpo")
+    assert msg.advantage_fn == "step_wise_grpo" and msg.repeat_times == 8
+    assert msg.advantage_fn_args == {
+        "epsilon": 1e-6,
+        "enable_step_norm": False,
+        "std_cal_level": "group",
+        "std_threshold": None,
+    }
+    gigpo = get_preset("gigpo")
+    assert gigpo.advantage_fn_args == {"omega": 1.0, "gamma": 1.0, "fnorm": "none", "epsilon": 1e-6}
+    assert (
+        gigpo.policy_loss_fn_args["clip_range_low"]
+        == gigpo.policy_loss_fn_args["clip_range_high"]
+        == 0.2
+    )
+    verl = get_preset("grpo_verl")
+    assert verl.advantage_fn == "grpo" and verl.compute_advantage_in_trainer
+
+
+def test_grpo_verl_computes_group_advantages_in_the_trainer():
+    from rft_core.algorithms.settings import AlgorithmSettings
+    from rft_core.config.schema import AlgorithmConfig
+
+    verl = AlgorithmSettings.resolve(AlgorithmConfig(algorithm_type="grpo_verl"))
+    grpo = AlgorithmSettings.resolve(AlgorithmConfig(algorithm_type="grpo"))
+    assert not verl.advantages_in_explorer and grpo.advantages_in_explorer
 
 
 def test_a_misspelt_algorithm_gets_a_close_hint_only():

@@ -488,7 +488,7 @@ def test_dapo_is_grpo_with_decoupled_clip_and_dynamic_sampling(trinity_env):
 
 def test_a_trinity_algorithm_we_lack_is_refused_in_a_config_and_dapo_is_explained(trinity_env):
     raw = yaml_of("grpo_gsm8k.yaml")
-    raw["algorithm"]["algorithm_type"] = "SAPO"
+    raw["algorithm"]["algorithm_type"] = "JSD"
     with pytest.raises(ConfigError) as info:
         load_config_from_dict(raw)
     assert info.value.path == "algorithm.algorithm_type"
