@@ -229,6 +229,7 @@ class Explorer(RunActor):
 
     def _build(self, start_step: int, start_version: int, weights_from: str | None) -> None:
         from rft_core.buffer import build_buffer
+        from rft_core.buffer.queue import replay_settings
         from rft_core.data import TasksetReader
         from rft_core.sync.synchronizer import WeightReceiver
 
@@ -261,6 +262,7 @@ class Explorer(RunActor):
                     job_dir=self.job_dir,
                     role="writer",
                     between_jobs=cfg.mode == "explore",
+                    replay=replay_settings(eb),
                 )
             )
         if self.synchronizer is not None:
@@ -325,6 +327,10 @@ class Explorer(RunActor):
         version = self._engine.model_version
         start = time.perf_counter()
         experiences = self._run_workflows(tasks, algo.repeat_times)
+        self._last_rewards: dict[int, list[float]] = defaultdict(list)
+        for exp in experiences:  # the task selector's feedback (rft_core.data.selectors)
+            if "task_index" in exp.info and exp.reward is not None:
+                self._last_rewards[int(exp.info["task_index"])].append(float(exp.reward))
         for exp in experiences:
             exp.group_id = f"{step}/{exp.group_id}"  # unique across steps
             exp.explorer_step = step
@@ -506,6 +512,7 @@ class Explorer(RunActor):
         elif self._pending_sync:
             self.sync_weights(trainer_version_for_explorer_sync(self.step, sync.sync_offset))
         metrics = self.explore_step(tasks)
+        self._reader.feedback(self._last_rewards)
         self._progress["step"] = self.step
         syncs = self._receiver is not None or self._watch is not None
         self._pending_sync = syncs and explorer_syncs_after(

@@ -9,7 +9,10 @@ path. Decisions (where Trinity is silent or where TRINITY_COMPAT.md asks for a f
   A group algorithm with ``repeat_times`` written as 1 -> error (a group of one has no baseline;
   GRPO would train on raw rewards, Trinity's silent failure).
 - ``synchronizer.sync_method`` unset -> nccl in ``both``, memory in ``colocate``, checkpoint
-  otherwise; a written value that cannot work in the mode is an error, never silently changed.
+  otherwise. ``nccl`` written for another mode is read as that mode's method with a warning
+  (Trinity-RFT's validator does the same; nccl is its default); ``memory`` works in ``both``
+  (through the Ray object store, as Trinity's Tinker example sets it) and ``colocate``, and is
+  an error in the other modes.
 - Lengths: any two of ``max_model_len``, ``max_prompt_tokens``, ``max_response_tokens``
   determine the third; only ``max_model_len`` -> split in halves; only one of prompt/response ->
   the other is 1024; none -> 1024 + 1024 = 2048.
@@ -37,6 +40,7 @@ from typing import Any
 
 from rft_core.algorithms.presets import get_preset, ignored_kl_penalty, mixes_expert_data
 from rft_core.buffer import QUEUE_BETWEEN_JOBS_NEEDS_PATH
+from rft_core.config.buffer_checks import check_replay_buffer, several_experiences_per_run
 from rft_core.config.expert_data import check_expert_data, expert_rows_per_step
 from rft_core.config.resources import check_cluster, check_world_size
 from rft_core.config.schema import (
@@ -361,6 +365,7 @@ def _derive_buffer(cfg: Config) -> None:
         cfg.mode in ("both", "colocate")
         and not supervised
         and b.train_batch_size - expert_rows > rollout_rows
+        and not several_experiences_per_run(cfg, b.train_batch_size - expert_rows, rollout_rows)
     ):
         raise ConfigError(
             "buffer.train_batch_size",
@@ -402,6 +407,8 @@ def _derive_taskset(cfg: Config, ts: TasksetConfig, path: str, *, is_eval: bool)
     ts.default_reward_fn_type = ts.default_reward_fn_type or ei.default_reward_fn_type
     if ts.format.system_prompt is None:
         ts.format.system_prompt = ei.system_prompt
+    if ts.format.reply_prefix is None:
+        ts.format.reply_prefix = ei.reply_prefix
     if is_eval:
         if (
             ts.repeat_times is None
@@ -479,6 +486,7 @@ def _derive_experience_buffer(cfg: Config) -> None:
     if eb.storage_type in ("file", "sql") and not (eb.path or "").strip():
         raise ConfigError(f"{path}.path", f"required for storage_type {eb.storage_type}")
     _at_least(eb.capacity, f"{path}.capacity", 1)
+    check_replay_buffer(cfg, eb, path)
 
 
 def _check_explorer(cfg: Config) -> None:
@@ -524,7 +532,11 @@ _SYNC_FOR_MODE = {"both": "nccl", "colocate": "memory"}
 # sync methods that work in one mode only, and why
 _SYNC_NEEDS_MODE = {
     "nccl": ("both", "nccl broadcasts between a running explorer and trainer"),
-    "memory": ("colocate", "memory sync needs explorer and trainer in one process"),
+    "memory": (
+        "both or colocate",
+        "memory sync hands the trainer's weights to a running explorer (through the Ray object "
+        "store, or in one process)",
+    ),
 }
 
 
@@ -533,7 +545,18 @@ def _derive_synchronizer(cfg: Config) -> None:
     usual = _SYNC_FOR_MODE.get(cfg.mode, "checkpoint")
     if s.sync_method is None:
         s.sync_method = usual
-    if s.sync_method in _SYNC_NEEDS_MODE and cfg.mode != _SYNC_NEEDS_MODE[s.sync_method][0]:
+    elif s.sync_method == "nccl" and cfg.mode != "both":
+        # Trinity-RFT's default is nccl; its validator reads it as the mode's method, loudly
+        log.warning(
+            "synchronizer.sync_method nccl broadcasts between a running explorer and trainer "
+            "(mode both): read as %s in mode %s, as Trinity-RFT does",
+            usual,
+            cfg.mode,
+        )
+        s.sync_method = usual
+    if s.sync_method in _SYNC_NEEDS_MODE and cfg.mode not in _SYNC_NEEDS_MODE[s.sync_method][
+        0
+    ].split(" or "):
         needed, why = _SYNC_NEEDS_MODE[s.sync_method]
         raise ConfigError(
             "synchronizer.sync_method",
