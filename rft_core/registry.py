@@ -25,9 +25,26 @@ def closest_name(word: str, candidates: list[str], cutoff: float = 0.6) -> str |
     of two neighbours counting as one (``gpro`` -> ``grpo``, not ``gspo``)."""
     lowered = {c.lower(): c for c in candidates}
     close = difflib.get_close_matches(word.lower(), list(lowered), n=len(lowered), cutoff=cutoff)
+    # a shared ``_segment`` (``_workflow``, ``_strategy``, ``max_``) is no evidence that two
+    # names are related: what differs must be similar too (add_strategy is not sample_strategy)
+    close = [c for c in close if _core_similarity(word.lower(), c) >= cutoff]
     if not close:
         return None
     return lowered[min(close, key=lambda c: _edits(word.lower(), c))]  # min keeps difflib's order
+
+
+def _core_similarity(a: str, b: str) -> float:
+    """difflib's ratio of what differs between ``a`` and ``b`` once the ``_``-delimited
+    segments they share are set aside; 1.0 when one is the other with a single segment added
+    (``subset`` / ``subset_name``), 0 when more are (a more specific name is not a misspelling)."""
+    left, right = a.split("_"), b.split("_")
+    for segment in list(left):
+        if segment in right:
+            left.remove(segment)
+            right.remove(segment)
+    if not left or not right:
+        return 1.0 if len(left) + len(right) == 1 else 0.0
+    return difflib.SequenceMatcher(None, "_".join(left), "_".join(right)).ratio()
 
 
 def _edits(a: str, b: str) -> int:
