@@ -27,10 +27,17 @@ from rft_core.errors import ConfigError
 log = logging.getLogger("rft_core.config")
 
 STEP_WISE_ALGORITHMS = {"multi_step_grpo", "gigpo"}
+# Trinity workflows that emit one experience per turn (or, trainable RULER, the judge's own
+# rankings besides the answers): their examples set train_batch_size above the runs on purpose
 SEVERAL_EXPERIENCES_WORKFLOWS = {
     "step_wise_alfworld_workflow",
-    "math_trainable_ruler_workflow",  # the judge's own rankings are experiences too
-    "agentscope_react_workflow",
+    "math_trainable_ruler_workflow",
+    "email_search_workflow",
+    "agentscope_react_math_workflow",
+    "agentscopev0_react_math_workflow",
+    "agentscope_reactv2_math_workflow",
+    "agentscope_reactv2_gsm8k_workflow",
+    "agentscope_v1_react_search_workflow",
     "agentscope_workflow_adapter",
 }
 TURN_LIMIT_ARGS = ("max_env_steps", "env_max_steps", "max_steps", "max_turns", "agent_max_steps")

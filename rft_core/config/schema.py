@@ -352,6 +352,9 @@ class TrainerConfig:
     grad_clip: float | None = _field(
         None, "gradient norm clip (derived: algorithm.optimizer.clip_grad)"
     )
+    actor_grad_clip: float | None = _field(
+        None, "older Trinity-RFT spelling (<= 0.3) of grad_clip (read as it, with a warning)"
+    )
     max_checkpoints_to_keep: int = _field(0, "older global_step_* dirs are deleted (0: keep all)")
     max_token_len_per_gpu: int | None = _field(
         None, "tokens per micro-batch per GPU (derived: 2 x model.max_model_len)"

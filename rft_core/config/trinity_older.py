@@ -11,10 +11,14 @@ read the way Trinity read them (``rft_core.config.trinity_compat.apply_deprecate
   algorithm registry then accepts or refuses it by name); ``grpo`` / ``opmd`` as that
   ``advantage_fn``; the others (``reward_variance``, ``correct_bias``, ``duplicate_informative``)
   are refused by name;
+- ``trainer.actor_grad_clip`` (renamed in Trinity #329): ``trainer.grad_clip``;
 - ``buffer.explorer_input.reply_prefix`` (beside ``system_prompt``): the validator copies it
   into each taskset's ``format.reply_prefix`` when the format gives none, as Trinity did;
-- ``data_processor.data_processor_url``: refused, the one key here that is not read: it pointed
-  Trinity's launcher at an outside data-processor server.
+- ``algorithm.policy_loss_fn_args.loss_agg_mode`` (Trinity's frozen-lake example): Trinity 0.6
+  overwrites it with ``algorithm.loss_agg_mode``; so does this (with a warning);
+- ``data_processor.data_processor_url`` is not read: it pointed Trinity's launcher at an
+  outside data-processor server; the loader refuses it with that reason
+  (``rft_core.config.load.MOVED_KEYS``), before the older pipeline keys beside it.
 """
 
 from __future__ import annotations
@@ -41,15 +45,27 @@ def apply_older_spellings(cfg: Any) -> None:
     """Map the older keys of the module docstring onto their current ones, in place."""
     _priority_queue(cfg)
     _add_strategy(cfg)
-    dp = getattr(cfg, "data_processor", None)
-    if dp is not None and dp.data_processor_url:
-        raise ConfigError(
-            "data_processor.data_processor_url",
-            f"{dp.data_processor_url!r} is an outside data-processor service (Trinity-RFT <= 0.2 "
-            "ran its task/experience pipelines there); RFT Studio calls no such service: remove "
-            "the key (the data_processor pipelines are then accepted with a warning, no effect)",
-            value=dp.data_processor_url,
+    t = cfg.trainer
+    if t.actor_grad_clip is not None:
+        if t.grad_clip not in (None, t.actor_grad_clip):
+            raise ConfigError(
+                "trainer.actor_grad_clip",
+                f"{t.actor_grad_clip} contradicts trainer.grad_clip {t.grad_clip}; keep only "
+                "grad_clip (actor_grad_clip is its older spelling)",
+                value=t.actor_grad_clip,
+            )
+        _warn("trainer.actor_grad_clip", "trainer.grad_clip")
+        t.grad_clip, t.actor_grad_clip = t.actor_grad_clip, None
+    args = cfg.algorithm.policy_loss_fn_args
+    if isinstance(args, dict) and "loss_agg_mode" in args:
+        # Trinity-RFT 0.6's validator overwrites it with algorithm.loss_agg_mode
+        log.warning(
+            "algorithm.policy_loss_fn_args.loss_agg_mode = %s: replaced by "
+            "algorithm.loss_agg_mode (%s), as Trinity-RFT does; set that key to choose it",
+            args["loss_agg_mode"],
+            cfg.algorithm.loss_agg_mode or "the algorithm's default",
         )
+        args.pop("loss_agg_mode")
 
 
 def _priority_queue(cfg: Any) -> None:

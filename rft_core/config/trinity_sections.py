@@ -152,8 +152,3 @@ class DataProcessorConfig:
     experience_pipeline: ExperiencePipelineConfig = _field(
         help="experience processing", factory=ExperiencePipelineConfig
     )
-    data_processor_url: str | None = _field(
-        None,
-        "older Trinity-RFT key (<= 0.2): URL of an outside data-processor service; refused "
-        "(RFT Studio calls no such service)",
-    )

@@ -72,6 +72,22 @@ EXPECTED: dict[str, tuple[str, str] | None] = {
     "dapo_math": ("buffer.explorer_input.taskset.subset", "did you mean 'subset_name'?"),
     "grpo_math_top_level_algorithm_type": ("algorithm_type", "moved to algorithm.algorithm_type"),
     "grpo_gsm8k_v0.1_data_section": ("data", "buffer.explorer_input.taskset"),
+    # memory sync in mode both (through the object store); Tinker itself is warned about
+    "tinker": None,
+    # replay_buffer: Trinity's priority queue with reuse (rft_core.buffer.replay)
+    "ppo_countdown_exp_replay": None,
+    # older keys (Trinity <= 0.2): data_processor_url is an outside service, refused with why
+    "grpo_gsm8k_task_pipeline_v0.2_data_processor_url": (
+        "data_processor.data_processor_url",
+        "an outside data-processor service",
+    ),
+    # add_strategy step_wise_grpo is read as algorithm_type multi_step_grpo (and its
+    # use_priority_queue as replay_buffer.enable); until that algorithm is registered the
+    # registry refuses it by name at the key the config wrote
+    "agentscope_tool_react_add_strategy": (
+        "algorithm.add_strategy",
+        "read as algorithm_type 'multi_step_grpo'",
+    ),
 }
 
 
