@@ -176,5 +176,23 @@ def build_selector(taskset: Any, selector_cfg: Any) -> RandomSelector | Difficul
             f"column {missing[0]!r} is not in {rows.describe()}; columns present: "
             f"{', '.join(rows.columns)}",
         )
-    features = np.array([[float(rows.row(i)[k]) for k in keys] for i in range(len(rows))])
+    data = rows.data
+    if hasattr(data, "column"):  # a pyarrow table: whole columns at once
+        columns = [data.column(k).to_pylist() for k in keys]
+    else:
+        columns = [[row.get(k) for row in data] for k in keys]
+    try:
+        features = np.array(columns, dtype=float).T  # [n, 2]
+    except (TypeError, ValueError) as err:
+        raise ConfigError(
+            f"{where}.feature_keys",
+            f"columns {keys} of {rows.describe()} must hold numbers (pass rates): {err}",
+        ) from None
+    if np.isnan(features).any():
+        row = int(np.argwhere(np.isnan(features))[0][0])
+        raise ConfigError(
+            f"{where}.feature_keys",
+            f"row {row} of {rows.describe()} has no value in {keys}; every task needs both "
+            "pass rates",
+        )
     return DifficultySelector(features, seed, dict(selector_cfg.kwargs or {}), where)

@@ -12,6 +12,7 @@ with, asserted: never skipped."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -44,12 +45,15 @@ def demo(tmp_path_factory):
 def _overrides(cfg_stem: str, raw_taskset_keys: bool, demo, root: Path) -> list[str]:
     ts = "buffer.explorer_input.taskset"
     attr, columns = DATA.get(cfg_stem, ("dataset_dir", GSM8K))
-    out = [
-        f"checkpoint_root_dir={root}",
-        "mode=colocate",
-        "synchronizer.sync_method=memory",
-        "synchronizer.sync_interval=1",
-        "synchronizer.sync_offset=0",
+    out = [f"checkpoint_root_dir={root}"]
+    if raw_taskset_keys:  # explorer and trainer in this process; a dataset-only run trains alone
+        out += [
+            "mode=colocate",
+            "synchronizer.sync_method=memory",
+            "synchronizer.sync_interval=1",
+            "synchronizer.sync_offset=0",
+        ]
+    out += [
         f"model.model_path={demo.model_dir}",
         "model.max_model_len=96",
         "model.max_prompt_tokens=90",
@@ -62,6 +66,8 @@ def _overrides(cfg_stem: str, raw_taskset_keys: bool, demo, root: Path) -> list[
         "explorer.eval_on_startup=false",
         "explorer.eval_interval=1000",
         "buffer.total_steps=2",
+        "buffer.batch_size=1",
+        "buffer.train_batch_size=2",
         "buffer.explorer_input.eval_tasksets=[]",
         "trainer.save_interval=0",
         "trainer.save_hf_checkpoint=never",
@@ -70,8 +76,6 @@ def _overrides(cfg_stem: str, raw_taskset_keys: bool, demo, root: Path) -> list[
     if raw_taskset_keys:
         out += [
             "algorithm.repeat_times=2",
-            "buffer.batch_size=1",
-            "buffer.train_batch_size=2",
             f"{ts}.path={getattr(demo, attr)}",
             f"{ts}.split=train",
             f"{ts}.rollout_args.max_tokens=6",
@@ -80,6 +84,7 @@ def _overrides(cfg_stem: str, raw_taskset_keys: bool, demo, root: Path) -> list[
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ACCEPTED, ids=[f.stem for f in ACCEPTED])
 def test_a_loading_trinity_config_runs_two_steps_on_the_demo_model(
     demo, tmp_path, monkeypatch, path
@@ -88,9 +93,19 @@ def test_a_loading_trinity_config_runs_two_steps_on_the_demo_model(
     monkeypatch.setenv("TRINITY_TASKSET_PATH", str(demo.dataset_dir))
     monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path))
     monkeypatch.setenv("TRINITY_SFT_DATASET_PATH", str(demo.sft_path))
+    if path.stem == "dpo_humanlike":  # its preference rows come from TRINITY_TASKSET_PATH
+        rows = [{"prompt": f"{i}+{i}=?", "chosen": str(2 * i), "rejected": "7"} for i in range(4)]
+        pairs = tmp_path / "pairs.jsonl"
+        pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        monkeypatch.setenv("TRINITY_TASKSET_PATH", str(pairs))
     written = load_config(path)
     rollouts = written.buffer.explorer_input.taskset is not None
     overrides = _overrides(path.stem, rollouts, demo, tmp_path)
+    if written.trainer.total_steps is not None:
+        overrides.append("trainer.total_steps=2")
+    if "sft_dataset" in (written.buffer.trainer_input.auxiliary_buffers or {}):
+        # mix_chord's expert rows: the demo's SFT messages
+        overrides.append(f"buffer.trainer_input.auxiliary_buffers.sft_dataset.path={demo.sft_path}")
     if path.stem in CANNOT_RUN:
         where, text = CANNOT_RUN[path.stem]
         with pytest.raises(RFTError) as info:
@@ -99,8 +114,19 @@ def test_a_loading_trinity_config_runs_two_steps_on_the_demo_model(
         return
     cfg = load_config(path, overrides)
     assert cfg.algorithm.algorithm_type == written.algorithm.algorithm_type  # kept as written
-    reports, summaries = _run(cfg)
-    assert summaries["trainer"]["steps"] == 2
+    if rollouts:
+        reports, summaries = _run(cfg)
+        assert summaries["trainer"]["steps"] == 2
+    else:  # sft / dpo from a dataset: the trainer alone (mode train, as written)
+        from rft_core.trainer.trainer import Trainer
+
+        trainer = Trainer(cfg)
+        try:
+            assert trainer.run()["steps"] == 2
+        finally:
+            trainer.close()
+        lines = (Path(cfg.job_dir) / "monitor" / "trainer_metrics.jsonl").read_text().splitlines()
+        reports = [json.loads(line) for line in lines if line.strip()]
     trained = [r for r in reports if any(k.startswith("actor/") for k in r)]
     assert len(trained) == 2, [sorted(r) for r in reports]
     for r in trained:

@@ -247,3 +247,26 @@ def test_nccl_outside_mode_both_is_read_as_the_modes_method(caplog):
     assert "read as checkpoint in mode explore, as Trinity-RFT does" in caplog.text
     with pytest.raises(ConfigError, match="mode explore uses checkpoint"):
         load_config_from_dict(_cfg(mode="explore", synchronizer={"sync_method": "memory"}))
+
+
+# ---------------------------------------------------------------- other older spellings
+
+
+def test_actor_grad_clip_is_read_as_grad_clip(caplog):
+    with caplog.at_level(logging.WARNING):
+        cfg = load_config_from_dict(_cfg(trainer={"actor_grad_clip": 0.5}))
+    assert cfg.trainer.grad_clip == 0.5 and cfg.trainer.actor_grad_clip is None
+    assert "trainer.actor_grad_clip is an older Trinity-RFT spelling: read as" in caplog.text
+    with pytest.raises(ConfigError, match="contradicts trainer.grad_clip 1.0"):
+        load_config_from_dict(_cfg(trainer={"actor_grad_clip": 0.5, "grad_clip": 1.0}))
+
+
+def test_a_loss_agg_mode_among_policy_loss_args_gives_way_to_the_algorithms(caplog):
+    # Trinity's frozen-lake example writes it there; Trinity 0.6 overwrites it with
+    # algorithm.loss_agg_mode (here the grpo preset's token-mean), and so does this
+    d = _cfg(algorithm={"policy_loss_fn_args": {"loss_agg_mode": "seq-mean-token-sum"}})
+    with caplog.at_level(logging.WARNING):
+        cfg = load_config_from_dict(d)
+    assert "loss_agg_mode" not in cfg.algorithm.policy_loss_fn_args
+    assert cfg.algorithm.loss_agg_mode == "token-mean"
+    assert "replaced by algorithm.loss_agg_mode" in caplog.text
