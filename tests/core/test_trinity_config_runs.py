@@ -7,8 +7,10 @@ of ``mode: colocate``, no Ray). The config's own algorithm, workflow, reward and
 stay as written; what an override replaces is only what points at a GPU machine (model, data,
 lengths, batch sizes, engines, monitor) and the data columns of the demo's datasets.
 
-A config that cannot run here is listed in ``CANNOT_RUN`` with the one line the run refuses it
-with, asserted: never skipped."""
+A config with rollouts runs in one process (``InProcessRun``); one that trains from a dataset
+(sft, dpo) runs the trainer alone, in its written mode. A config that cannot run here goes into
+``CANNOT_RUN`` with the one line the run refuses it with, asserted, never skipped (none today).
+A config the loader newly accepts is in ``ACCEPTED`` and so runs here too."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ COUNTDOWN = GSM8K
 FROZEN_LAKE = ["format.prompt_key=prompt", "format.response_key=''", "workflow_args.max_steps=2"]
 DATA = {
     "ppo_countdown": ("countdown_dir", COUNTDOWN),
+    "ppo_countdown_exp_replay": ("countdown_dir", COUNTDOWN),
     "grpo_frozen_lake": ("frozen_lake_dir", FROZEN_LAKE),
 }
 
@@ -137,6 +140,12 @@ def test_a_loading_trinity_config_runs_two_steps_on_the_demo_model(
 def _run(cfg):
     run = InProcessRun(cfg)
     run.start()
+    replay = cfg.buffer.trainer_input.experience_buffer.replay_buffer
+    if replay is not None and replay.enable:
+        from rft_core.buffer.replay import ReplayQueue
+
+        # the queue between them is Trinity's priority replay queue (rft_core.buffer.replay)
+        assert isinstance(run.explorer._buffer._local, ReplayQueue)
     reports = []
     while (report := run.step()) is not None:
         reports.append(report)
