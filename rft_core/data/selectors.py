@@ -29,6 +29,7 @@ the reader's own stream (``rft_core.data.reader``); the two here draw each batch
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,8 @@ DIFFICULTY_KWARGS = {
     "adaptive_rho": False,
 }
 CAP_DISCOUNT = 0.9
+
+log = logging.getLogger(__name__)
 
 
 class RandomSelector:
@@ -150,11 +153,18 @@ def build_selector(taskset: Any, selector_cfg: Any) -> RandomSelector | Difficul
     ``sequential`` / ``shuffle`` stream."""
     kind = getattr(selector_cfg, "selector_type", "sequential")
     seed = int(getattr(selector_cfg, "seed", 42))
+    where = f"{getattr(taskset.cfg, '_yaml_path', None) or 'buffer.explorer_input.taskset'}.data_selector"
+    if kind != "difficulty_based" and (selector_cfg.feature_keys or selector_cfg.kwargs):
+        log.warning(
+            "%s.feature_keys / kwargs: selector_type %s reads neither (difficulty_based does); "
+            "they have no effect",
+            where,
+            kind,
+        )
     if kind == "random":
         return RandomSelector(len(taskset), seed)
     if kind != "difficulty_based":
         return None
-    where = f"{getattr(taskset.cfg, '_yaml_path', None) or 'buffer.explorer_input.taskset'}.data_selector"
     rows = getattr(taskset, "rows", None)
     if rows is None:
         raise ConfigError(

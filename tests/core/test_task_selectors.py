@@ -139,3 +139,13 @@ def test_difficulty_based_needs_its_two_columns(tmp_path):
             ),
             batch_size=2,
         )
+
+
+def test_selector_arguments_a_selector_does_not_read_are_warned_about(tmp_path, caplog):
+    selector = {"selector_type": "random", "kwargs": {"tau": 0}}
+    with caplog.at_level("WARNING"):
+        TasksetReader(_taskset(tmp_path, selector), batch_size=2)
+    assert (
+        "buffer.explorer_input.taskset.data_selector.feature_keys / kwargs: selector_type "
+        "random reads neither" in caplog.text
+    )
