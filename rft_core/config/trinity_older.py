@@ -160,21 +160,23 @@ def _add_strategy(cfg: Any) -> None:
 
 
 def _check_choice(algorithm: str, path: str) -> None:
-    """The algorithm registry's verdict on ``algorithm`` (as if written as algorithm_type),
-    reported at ``path``, the key the config wrote."""
-    from rft_core.config.load import _to_choice
+    """The algorithm registry's verdict on ``algorithm`` (the choices and refusals of the
+    ``algorithm_type`` field), reported at ``path``, the key the config wrote."""
     from rft_core.config.schema import AlgorithmConfig
 
     meta = next(f for f in dataclasses.fields(AlgorithmConfig) if f.name == "algorithm_type")
-    try:
-        _to_choice(algorithm, "algorithm.algorithm_type", meta.metadata)
-    except ConfigError as err:
-        raise ConfigError(
-            path,
-            f"read as algorithm_type {algorithm!r}: {err.message}",
-            value=algorithm,
-            allowed=err.allowed,
-        ) from None
+    choices = list(meta.metadata.get("choices") or [])
+    if algorithm in choices:
+        return
+    refused = meta.metadata.get("refused") or {}
+    why = refused.get(algorithm, "is not one of them")
+    raise ConfigError(
+        path,
+        f"read as algorithm_type {algorithm!r}: {algorithm!r} {why}; implemented: "
+        f"{', '.join(choices)}",
+        value=algorithm,
+        allowed=choices,
+    )
 
 
 def _warn(old: str, new: str) -> None:
