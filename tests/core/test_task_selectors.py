@@ -149,3 +149,44 @@ def test_selector_arguments_a_selector_does_not_read_are_warned_about(tmp_path, 
         "buffer.explorer_input.taskset.data_selector.feature_keys / kwargs: selector_type "
         "random reads neither" in caplog.text
     )
+
+
+def test_a_run_feeds_each_steps_rewards_back_to_the_selector(tmp_path):
+    # a real 2-step run (explorer and trainer in one process, the demo model): after a step,
+    # the rows it rolled out have their estimates moved by the rewards they earned
+    import pyarrow.parquet as pq
+
+    from rft_core.demo import build_demo
+    from rft_core.in_process import InProcessRun
+    from tests.core.test_orchestration import _config
+
+    demo = build_demo(tmp_path / "demo")
+    rows = pq.read_table(demo.train_path).to_pylist()[:4]
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        "".join(
+            json.dumps({**r, "weak": FEATURES[i][0], "strong": FEATURES[i][1]}) + "\n"
+            for i, r in enumerate(rows)
+        )
+    )
+    cfg = _config(demo, tmp_path, "selector", buffer={"batch_size": 2, "total_steps": 2})
+    cfg["mode"] = "colocate"
+    cfg["synchronizer"] = {"sync_method": "memory", "sync_interval": 1, "sync_offset": 0}
+    ts = cfg["buffer"]["explorer_input"]["taskset"]
+    ts.update(path=str(tasks), subset_name=None, split="train")
+    ts["data_selector"] = {
+        "selector_type": "difficulty_based",
+        "feature_keys": ["weak", "strong"],
+        "kwargs": {"tau": 0},
+    }
+    run = InProcessRun(load_config_from_dict(cfg))
+    run.start()
+    reader = run.explorer._reader
+    assert run.step() is not None
+    sel = reader._selector
+    # step 1 took rows 0 and 1 (all estimates equal); feedback moved only their observed
+    # parts: alpha + beta of an observed row = 0.8*2 + 0.4 + 0.8*16 + 0.2*16 = 18, of the
+    # others 0.8*2 + 0.4 + 0.2*16 = 5.2
+    assert (sel.alphas + sel.betas) == pytest.approx([18.0, 18.0, 5.2, 5.2])
+    assert run.step() is not None
+    assert run.finish()["trainer"]["steps"] == 2
