@@ -240,6 +240,7 @@ class Explorer(RunActor):
 
     def _build(self, start_step: int, start_version: int, weights_from: str | None) -> None:
         from rft_core.buffer import build_buffer
+        from rft_core.buffer.queue import replay_settings
         from rft_core.data import TasksetReader
         from rft_core.sync.synchronizer import WeightReceiver
 
@@ -274,6 +275,7 @@ class Explorer(RunActor):
                     job_dir=self.job_dir,
                     role="writer",
                     between_jobs=cfg.mode == "explore",
+                    replay=replay_settings(eb),
                 )
             )
         if self.synchronizer is not None:
@@ -349,6 +351,11 @@ class Explorer(RunActor):
         step_wise = algo.advantage_fn in STEP_WISE_ADVANTAGE_FNS
         experiences = self._run_workflows(tasks, algo.repeat_times, step_wise=step_wise)
         metrics = {f"time/{part}": seconds for part, seconds in self._timings.items()}
+        self._last_rewards: dict[int, list[float]] = defaultdict(list)
+        for exp in experiences:  # the task selector's feedback (rft_core.data.selectors)
+            episode_end = exp.info.get("last_turn", True)  # a step-wise episode counts once
+            if episode_end and "task_index" in exp.info and exp.reward is not None:
+                self._last_rewards[int(exp.info["task_index"])].append(float(exp.reward))
         for exp in experiences:
             exp.group_id = f"{step}/{exp.group_id}"  # unique across steps
             exp.explorer_step = step
@@ -533,6 +540,7 @@ class Explorer(RunActor):
         elif self._pending_sync:
             self.sync_weights(trainer_version_for_explorer_sync(self.step, sync.sync_offset))
         metrics = self.explore_step(tasks)
+        self._reader.feedback(self._last_rewards)
         self._progress["step"] = self.step
         syncs = self._receiver is not None or self._watch is not None
         self._pending_sync = syncs and explorer_syncs_after(

@@ -63,9 +63,15 @@ def _shared_buffer(cfg: Any) -> Any:
     eb = cfg.buffer.trainer_input.experience_buffer
     if eb is None or (eb.storage_type or "queue").lower() != "queue":
         return None
-    from rft_core.buffer.queue import QueueBuffer
+    from rft_core.buffer.queue import QueueBuffer, replay_settings
 
-    return QueueBuffer(name=eb.name, path=eb.path, job_dir=Path(cfg.job_dir), in_process=True)
+    return QueueBuffer(
+        name=eb.name,
+        path=eb.path,
+        job_dir=Path(cfg.job_dir),
+        in_process=True,
+        replay=replay_settings(eb),
+    )
 
 
 class InProcessRun:

@@ -94,8 +94,10 @@ def _load_file(file: Path) -> bool:
         return False
     _ensure_package()
     # registries are imported first, so that an error names the plugin, not a built-in import
-    import rft_core.algorithms.advantages  # noqa: F401
-    import rft_core.algorithms.policy_losses  # noqa: F401
+    from rft_core.algorithms.advantages import ADVANTAGE_FNS
+    from rft_core.algorithms.policy_losses import POLICY_LOSSES
+
+    ADVANTAGE_FNS.names(), POLICY_LOSSES.names()  # their built-ins registered before a plugin's
     import rft_core.rewards  # noqa: F401
     import rft_core.workflows  # noqa: F401
 

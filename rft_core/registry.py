@@ -10,6 +10,7 @@ Torch-free: registries of torch code live beside that code, not here."""
 from __future__ import annotations
 
 import difflib
+import importlib
 import sys
 from collections.abc import Callable
 from typing import Generic, TypeVar
@@ -25,9 +26,26 @@ def closest_name(word: str, candidates: list[str], cutoff: float = 0.6) -> str |
     of two neighbours counting as one (``gpro`` -> ``grpo``, not ``gspo``)."""
     lowered = {c.lower(): c for c in candidates}
     close = difflib.get_close_matches(word.lower(), list(lowered), n=len(lowered), cutoff=cutoff)
+    # a shared ``_segment`` (``_workflow``, ``_strategy``, ``max_``) is no evidence that two
+    # names are related: what differs must be similar too (add_strategy is not sample_strategy)
+    close = [c for c in close if _core_similarity(word.lower(), c) >= cutoff]
     if not close:
         return None
     return lowered[min(close, key=lambda c: _edits(word.lower(), c))]  # min keeps difflib's order
+
+
+def _core_similarity(a: str, b: str) -> float:
+    """difflib's ratio of what differs between ``a`` and ``b`` once the ``_``-delimited
+    segments they share are set aside; 1.0 when one is the other with a single segment added
+    (``subset`` / ``subset_name``), 0 when more are (a more specific name is not a misspelling)."""
+    left, right = a.split("_"), b.split("_")
+    for segment in list(left):
+        if segment in right:
+            left.remove(segment)
+            right.remove(segment)
+    if not left or not right:
+        return 1.0 if len(left) + len(right) == 1 else 0.0
+    return difflib.SequenceMatcher(None, "_".join(left), "_".join(right)).ratio()
 
 
 def _edits(a: str, b: str) -> int:
@@ -51,11 +69,26 @@ class Registry(Generic[T]):
     ``sort_names=False`` in registration order: for a built-in set whose order the module
     states (the default first, as the config's choices list it)."""
 
-    def __init__(self, kind: str, path: str = "", *, sort_names: bool = True) -> None:
+    def __init__(
+        self,
+        kind: str,
+        path: str = "",
+        *,
+        sort_names: bool = True,
+        builtin_modules: tuple[str, ...] = (),
+    ) -> None:
         self.kind = kind
         self.path = path
         self.sort_names = sort_names
         self._entries: dict[str, T] = {}
+        # modules of built-in entries that import the registry's own module: imported when the
+        # registry is first read, so neither module imports the other at its top
+        self._builtin_modules = builtin_modules
+
+    def _load_builtins(self) -> None:
+        modules, self._builtin_modules = self._builtin_modules, ()
+        for module in modules:
+            importlib.import_module(module)
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator: ``@registry.register("my_name")``."""
@@ -77,6 +110,7 @@ class Registry(Generic[T]):
         self._entries[name] = obj
 
     def get(self, name: str, *, path: str | None = None) -> T:
+        self._load_builtins()
         try:
             return self._entries[name]
         except (KeyError, TypeError):
@@ -92,9 +126,11 @@ class Registry(Generic[T]):
         )
 
     def names(self) -> list[str]:
+        self._load_builtins()
         return sorted(self._entries) if self.sort_names else list(self._entries)
 
     def __contains__(self, name: object) -> bool:
+        self._load_builtins()
         return name in self._entries
 
 

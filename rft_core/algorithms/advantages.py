@@ -323,7 +323,13 @@ class AdvantageFn:
         return out, torch.ones_like(out, dtype=torch.bool)
 
 
-ADVANTAGE_FNS: Registry[AdvantageFn] = Registry("advantage function", "algorithm.advantage_fn")
+# the turn-level fns (step_wise_grpo, gigpo), raft's filter and clipb register themselves from
+# rft_core/algorithms/step_advantages.py, imported when the registry is first read
+ADVANTAGE_FNS: Registry[AdvantageFn] = Registry(
+    "advantage function",
+    "algorithm.advantage_fn",
+    builtin_modules=("rft_core.algorithms.step_advantages",),
+)
 
 
 def register_advantage_fn(
@@ -354,6 +360,3 @@ register_advantage_fn("reinforce", "group")(reinforce_advantages)
 register_advantage_fn("reinforceplusplus", "token")(reinforce_plus_plus_advantages)
 register_advantage_fn("ppo", "token", needs_values=True)(gae_advantages)
 register_advantage_fn("gae", "token", needs_values=True)(gae_advantages)
-
-# the turn-level fns (step_wise_grpo, gigpo), raft's filter and clipb register themselves
-from rft_core.algorithms import step_advantages as _step_advantages  # noqa: E402,F401

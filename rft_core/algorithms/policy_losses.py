@@ -51,8 +51,13 @@ class PolicyLoss:
 
 
 # in registration order: ppo (the default) first, as the config's choices list them
+# (sapo and m2po register themselves from rft_core/algorithms/soft_losses.py, imported when the
+# registry is first read)
 POLICY_LOSSES: Registry[PolicyLoss] = Registry(
-    "policy loss", "algorithm.policy_loss_fn", sort_names=False
+    "policy loss",
+    "algorithm.policy_loss_fn",
+    sort_names=False,
+    builtin_modules=("rft_core.algorithms.soft_losses",),
 )
 
 
@@ -575,7 +580,3 @@ def mix_chord_policy_loss(
     metrics["mix_loss"] = float(loss.detach())
     metrics["mu"] = mu
     return loss, metrics
-
-
-# sapo and m2po (rft_core/algorithms/soft_losses.py) register themselves here
-from rft_core.algorithms import soft_losses as _soft_losses  # noqa: E402,F401

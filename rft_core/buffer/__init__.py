@@ -26,10 +26,12 @@ QUEUE_BETWEEN_JOBS_NEEDS_PATH = (
 
 
 @BUFFERS.register("queue")
-def _queue(*, name: str, path: str | None, job_dir: Path, role: str) -> ExperienceBuffer:
+def _queue(
+    *, name: str, path: str | None, job_dir: Path, role: str, replay: dict | None = None
+) -> ExperienceBuffer:
     from rft_core.buffer.queue import QueueBuffer
 
-    return QueueBuffer(name=name, path=path, job_dir=job_dir, role=role)
+    return QueueBuffer(name=name, path=path, job_dir=job_dir, role=role, replay=replay)
 
 
 @BUFFERS.register("file")
@@ -63,6 +65,7 @@ def build_buffer(
     job_dir: Path,
     role: str = "writer",
     between_jobs: bool = False,
+    replay: dict | None = None,
 ) -> ExperienceBuffer:
     """Open the experience buffer ``name`` of ``storage_type`` (a ``BUFFERS`` entry) for a
     ``role`` ("writer" or "reader"). Relative paths resolve under ``<job_dir>/buffer/``.
@@ -70,7 +73,10 @@ def build_buffer(
     ``between_jobs``: writer and reader are separate ``trinity run`` jobs (``mode: explore`` and
     ``mode: train``). An in-memory queue cannot reach the other job, so a ``queue`` is opened
     as its ``path`` mirror (``sqlite:///x.db`` → ``sql``, else ``file``), which both jobs see:
-    Trinity's async example pair, both sides ``storage_type: queue`` with one sqlite path."""
+    Trinity's async example pair, both sides ``storage_type: queue`` with one sqlite path.
+
+    ``replay``: ``rft_core.buffer.queue.replay_settings`` of the config, for a ``queue`` (a
+    priority replay queue instead of the FIFO); the validator refuses it for other kinds."""
     kind = (storage_type or "queue").lower()
     if role not in ("writer", "reader"):
         raise ValueError(f"role must be 'writer' or 'reader', not {role!r}")
@@ -78,6 +84,10 @@ def build_buffer(
         if not path:
             raise ConfigError(f"{_CONFIG_PATH}.path", QUEUE_BETWEEN_JOBS_NEEDS_PATH)
         kind = mirror_storage_type(path)
+    if kind == "queue" and replay is not None:
+        return BUFFERS.get(kind)(
+            name=name, path=path, job_dir=Path(job_dir), role=role, replay=replay
+        )
     return BUFFERS.get(kind)(name=name, path=path, job_dir=Path(job_dir), role=role)
 
 

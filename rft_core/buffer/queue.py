@@ -10,6 +10,10 @@ explorer and trainer share (``in_process``, e.g. ``mode: colocate`` inside one R
 Everything that passes through is also written to the mirror named by ``path``
 (``sqlite:///x.db`` → an ``sql`` table, ``*.jsonl`` → a ``file`` buffer), from inside the queue
 so that several writers never race on the mirror.
+
+With ``replay`` settings (``replay_buffer.enable``; :func:`replay_settings`) the body is a
+``rft_core.buffer.replay.ReplayQueue`` instead of the FIFO: batches by priority, reused after
+a cooldown, as Trinity-RFT's priority queue.
 """
 
 from __future__ import annotations
@@ -86,14 +90,53 @@ def _build_mirror(path: str | None, job_dir: Path, name: str) -> ExperienceBuffe
     return build(name=name, path=path, job_dir=job_dir, role="writer")
 
 
-class _MirroredQueue(LocalQueue):
+def replay_settings(eb: Any) -> dict[str, Any] | None:
+    """The ``ReplayQueue`` keyword arguments of an experience_buffer config, or None when its
+    ``replay_buffer`` is off (a plain FIFO)."""
+    rb = getattr(eb, "replay_buffer", None)
+    if rb is None or not rb.enable:
+        return None
+    return {
+        "capacity": int(getattr(eb, "capacity", 10000)),
+        "reuse_cooldown_time": rb.reuse_cooldown_time,
+        "priority_fn": rb.priority_fn,
+        "priority_fn_args": dict(rb.priority_fn_args or {}),
+    }
+
+
+def _body(mirror: ExperienceBuffer | None, replay: dict[str, Any] | None) -> Any:
+    if replay is None:
+        return LocalQueue(mirror)
+    from rft_core.buffer.replay import ReplayQueue
+
+    return ReplayQueue(mirror=mirror, **replay)
+
+
+class _MirroredQueue:
     """The queue as a Ray actor body: it opens its own mirror where it runs."""
 
-    def __init__(self, path: str | None, job_dir: str, name: str):
+    def __init__(
+        self, path: str | None, job_dir: str, name: str, replay: dict[str, Any] | None = None
+    ):
         from rft_core.actor_log import log_to_file
 
         log_to_file(Path(job_dir) / "log" / f"queue_{name}.log")
-        super().__init__(_build_mirror(path, Path(job_dir), name))
+        self._body = _body(_build_mirror(path, Path(job_dir), name), replay)
+
+    def put(self, experiences: list[Experience]) -> None:
+        self._body.put(experiences)
+
+    def get(self, n: int, timeout: float | None = None) -> tuple[list[Experience], str]:
+        return self._body.get(n, timeout)
+
+    def close(self) -> None:
+        self._body.close()
+
+    def qsize(self) -> int:
+        return self._body.qsize()
+
+    def ping(self) -> bool:
+        return True
 
 
 def _ray_initialized() -> bool:
@@ -113,6 +156,7 @@ class QueueBuffer(ExperienceBuffer):
         job_dir: Path,
         role: str = "writer",
         in_process: bool = False,
+        replay: dict[str, Any] | None = None,
     ) -> None:
         self.name = name
         self.path = path
@@ -124,11 +168,11 @@ class QueueBuffer(ExperienceBuffer):
             actor_cls = ray.remote(num_cpus=0, max_concurrency=QUEUE_ACTOR_THREADS)(_MirroredQueue)
             self._actor = actor_cls.options(
                 name=actor_name(name, job_dir), get_if_exists=True
-            ).remote(path, str(job_dir), name)
+            ).remote(path, str(job_dir), name, replay)
             self._local = None
         else:
             self._actor = None
-            self._local = LocalQueue(_build_mirror(path, Path(job_dir), name))
+            self._local = _body(_build_mirror(path, Path(job_dir), name), replay)
 
     @property
     def is_remote(self) -> bool:

@@ -57,7 +57,9 @@ class FormatConfig:
         None, "column holding videos (multi-modal data)", unimplemented=True
     )
     reply_prefix: str | None = _field(
-        None, "text every assistant reply starts with", unimplemented=True
+        None,
+        "text every assistant reply starts with: the prompt ends with it (after the chat "
+        "template's assistant header) and the model continues from there",
     )
     enable_concatenated_multi_turn: bool = _field(
         False,
@@ -91,15 +93,22 @@ class DataSelectorConfig:
 
     selector_type: str = _field(
         "sequential",
-        "sequential (file order) or shuffle (a new permutation each epoch, from seed)",
-        choices=["sequential", "shuffle"],
+        "sequential (file order), shuffle (a new permutation each epoch, from seed), random "
+        "(each batch drawn afresh, from seed and position) or difficulty_based (tasks whose "
+        "estimated pass rate is nearest kwargs.target_reward, from the feature_keys columns and "
+        "the rewards seen)",
+        choices=["sequential", "shuffle", "random", "difficulty_based"],
     )
-    seed: int = _field(42, "seed of the shuffle")
+    seed: int = _field(42, "seed of shuffle, random and difficulty_based")
     feature_keys: list[str] = _field(
-        help="columns a selector estimates from", factory=list, unimplemented=True
+        help="difficulty_based: the two columns holding each task's pass rate under a weak and a "
+        "strong reference model",
+        factory=list,
     )
     kwargs: dict[str, Any] = _field(
-        help="free-form selector arguments", factory=dict, unimplemented=True
+        help="difficulty_based: target_reward (1.0), tau (1.0; 0 = greedy), do_sample (false), "
+        "m (16), lamb (0.2), rho (0.2), adaptive_rho (false)",
+        factory=dict,
     )
 
 
@@ -180,7 +189,18 @@ class ExperienceBufferConfig:
     )
     index: int = _field(0, "start offset of a dataset read in train mode")
     replay_buffer: ReplayBufferConfig | None = _field(
-        help="priority replay of queue experiences", factory=ReplayBufferConfig, unimplemented=True
+        help="priority replay of queue experiences", factory=ReplayBufferConfig
+    )
+    use_priority_queue: bool | None = _field(
+        None, "older spelling of replay_buffer.enable (read as it, with a warning)"
+    )
+    reuse_cooldown_time: float | None = _field(
+        None, "older spelling of replay_buffer.reuse_cooldown_time (read as it, with a warning)"
+    )
+    replay_buffer_kwargs: dict[str, Any] | None = _field(
+        None,
+        "older spelling of replay_buffer.priority_fn (key priority_fn) and priority_fn_args "
+        "(the other keys), read as them with a warning",
     )
     max_retry_times: int = _field(3, "sql storage: retries of a failed read", unimplemented=True)
     max_retry_interval: int = _field(1, "sql storage: seconds between retries", unimplemented=True)
@@ -208,6 +228,9 @@ class ExplorerInput:
     )
     default_reward_fn_type: str | None = _field(None, "reward function for tasksets that name none")
     system_prompt: str | None = _field(None, "system prompt for tasksets whose format gives none")
+    reply_prefix: str | None = _field(
+        None, "reply prefix for tasksets whose format gives none (format.reply_prefix)"
+    )
 
     @property
     def all_tasksets(self) -> list[TasksetConfig]:

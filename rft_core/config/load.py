@@ -35,6 +35,9 @@ MOVED_KEYS = {
     "sft_warmup_steps": "SFT warmup is a stage now: set buffer.total_steps inside an sft_warmup stage (see examples/grpo_gsm8k/gsm8k_sft_warmup.yaml)",
     "algorithm_type": "moved to algorithm.algorithm_type",
     "synchronizer.sync_iteration_interval": "renamed to synchronizer.sync_interval",
+    "data_processor.data_processor_url": "it is the URL of an outside data-processor service "
+    "(Trinity-RFT <= 0.2 ran its task/experience pipelines there), which RFT Studio does not "
+    "call: remove it (the data_processor pipelines are accepted with a warning, no effect)",
     "data": "Trinity-RFT's old `data` section is gone: tasksets live in buffer.explorer_input.taskset (name, path, format, ...) and buffer.batch_size / total_epochs in buffer",
 }
 

@@ -296,6 +296,15 @@ def _check_workflow(workflows: Registry[None], name: str, path: str) -> None:
             "directory (trinity run --plugin-dir DIR) can register it",
             value=name,
         )
+    if name.count(".") >= 2 and name.rsplit(".", 1)[-1][:1].isupper() and name not in workflows:
+        raise ConfigError(
+            path,
+            f"{name!r} is a Python class path, which Trinity-RFT imports from its repository "
+            "(examples/ is not part of RFT Studio, and a config never names code to import); "
+            "register the class with @workflows.register in a file of a plugin directory "
+            "(trinity run --plugin-dir DIR) and name it here",
+            value=name,
+        )
     workflows.get(name, path=path)
 
 

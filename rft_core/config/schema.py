@@ -107,6 +107,14 @@ class AlgorithmConfig:
         "other keys and other algorithms: no effect (warned)",
         factory=dict,
     )
+    add_strategy: str | None = _field(
+        None,
+        "older Trinity-RFT spelling (<= 0.2): step_wise_grpo is read as algorithm_type "
+        "multi_step_grpo, grpo / opmd as that advantage_fn (with a warning)",
+    )
+    add_strategy_args: dict[str, Any] | None = _field(
+        None, "older spelling of the advantage_fn_args of add_strategy"
+    )
     advantage_fn: str | None = _field(
         None,
         "advantage function: grpo, rloo, reinforceplusplus, ppo/gae, opmd, asymre, rec, reinforce, "
@@ -345,6 +353,9 @@ class TrainerConfig:
     )
     grad_clip: float | None = _field(
         None, "gradient norm clip (derived: algorithm.optimizer.clip_grad)"
+    )
+    actor_grad_clip: float | None = _field(
+        None, "older Trinity-RFT spelling (<= 0.3) of grad_clip (read as it, with a warning)"
     )
     max_checkpoints_to_keep: int = _field(0, "older global_step_* dirs are deleted (0: keep all)")
     max_token_len_per_gpu: int | None = _field(

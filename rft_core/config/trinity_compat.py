@@ -12,7 +12,9 @@ Three kinds, each said out loud at run time (never silently ignored):
 - deprecated spellings Trinity-RFT 0.6 still accepts (``explorer.runner_num``,
   ``algorithm.optimizer.warmup_style``, ``taskset.task_selector``) and two older ones
   (``trainer.ppo_max_token_len_per_gpu``, ``buffer.max_retry_times``): :func:`apply_deprecated`
-  maps each onto its current key with a warning, or warns that it has no effect;
+  maps each onto its current key with a warning, or warns that it has no effect; keys of
+  Trinity 0.1 - 0.2 (``use_priority_queue``, ``add_strategy``, ...) the same way
+  (``rft_core.config.trinity_older``);
 - ``explorer.rollout_model`` lengths and chat settings that Trinity lets override ``model``'s:
   :func:`fold_rollout_model_overrides` moves them into ``model`` when ``model`` leaves them unset
   (one engine serves both, so they cannot differ) and warns when both are set and differ.
@@ -130,6 +132,9 @@ def apply_deprecated(cfg: Any) -> None:
                 getattr(b, key),
             )
             setattr(b, key, None)
+    from rft_core.config.trinity_older import apply_older_spellings
+
+    apply_older_spellings(cfg)  # use_priority_queue, add_strategy, data_processor_url
     ei = b.explorer_input
     tasksets = [("taskset", ei.taskset)] if ei.taskset is not None else []
     tasksets += [(f"tasksets[{i}]", ts) for i, ts in enumerate(ei.tasksets)]

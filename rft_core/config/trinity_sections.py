@@ -1,9 +1,9 @@
 """Trinity-RFT sections that RFT Studio accepts without acting on them, so that other users'
-configs load: replay buffers, over-rollout, dynamic timeouts, Megatron parallelism, LoRA,
+configs load: over-rollout, dynamic timeouts, Megatron parallelism, LoRA,
 Tinker, external models, logging, the Data-Juicer service and the data processor's pipelines.
 
 The schema (``schema.py``, ``buffer_schema.py``) holds them as fields flagged
-``unimplemented``; ``rft_core.config.trinity_compat`` warns when a config sets one. Field
+``unimplemented`` (``ReplayBufferConfig`` is here too, but implemented: ``rft_core.buffer.replay``); ``rft_core.config.trinity_compat`` warns when a config sets one. Field
 names, types and defaults follow Trinity-RFT's ``trinity/common/config.py``.
 """
 
@@ -17,13 +17,25 @@ from rft_core.config.meta import config_field as _field
 
 @dataclass
 class ReplayBufferConfig:
-    """Priority replay of queue experiences (Trinity's ``replay_buffer``)."""
+    """Priority replay of queue experiences (Trinity's ``replay_buffer``; ``rft_core.buffer.replay``)."""
 
-    enable: bool = _field(False, "reuse experiences from the queue by priority")
-    priority_fn: str = _field("linear_decay", "priority function of replayed experiences")
-    reuse_cooldown_time: float | None = _field(None, "seconds before an experience is reused")
+    enable: bool = _field(
+        False,
+        "queue storage: the trainer reads the highest-priority explorer batch first, and a read "
+        "batch comes back after reuse_cooldown_time (capacity counts batches)",
+    )
+    priority_fn: str = _field(
+        "linear_decay",
+        "linear_decay (model_version - decay x use_count) or decay_limit_randomization (the same "
+        "plus Gaussian noise sigma; reused at most use_count_limit times)",
+        choices=["linear_decay", "decay_limit_randomization"],
+    )
+    reuse_cooldown_time: float | None = _field(
+        None, "seconds before a read batch is offered again (None: never reused)"
+    )
     priority_fn_args: dict[str, Any] = _field(
-        help="free-form arguments of the priority function", factory=lambda: {"decay": 2.0}
+        help="decay (2.0); decay_limit_randomization also use_count_limit (3) and sigma (0.0)",
+        factory=lambda: {"decay": 2.0},
     )
 
 

@@ -9,9 +9,11 @@ path. Decisions (where Trinity is silent or where TRINITY_COMPAT.md asks for a f
   A group algorithm with ``repeat_times`` written as 1 -> error (a group of one has no baseline;
   GRPO would train on raw rewards, Trinity's silent failure).
 - ``synchronizer.sync_method`` unset -> nccl in ``both``, memory in ``colocate``, checkpoint
-  otherwise; a written value that cannot work in the mode is an error, never silently changed.
-  The one exception, with a warning line: mode ``both`` on a cluster of one GPU runs as
-  ``colocate`` with memory sync (``rft_core.config.gpu_fit.adapt_one_gpu`` says why).
+  otherwise. ``nccl`` written for another mode is read as that mode's method with a warning
+  (Trinity-RFT's validator does the same; nccl is its default); ``memory`` works in ``both``
+  (through the Ray object store, as Trinity's Tinker example sets it) and ``colocate``, and is
+  an error in the other modes. Mode ``both`` on a cluster of one GPU runs as ``colocate`` with
+  memory sync, with a warning line (``rft_core.config.gpu_fit.adapt_one_gpu`` says why).
 - Lengths: any two of ``max_model_len``, ``max_prompt_tokens``, ``max_response_tokens``
   determine the third; only ``max_model_len`` -> split in halves; only one of prompt/response ->
   the other is 1024; none -> 1024 + 1024 = 2048.
@@ -40,6 +42,7 @@ from typing import Any
 
 from rft_core.algorithms.presets import get_preset, ignored_kl_penalty, mixes_expert_data
 from rft_core.buffer import QUEUE_BETWEEN_JOBS_NEEDS_PATH
+from rft_core.config.buffer_checks import check_replay_buffer, several_experiences_per_run
 from rft_core.config.expert_data import check_expert_data, expert_rows_per_step
 from rft_core.config.gpu_fit import adapt_one_gpu
 from rft_core.config.resources import check_cluster, check_world_size
@@ -151,21 +154,14 @@ def _check_stage_list(cfg: Config) -> None:
 
 def _check_sampling(section: Any, path: str) -> None:
     """temperature, top_p and top_k of ``model`` or a taskset's ``rollout_args`` (unset: None)."""
-    if section.temperature is not None and section.temperature < 0:
+    t, p, k = section.temperature, section.top_p, section.top_k
+    if t is not None and t < 0:
+        raise ConfigError(f"{path}.temperature", f"must be >= 0, got {t}", value=t)
+    if p is not None and not 0.0 < p <= 1.0:
+        raise ConfigError(f"{path}.top_p", f"must be in (0, 1], got {p}", value=p)
+    if k is not None and k < -1:
         raise ConfigError(
-            f"{path}.temperature",
-            f"must be >= 0, got {section.temperature}",
-            value=section.temperature,
-        )
-    if section.top_p is not None and not 0.0 < section.top_p <= 1.0:
-        raise ConfigError(
-            f"{path}.top_p", f"must be in (0, 1], got {section.top_p}", value=section.top_p
-        )
-    if section.top_k is not None and section.top_k < -1:
-        raise ConfigError(
-            f"{path}.top_k",
-            f"must be -1 or 0 (off) or a positive k, got {section.top_k}",
-            value=section.top_k,
+            f"{path}.top_k", f"must be -1 or 0 (off) or a positive k, got {k}", value=k
         )
 
 
@@ -366,6 +362,7 @@ def _derive_buffer(cfg: Config) -> None:
         cfg.mode in ("both", "colocate")
         and not supervised
         and b.train_batch_size - expert_rows > rollout_rows
+        and not several_experiences_per_run(cfg, b.train_batch_size - expert_rows, rollout_rows)
     ):
         raise ConfigError(
             "buffer.train_batch_size",
@@ -407,6 +404,8 @@ def _derive_taskset(cfg: Config, ts: TasksetConfig, path: str, *, is_eval: bool)
     ts.default_reward_fn_type = ts.default_reward_fn_type or ei.default_reward_fn_type
     if ts.format.system_prompt is None:
         ts.format.system_prompt = ei.system_prompt
+    if ts.format.reply_prefix is None:
+        ts.format.reply_prefix = ei.reply_prefix
     if is_eval:
         if (
             ts.repeat_times is None
@@ -484,6 +483,7 @@ def _derive_experience_buffer(cfg: Config) -> None:
     if eb.storage_type in ("file", "sql") and not (eb.path or "").strip():
         raise ConfigError(f"{path}.path", f"required for storage_type {eb.storage_type}")
     _at_least(eb.capacity, f"{path}.capacity", 1)
+    check_replay_buffer(cfg, eb, path)
 
 
 def _check_explorer(cfg: Config) -> None:
@@ -529,7 +529,11 @@ _SYNC_FOR_MODE = {"both": "nccl", "colocate": "memory"}
 # sync methods that work in one mode only, and why
 _SYNC_NEEDS_MODE = {
     "nccl": ("both", "nccl broadcasts between a running explorer and trainer"),
-    "memory": ("colocate", "memory sync needs explorer and trainer in one process"),
+    "memory": (
+        "both or colocate",
+        "memory sync hands the trainer's weights to a running explorer (through the Ray object "
+        "store, or in one process)",
+    ),
 }
 
 
@@ -538,7 +542,18 @@ def _derive_synchronizer(cfg: Config) -> None:
     usual = _SYNC_FOR_MODE.get(cfg.mode, "checkpoint")
     if s.sync_method is None:
         s.sync_method = usual
-    if s.sync_method in _SYNC_NEEDS_MODE and cfg.mode != _SYNC_NEEDS_MODE[s.sync_method][0]:
+    elif s.sync_method == "nccl" and cfg.mode != "both":
+        # Trinity-RFT's default is nccl; its validator reads it as the mode's method, loudly
+        log.warning(
+            "synchronizer.sync_method nccl broadcasts between a running explorer and trainer "
+            "(mode both): read as %s in mode %s, as Trinity-RFT does",
+            usual,
+            cfg.mode,
+        )
+        s.sync_method = usual
+    if s.sync_method in _SYNC_NEEDS_MODE and cfg.mode not in _SYNC_NEEDS_MODE[s.sync_method][
+        0
+    ].split(" or "):
         needed, why = _SYNC_NEEDS_MODE[s.sync_method]
         raise ConfigError(
             "synchronizer.sync_method",
@@ -549,6 +564,12 @@ def _derive_synchronizer(cfg: Config) -> None:
     _at_least(s.sync_interval, "synchronizer.sync_interval", 1)
     _at_least(s.sync_offset, "synchronizer.sync_offset", 0)
     _at_least(s.sync_timeout, "synchronizer.sync_timeout", 1)
+
+
+BUDGET_BELOW_LENGTH = (
+    "trainer.%s %d is below model.max_model_len %d: a longer sequence trains alone in its "
+    "micro-batch (trainer.batching.micro_batches); raise it to keep every one within the budget"
+)
 
 
 def _derive_trainer(cfg: Config) -> None:
@@ -567,7 +588,9 @@ def _derive_trainer(cfg: Config) -> None:
         if written.ppo_max_token_len_per_gpu
         else "max_token_len_per_gpu"
     )
-    _at_least(t.max_token_len_per_gpu, f"trainer.{key}", cfg.model.max_model_len)
+    _at_least(t.max_token_len_per_gpu, f"trainer.{key}", 1)
+    if t.max_token_len_per_gpu < cfg.model.max_model_len:  # verl checks real lengths, too
+        log.warning(BUDGET_BELOW_LENGTH, key, t.max_token_len_per_gpu, cfg.model.max_model_len)
 
 
 def _at_least(value: int | None, path: str, low: int) -> None:

@@ -7,6 +7,10 @@ tasks of the stream, across an epoch boundary if need be; the last batch may be 
 reader stops after ``total_epochs`` epochs, or after ``total_steps`` batches when that is set
 (``total_steps`` overrides epochs, as in Trinity). ``state()`` / ``load_state()`` carry
 ``index`` through a checkpoint, and ``start_index = step * batch_size`` resumes at a step.
+
+With ``selector_type`` ``random`` or ``difficulty_based`` (``rft_core.data.selectors``) the
+stream positions still count the tasks consumed, but each batch's rows are the selector's draw
+at that position; ``feedback`` hands the selector each task's mean reward after a step.
 """
 
 from __future__ import annotations
@@ -46,6 +50,12 @@ class TasksetReader:
         self.index = taskset.cfg.index if start_index is None else start_index
         self.steps = self.index // batch_size
         self._order: tuple[int, np.ndarray] | None = None
+        from rft_core.data.selectors import build_selector
+
+        self.selector_type = getattr(selector, "selector_type", "sequential")
+        self._selector = build_selector(taskset, selector) if selector is not None else None
+        if self._selector is not None:
+            self.seed = int(getattr(selector, "seed", 42))
 
     @property
     def epoch(self) -> int:
@@ -65,7 +75,11 @@ class TasksetReader:
             stop = min(stop, self.end)
         if stop <= self.index:
             return None
-        batch = [self.taskset[self._row_at(pos)] for pos in range(self.index, stop)]
+        if self._selector is not None:
+            rows = self._selector.select(self.index, stop - self.index)
+        else:
+            rows = [self._row_at(pos) for pos in range(self.index, stop)]
+        batch = [self.taskset[row] for row in rows]
         self.index = stop
         self.steps += 1
         return batch
@@ -74,10 +88,23 @@ class TasksetReader:
         while (batch := self.next_batch()) is not None:
             yield batch
 
+    def feedback(self, rewards_by_task: dict[int, list[float]]) -> None:
+        """Each task's rewards of the last step (task index -> rewards): the selector's
+        pass rates, their means (``difficulty_based``; the others take none)."""
+        if self._selector is None or not rewards_by_task:
+            return
+        indices = sorted(rewards_by_task)
+        rates = [sum(rewards_by_task[i]) / len(rewards_by_task[i]) for i in indices]
+        self._selector.feedback(indices, rates)
+
     def state(self) -> dict[str, Any]:
         """What a checkpoint stores to resume here (``explorer_meta.json``)."""
         n = len(self.taskset)
+        extra = {}
+        if self._selector is not None:
+            extra = {"selector_type": self.selector_type, "selector": self._selector.state()}
         return {
+            **extra,
             "taskset": self.taskset.name,
             "index": self.index,
             "epoch": self.index // n,
@@ -99,6 +126,8 @@ class TasksetReader:
             )
         self.index = int(state["index"])
         self.steps = int(state.get("steps", self.index // self.batch_size))
+        if self._selector is not None and state.get("selector_type") == self.selector_type:
+            self._selector.load_state(state.get("selector") or {})
 
     @classmethod
     def from_state(cls, taskset: Taskset, state: dict[str, Any], **kwargs: Any) -> TasksetReader:

@@ -16,6 +16,7 @@ class Task:
     prompt: str  # row[format.prompt_key]
     truth: str | None = None  # row[format.response_key]
     system_prompt: str | None = None  # format.system_prompt (None = the workflow's default)
+    reply_prefix: str | None = None  # format.reply_prefix: the reply starts with it (prompt end)
     workflow: str = "math_workflow"  # row[format.workflow_key] or default_workflow_type
     reward_fn: str | None = None  # row[format.reward_fn_key] or default_reward_fn_type
     rollout_args: dict[str, Any] = field(

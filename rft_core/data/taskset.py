@@ -91,6 +91,7 @@ class Taskset:
             prompt=str(prompt),
             truth=None if truth is None else str(truth),
             system_prompt=system_prompt,
+            reply_prefix=fmt.reply_prefix or None,
             workflow=workflow,
             reward_fn=reward_fn,
             rollout_args=dict(self.rollout_args),

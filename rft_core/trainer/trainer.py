@@ -155,6 +155,7 @@ class Trainer(RunActor):
             self._source = self._dataset_source(preset.schema)
         else:
             from rft_core.buffer import build_buffer
+            from rft_core.buffer.queue import replay_settings
 
             def open_buffer(role: str) -> Any:
                 return build_buffer(
@@ -164,6 +165,7 @@ class Trainer(RunActor):
                     job_dir=self.job_dir,
                     role=role,
                     between_jobs=beside_explore_job,
+                    replay=replay_settings(eb),
                 )
 
             # a buffer that outlives the run (a train job's, a file or sql one) is read on

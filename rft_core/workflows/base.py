@@ -188,6 +188,12 @@ class Workflow(ABC):
             texts = [self.prompt_text(tasks[i]) for i in positions]
             if all(text is not None for text in texts):
                 outputs = engine.generate(texts, params)  # type: ignore[arg-type]
+            elif any(tasks[i].reply_prefix for i in positions):
+                ids = [
+                    prefixed_prompt_ids(engine, self.messages(tasks[i]), tasks[i])
+                    for i in positions
+                ]
+                outputs = engine.generate_ids(ids, params)
             else:
                 outputs = engine.chat([self.messages(tasks[i]) for i in positions], params)
             if len(outputs) != len(positions) or any(len(g) != n for g in outputs):
@@ -198,6 +204,20 @@ class Workflow(ABC):
             for i, gens in zip(positions, outputs, strict=True):
                 results[i] = gens
         return results  # type: ignore[return-value]
+
+
+def prefixed_prompt_ids(engine: RolloutEngine, conversation: list[dict], task: Task) -> list[int]:
+    """The prompt of ``conversation`` (chat template, generation prompt on) followed by the
+    task's ``reply_prefix``, as token ids: the model continues the reply from the prefix, as
+    Trinity-RFT renders an assistant message holding the prefix with ``continue_final_message``."""
+    text = engine.tokenizer.apply_chat_template(
+        conversation,
+        tokenize=False,
+        add_generation_prompt=True,
+        **getattr(engine, "chat_template_kwargs", {}),
+    )
+    text += task.reply_prefix or ""
+    return engine.tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 WORKFLOW_PATH = "buffer.explorer_input.taskset.default_workflow_type"

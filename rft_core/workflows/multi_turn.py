@@ -43,6 +43,7 @@ from dataclasses import astuple, dataclass, field
 from typing import Any
 
 from rft_core.data.task import Task
+from rft_core.errors import ConfigError
 from rft_core.experience import Experience
 from rft_core.rollout.base import Generation, RolloutEngine, SamplingParams
 from rft_core.workflows.base import Workflow, _group_ids, sampling_params
@@ -173,6 +174,14 @@ class MultiTurnWorkflow(Workflow):
     ) -> list[Experience]:
         if repeat_times < 1:
             raise ValueError(f"repeat_times must be >= 1, got {repeat_times}")
+        for task in tasks:
+            if task.reply_prefix:
+                raise ConfigError(
+                    f"{task.yaml_path}.format.reply_prefix",
+                    f"{type(self).__name__} builds its own turns from the environment; a reply "
+                    "prefix applies to single-turn workflows: remove it",
+                    value=task.reply_prefix,
+                )
         episodes = []
         for task in tasks:
             for run in range(repeat_times):

@@ -189,6 +189,20 @@ def test_colocate_hands_weights_over_in_memory_every_step(demo, local_ray, tmp_p
 
 
 @pytest.mark.slow
+def test_memory_sync_in_mode_both_goes_through_the_object_store(demo, local_ray, tmp_path):
+    # Trinity's Tinker example: mode both, sync_method memory. Explorer and trainer are two
+    # actors; each sync step the trainer's weights go through Ray's object store (ray.put /
+    # ray.get), so with sync_interval 1, offset 0 the explorer's step s runs on version s-1
+    cfg = _config(demo, tmp_path, "memory_both", synchronizer={"sync_method": "memory"})
+    cfg["buffer"]["total_steps"] = 3
+    result = run_experiment(load_config_from_dict(cfg)).last
+    assert [tuple(sv) for sv in result.explorer["model_versions"]] == [(1, 0), (2, 1), (3, 2)]
+    assert result.trainer["steps"] == 3
+    log = (Path(result.job_dir) / "log" / "synchronizer.log").read_text()
+    assert "published weights version 1" in log and "published weights version 2" in log
+
+
+@pytest.mark.slow
 def test_two_trainer_ranks_train_sync_and_checkpoint_in_mode_both(demo, local_ray, tmp_path):
     # trainer.world_size 2: FSDP2 over gloo; the gathered weights reach the explorer by nccl
     # (gloo) sync, the final checkpoint is sharded W=2 and converts to a loadable HF model

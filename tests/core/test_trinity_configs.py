@@ -63,31 +63,44 @@ EXPECTED: dict[str, tuple[str, str] | None] = {
         "'trajectory_accuracy_grader_reward' needs an outside OpenAI-compatible judge API",
     ),
     "ppo_countdown": None,
-    # agent workflows (rft_core/workflows/react_math.py on the OpenAI endpoint): the first
-    # blocker here is another part of issue 22 (multi_step_grpo, add_strategy,
-    # use_priority_queue); test_agent_workflows.py loads them with those keys taken out
-    "agentscope_react_gsm8k": (
-        "algorithm.algorithm_type",
-        "'multi_step_grpo' (step-wise GRPO for multi-turn agents) is a Trinity-RFT algorithm",
-    ),
-    "agentscope_tool_react_gsm8k": ("algorithm.add_strategy", "unknown key 'add_strategy'"),
+    # agent workflows (rft_core/workflows/react_math.py on the OpenAI endpoint) with
+    # multi_step_grpo, add_strategy and use_priority_queue read; agents whose tools are a
+    # service outside the job are refused naming it
+    "agentscope_react_gsm8k": None,
+    "agentscope_tool_react_gsm8k": None,
     "agentscope_websearch": (
-        "buffer.trainer_input.experience_buffer.use_priority_queue",
-        "unknown key 'use_priority_queue'",
+        "buffer.explorer_input.taskset.default_workflow_type",
+        "needs a web search API (Tavily or SearXNG",
     ),
     "grpo_email_search": (
-        "buffer.trainer_input.experience_buffer.use_priority_queue",
-        "unknown key 'use_priority_queue'",
+        "buffer.explorer_input.taskset.default_workflow_type",
+        "needs the Enron e-mail corpus database",
     ),
     # deliberate differences (TRINITY_COMPAT.md: train_batch_size is required for sft and train mode)
     "sft_mot": ("buffer.train_batch_size", "required with algorithm_type sft"),
     "async_gsm8k_trainer": ("buffer.train_batch_size", "required with mode train"),
-    # a token budget smaller than one sequence cannot train it
-    "grpo_vlm": ("trainer.ppo_max_token_len_per_gpu", "must be >= 20480, got 16384"),
+    # images: the engines and trainer are text-only (its token budget below max_model_len is
+    # a warning: a longer sequence trains alone in its micro-batch)
+    "grpo_vlm": (
+        "buffer.explorer_input.taskset.default_workflow_type",
+        "workflow 'simple_mm_workflow' (Trinity-RFT's multimodal prompts with images",
+    ),
     # keys Trinity-RFT 0.6 rejects as well: the error says what to write instead
     "dapo_math": ("buffer.explorer_input.taskset.subset", "did you mean 'subset_name'?"),
     "grpo_math_top_level_algorithm_type": ("algorithm_type", "moved to algorithm.algorithm_type"),
     "grpo_gsm8k_v0.1_data_section": ("data", "buffer.explorer_input.taskset"),
+    # memory sync in mode both (through the object store); Tinker itself is warned about
+    "tinker": None,
+    # replay_buffer: Trinity's priority queue with reuse (rft_core.buffer.replay)
+    "ppo_countdown_exp_replay": None,
+    # older keys (Trinity <= 0.2): data_processor_url is an outside service, refused with why
+    "grpo_gsm8k_task_pipeline_v0.2_data_processor_url": (
+        "data_processor.data_processor_url",
+        "an outside data-processor service",
+    ),
+    # add_strategy step_wise_grpo is read as algorithm_type multi_step_grpo (and its
+    # use_priority_queue as replay_buffer.enable)
+    "agentscope_tool_react_add_strategy": None,
 }
 
 
