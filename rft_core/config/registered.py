@@ -91,7 +91,6 @@ OUTSIDE_SERVICE_WORKFLOWS = {
 # Trinity's other workflows that RFT Studio does not implement: what each is, for the refusal
 # (a plugin directory can register one under the same name)
 TRINITY_WORKFLOWS_NOT_HERE = {
-    "toolcall_workflow": "ToolACE-style function calling, scored against reference tool calls",
     "simple_mm_workflow": "multimodal prompts with images; RFT Studio's engines and trainer are "
     "text-only",
     "math_eval_workflow": "math evaluation with its own answer checker; evaluate with "

@@ -59,6 +59,7 @@ from rft_core.config.trinity_compat import (
     unimplemented_settings,
     warn_unimplemented,
 )
+from rft_core.config.workflow_columns import point_format_at_workflow_columns
 from rft_core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -402,6 +403,7 @@ def _derive_taskset(cfg: Config, ts: TasksetConfig, path: str, *, is_eval: bool)
     default_wf = (ei.default_eval_workflow_type if is_eval else None) or ei.default_workflow_type
     ts.default_workflow_type = ts.default_workflow_type or default_wf or DEFAULT_WORKFLOW
     ts.default_reward_fn_type = ts.default_reward_fn_type or ei.default_reward_fn_type
+    point_format_at_workflow_columns(ts)  # a workflow that reads its own columns (toolcall)
     if ts.format.system_prompt is None:
         ts.format.system_prompt = ei.system_prompt
     if ts.format.reply_prefix is None:

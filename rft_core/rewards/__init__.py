@@ -16,6 +16,7 @@ from rft_core.rewards import boxed as _boxed_rewards  # noqa: F401  (built-ins r
 from rft_core.rewards import countdown as _countdown_reward  # noqa: F401
 from rft_core.rewards import math as _math_rewards  # noqa: F401
 from rft_core.rewards import rlcr as _rlcr_reward  # noqa: F401
+from rft_core.rewards import toolcall as _toolcall_reward  # noqa: F401
 from rft_core.rewards.base import REWARD_FNS, RewardFn, check_args, get, names, register, score
 
 __all__ = ["REWARD_FNS", "RewardFn", "check_args", "get", "names", "register", "score"]

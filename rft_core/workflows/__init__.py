@@ -20,6 +20,7 @@ from rft_core.workflows import rubric_judge as _rubric_judge_workflow  # noqa: F
 from rft_core.workflows import ruler as _ruler_workflows  # noqa: F401
 from rft_core.workflows import ruler_trainable as _trainable_ruler_workflow  # noqa: F401
 from rft_core.workflows import simple as _simple_workflow  # noqa: F401
+from rft_core.workflows import toolcall as _toolcall_workflow  # noqa: F401
 from rft_core.workflows.base import (
     WORKFLOWS,
     Workflow,

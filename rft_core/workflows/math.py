@@ -17,6 +17,7 @@ THINK_ANSWER_SYSTEM_PROMPT = (
 
 
 @register("math_workflow")
+@register("async_math_workflow")  # Trinity's async variant: every task is batched here
 class MathWorkflow(Workflow):
     """System prompt: the taskset's ``format.system_prompt`` when given ("" for none), else
     :data:`THINK_ANSWER_SYSTEM_PROMPT`; the question is the user turn."""

@@ -37,6 +37,7 @@ BOXED_THINK_SYSTEM_PROMPT = (
 
 
 @register("math_boxed_workflow")
+@register("async_math_boxed_workflow")  # Trinity's async variant (batched here)
 class MathBoxedWorkflow(Workflow):
     """System prompt: the taskset's ``format.system_prompt`` when given ("" for none), else
     :data:`BOXED_SYSTEM_PROMPT` (:data:`BOXED_THINK_SYSTEM_PROMPT` with ``with_think``)."""

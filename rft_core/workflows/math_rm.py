@@ -59,6 +59,7 @@ def parse_judge_score(reply: str, score_min: float, score_max: float) -> float |
 
 
 @register("math_rm_workflow")
+@register("async_math_rm_workflow")  # Trinity's async variant (batched here)
 class MathRMWorkflow(SimpleWorkflow):
     """The policy's prompt is :class:`SimpleWorkflow`'s; the judge scores (see the module doc)."""
 

@@ -164,6 +164,7 @@ def log_failed_judgement(workflow: str, task: Task, reply: str) -> None:
 
 
 @register("math_ruler_workflow")
+@register("async_math_ruler_workflow")  # Trinity's async variant (batched here)
 class MathRULERWorkflow(MathWorkflow):
     """See the module doc."""
 

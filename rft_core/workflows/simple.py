@@ -8,6 +8,7 @@ from rft_core.workflows.base import Workflow, register
 
 
 @register("simple_workflow")
+@register("async_simple_workflow")  # Trinity's async variant: every task is batched here
 class SimpleWorkflow(Workflow):
     default_reward_fn = None
     takes_args = ()

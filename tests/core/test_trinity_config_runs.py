@@ -34,6 +34,7 @@ DATA = {
     "ppo_countdown": ("countdown_dir", COUNTDOWN),
     "ppo_countdown_exp_replay": ("countdown_dir", COUNTDOWN),
     "grpo_frozen_lake": ("frozen_lake_dir", FROZEN_LAKE),
+    "grpo_toolcall": (None, []),  # ToolACE rows written by the test
 }
 
 # config -> (YAML path, text) of the one line that refuses it on this machine
@@ -79,8 +80,7 @@ def _overrides(cfg_stem: str, raw_taskset_keys: bool, demo, root: Path) -> list[
     if raw_taskset_keys:
         out += [
             "algorithm.repeat_times=2",
-            f"{ts}.path={getattr(demo, attr)}",
-            f"{ts}.split=train",
+            *([f"{ts}.path={getattr(demo, attr)}", f"{ts}.split=train"] if attr else []),
             f"{ts}.rollout_args.max_tokens=6",
             *(f"{ts}.{c}" for c in columns),
         ]
@@ -96,6 +96,10 @@ def test_a_loading_trinity_config_runs_two_steps_on_the_demo_model(
     monkeypatch.setenv("TRINITY_TASKSET_PATH", str(demo.dataset_dir))
     monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path))
     monkeypatch.setenv("TRINITY_SFT_DATASET_PATH", str(demo.sft_path))
+    if path.stem == "grpo_toolcall":  # ToolACE's columns (test_toolcall.py); prompts truncated
+        from tests.core.test_toolcall import TOOLACE_ROW
+
+        (tmp_path / "toolace.jsonl").write_text((json.dumps(TOOLACE_ROW) + "\n") * 4)
     if path.stem == "dpo_humanlike":  # its preference rows come from TRINITY_TASKSET_PATH
         rows = [{"prompt": f"{i}+{i}=?", "chosen": str(2 * i), "rejected": "7"} for i in range(4)]
         pairs = tmp_path / "pairs.jsonl"
@@ -104,6 +108,8 @@ def test_a_loading_trinity_config_runs_two_steps_on_the_demo_model(
     written = load_config(path)
     rollouts = written.buffer.explorer_input.taskset is not None
     overrides = _overrides(path.stem, rollouts, demo, tmp_path)
+    if path.stem == "grpo_toolcall":
+        overrides.append(f"buffer.explorer_input.taskset.path={tmp_path / 'toolace.jsonl'}")
     if written.trainer.total_steps is not None:
         overrides.append("trainer.total_steps=2")
     if "sft_dataset" in (written.buffer.trainer_input.auxiliary_buffers or {}):

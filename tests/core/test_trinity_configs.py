@@ -52,11 +52,7 @@ EXPECTED: dict[str, tuple[str, str] | None] = {
         "workflow 'alfworld_workflow' needs the 'alfworld' package (its simulator), which is "
         "not installed",
     ),
-    "grpo_toolcall": (
-        "buffer.explorer_input.taskset.default_workflow_type",
-        "workflow 'toolcall_workflow' (Trinity-RFT's ToolACE-style function calling, scored "
-        "against reference tool calls) is not implemented in RFT Studio",
-    ),
+    "grpo_toolcall": None,  # toolcall_workflow reads ToolACE's own columns (tools, answer, ...)
     # math_rm_workflow is here; its OpenJudge reward calls an outside judge API
     "grpo_gsm8k_openjudge": (
         "buffer.explorer_input.taskset.default_reward_fn_type",

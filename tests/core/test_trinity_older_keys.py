@@ -168,7 +168,7 @@ def test_a_token_budget_below_max_model_len_is_a_warning_not_a_refusal(caplog):
 
 def test_workflow_hints_do_not_point_at_unrelated_workflows():
     with pytest.raises(ConfigError) as info:
-        workflows.get("toolcall_workflow")
+        workflows.get("webshop_workflow")
     assert "did you mean" not in str(info.value)  # shares only "_workflow" with any registered name
     with pytest.raises(ConfigError) as info:
         workflows.get("math_wrokflow")
