@@ -172,8 +172,9 @@ def test_the_chosen_advantage_fns_arguments_are_real_fields():
     form = build_form(data)
     fields = {f.name: f for f in form.fields()}
     eps = fields["algorithm.advantage_fn_args.epsilon"]
-    # grpo's and rec's argument (both default 1e-6)
-    assert eps.show_when == {"@advantage_fn": ["grpo", "rec"]} and eps.default_text == "1.0e-06"
+    # the argument of grpo, rec and the group fns built on grpo's scores (each default 1e-6)
+    takers = ["clipb", "gigpo", "grpo", "rec", "step_wise_grpo"]
+    assert eps.show_when == {"@advantage_fn": takers} and eps.default_text == "1.0e-06"
     assert fields["algorithm.advantage_fn_args.lam"].show_when == {"@advantage_fn": ["gae", "ppo"]}
     assert fields["algorithm.policy_loss_fn_args.clip_range"].default_text == "0.2"
     post = initial_post(form)
