@@ -154,26 +154,9 @@ class Workflow(ABC):
             tasks, reward_fns, group_ids, generations, scores, strict=True
         ):
             for gen, parts in zip(gens, task_scores, strict=True):
+                reward = sum(parts.values())
                 experiences.append(
-                    Experience(
-                        prompt_ids=list(gen.prompt_ids),
-                        response_ids=list(gen.response_ids),
-                        logprobs=list(gen.logprobs),
-                        reward=float(sum(parts.values())),
-                        group_id=group_id,
-                        metrics=parts,
-                        model_version=version,
-                        prompt_text=task.prompt,
-                        response_text=gen.text,
-                        truncated=gen.finish_reason == "length",
-                        info={
-                            "taskset": task.taskset,
-                            "task_index": task.index,
-                            "reward_fn": reward_fn,
-                            "finish_reason": gen.finish_reason,
-                            "is_eval": task.is_eval,
-                        },
-                    )
+                    experience_of(task, gen, group_id, reward, parts, version, reward_fn)
                 )
         return experiences
 
@@ -204,6 +187,37 @@ class Workflow(ABC):
             for i, gens in zip(positions, outputs, strict=True):
                 results[i] = gens
         return results  # type: ignore[return-value]
+
+
+def experience_of(
+    task: Task,
+    gen: Generation,
+    group_id: str,
+    reward: float,
+    metrics: dict[str, float],
+    version: int,
+    reward_fn: str,
+) -> Experience:
+    """One scored generation of ``task`` as the experience the buffer carries."""
+    return Experience(
+        prompt_ids=list(gen.prompt_ids),
+        response_ids=list(gen.response_ids),
+        logprobs=list(gen.logprobs),
+        reward=float(reward),
+        group_id=group_id,
+        metrics=metrics,
+        model_version=version,
+        prompt_text=task.prompt,
+        response_text=gen.text,
+        truncated=gen.finish_reason == "length",
+        info={
+            "taskset": task.taskset,
+            "task_index": task.index,
+            "reward_fn": reward_fn,
+            "finish_reason": gen.finish_reason,
+            "is_eval": task.is_eval,
+        },
+    )
 
 
 def prefixed_prompt_ids(engine: RolloutEngine, conversation: list[dict], task: Task) -> list[int]:

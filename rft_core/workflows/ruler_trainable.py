@@ -40,7 +40,7 @@ from rft_core import rewards
 from rft_core.data.task import Task
 from rft_core.experience import Experience
 from rft_core.rollout.base import Generation, RolloutEngine
-from rft_core.workflows.base import _group_ids, register, sampling_params
+from rft_core.workflows.base import _group_ids, experience_of, register, sampling_params
 from rft_core.workflows.math import MathWorkflow
 from rft_core.workflows.ruler import log_failed_judgement, parse_ruler_scores, ruler_messages
 
@@ -129,43 +129,15 @@ class MathTrainableRULERWorkflow(MathWorkflow):
                 if gold[i]:
                     metrics["gold_reward"] = gold_rewards[i]
                 reward = gold_rewards[i] if gold_known else ruler[i]
-                experiences.append(_experience(task, g, group, reward, metrics, version, fn))
+                experiences.append(experience_of(task, g, group, reward, metrics, version, fn))
             if gold_known:
                 scaled = [(r + 0.1) / 1.2 for r in gold_rewards]
                 for j, scores in zip(judgements, parsed, strict=True):
                     reward = judge_reward(scores, scaled)
                     metrics = {"judge_success": success, "reward_for_judger": reward}
-                    exp = _experience(task, j, f"{group}-ruler", reward, metrics, version, "ruler")
+                    exp = experience_of(
+                        task, j, f"{group}-ruler", reward, metrics, version, "ruler"
+                    )
                     exp.info["judge"] = True
                     experiences.append(exp)
         return experiences
-
-
-def _experience(
-    task: Task,
-    gen: Generation,
-    group_id: str,
-    reward: float,
-    metrics: dict[str, float],
-    version: int,
-    reward_fn: str,
-) -> Experience:
-    return Experience(
-        prompt_ids=list(gen.prompt_ids),
-        response_ids=list(gen.response_ids),
-        logprobs=list(gen.logprobs),
-        reward=float(reward),
-        group_id=group_id,
-        metrics=metrics,
-        model_version=version,
-        prompt_text=task.prompt,
-        response_text=gen.text,
-        truncated=gen.finish_reason == "length",
-        info={
-            "taskset": task.taskset,
-            "task_index": task.index,
-            "reward_fn": reward_fn,
-            "finish_reason": gen.finish_reason,
-            "is_eval": task.is_eval,
-        },
-    )
