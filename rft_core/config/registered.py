@@ -338,11 +338,16 @@ def _check_fn_args(algorithm: Any, prefix: str, table: dict[str, Any]) -> None:
         "kl_penalty_fn_args": (_KL_ARGS, _KL_ARGS_IGNORED),
         "entropy_loss_fn_args": (["entropy_coef"], []),
     }
+    defaults = {"policy_loss_fn_args": table["policy_loss_fns"][loss]}
     if advantage_fn:
         known["advantage_fn_args"] = (list(table["advantage_fns"][advantage_fn]), [])
+        defaults["advantage_fn_args"] = table["advantage_fns"][advantage_fn]
     for section, (accepted, ignored) in known.items():
-        for key in getattr(algorithm, section, None) or {}:
+        args = getattr(algorithm, section, None) or {}
+        for key in args:
             if key in accepted:
+                path = f"{prefix}algorithm.{section}.{key}"
+                _check_arg_type(args, key, defaults.get(section, {}).get(key), path)
                 continue
             path = f"{prefix}algorithm.{section}.{key}"
             close = difflib.get_close_matches(key, accepted, n=1, cutoff=0.75)
@@ -356,6 +361,25 @@ def _check_fn_args(algorithm: Any, prefix: str, table: dict[str, Any]) -> None:
             log.warning(
                 "%s: not used by this engine, ignored (used: %s)", path, ", ".join(accepted)
             )
+
+
+def _check_arg_type(args: dict[str, Any], key: str, default: Any, path: str) -> None:
+    """A function argument whose default is a number (or a bool) takes a number (a bool): a
+    number written as a string ("1e-6") is read as the number, anything else is an error here
+    rather than a TypeError in the trainer's first step."""
+    value = args[key]
+    if isinstance(default, bool) or isinstance(value, bool) or value is None:
+        if isinstance(default, bool) and not isinstance(value, bool) and value is not None:
+            raise ConfigError(path, f"must be true or false, got {value!r}", value=value)
+        return
+    if isinstance(default, int | float) and not isinstance(value, int | float):
+        try:
+            number = float(value)
+            args[key] = int(number) if isinstance(default, int) and number.is_integer() else number
+        except (TypeError, ValueError):
+            raise ConfigError(
+                path, f"must be a number (default {default}), got {value!r}", value=value
+            ) from None
 
 
 if __name__ == "__main__":

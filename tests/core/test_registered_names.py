@@ -96,6 +96,10 @@ def _config(**algorithm) -> dict:
         ({"advantage_fn": "grpoo"}, "algorithm.advantage_fn", "unknown advantage function 'grpoo'"),
         ({"advantage_fn_args": {"epsilonn": 1}}, "algorithm.advantage_fn_args.epsilonn", "did you mean 'epsilon'"),
         ({"policy_loss_fn_args": {"clip_rang": 1}}, "algorithm.policy_loss_fn_args.clip_rang", "did you mean 'clip_range'"),
+        # a number argument given text fails here, not as a TypeError in the first step
+        ({"policy_loss_fn_args": {"clip_range": "x"}}, "algorithm.policy_loss_fn_args.clip_range", "must be a number (default 0.2), got 'x'"),
+        ({"algorithm_type": "sapo", "policy_loss_fn_args": {"tau_pos": "fast"}}, "algorithm.policy_loss_fn_args.tau_pos", "must be a number (default 1.0), got 'fast'"),
+        ({"advantage_fn_args": {"epsilon": [1]}}, "algorithm.advantage_fn_args.epsilon", "must be a number"),
     ],
 )  # fmt: skip
 def test_the_table_and_the_registries_refuse_alike(algorithm, path, text):
@@ -106,3 +110,9 @@ def test_the_table_and_the_registries_refuse_alike(algorithm, path, text):
         errors.append(str(err.value))
         assert err.value.path == path and text in err.value.message
     assert errors[0] == errors[1]
+
+
+def test_a_number_argument_written_as_text_is_read_as_the_number():
+    cfg = load_config_from_dict(_config(advantage_fn_args={"epsilon": "1e-5"}))
+    check_registered_names(cfg)
+    assert cfg.algorithm.advantage_fn_args["epsilon"] == 1e-5
