@@ -46,11 +46,12 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
     """Load a YAML config file, apply ``key=value`` overrides, resolve and validate it."""
     path = Path(path)
     if path.is_dir():
-        found = sorted(str(p) for p in path.glob("*.yaml"))[:5]
+        found = sorted(p.name for p in path.glob("*.yaml"))
+        shown = ", ".join(found[:12]) + (f" (+{len(found) - 12} more)" if len(found) > 12 else "")
         raise ConfigError(
             "",
             f"{str(path)!r} is a directory; give the path of a YAML file"
-            + (f", e.g. {', '.join(found)}" if found else ""),
+            + (f" in it: {shown}" if found else ""),
         )
     if not path.is_file():
         raise ConfigError(
