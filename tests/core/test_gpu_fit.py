@@ -116,12 +116,12 @@ def test_one_gpu_with_two_engines_is_not_colocated_but_named():
     assert info.value.path == "explorer.rollout_model.engine_num"
 
 
-def test_mode_colocate_picks_memory_sync_and_refuses_nccl():
+def test_mode_colocate_picks_memory_sync_and_reads_nccl_as_memory(caplog):
     assert config(mode="colocate").synchronizer.sync_method == "memory"
-    with pytest.raises(ConfigError) as info:
-        config(mode="colocate", sync="nccl")
-    assert info.value.path == "synchronizer.sync_method"
-    assert "mode colocate uses memory" in str(info.value)
+    with caplog.at_level(logging.WARNING):  # as Trinity-RFT's validator does, with a warning
+        assert config(mode="colocate", sync="nccl").synchronizer.sync_method == "memory"
+    assert "sync_method nccl broadcasts between a running explorer and trainer" in caplog.text
+    assert "read as memory in mode colocate" in caplog.text
 
 
 def test_engine_type_auto_with_vllm_importable_on_one_gpu_picks_hf_and_colocates(monkeypatch):
