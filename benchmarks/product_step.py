@@ -14,7 +14,8 @@
    with gradient checkpointing, dtype auto), in this process.
 
 Each run's ``global_step_*`` directories are deleted once its figures are read
-(``--keep-checkpoints`` keeps them, e.g. for ``trinity convert``). Printed, and written to
+(``--keep-checkpoints`` keeps them; ``--convert`` first runs ``trinity convert`` on the last one
+and loads the result with transformers on the GPU: seconds, size, a greedy generate). Printed, and written to
 ``$OUT/product_step.json`` when ``$OUT`` is set: per engine, the
 product's seconds per step over its steady window (explorer steps ``--skip+1`` to the last; the
 wall time between the explorer's step records, so everything the run does between two steps
@@ -175,12 +176,61 @@ def run_product(
     result["tail_s"] = round(ended - split.pop("last_step_at"), 2)
     result.pop("first_step_at", None), result.pop("last_step_at", None)
     result["stdout"] = proc.stdout.strip().splitlines()[-3:]
+    if args.convert:
+        result["convert"] = convert_and_load(job_dir, env, workdir)
     if not args.keep_checkpoints:  # ~21 GB a checkpoint at 1.5B; the device disk is 64 GiB
         import shutil
 
         for sub in job_dir.glob("global_step_*"):
             shutil.rmtree(sub, ignore_errors=True)
     return result
+
+
+def convert_and_load(job_dir: Path, env: dict[str, str], workdir: Path) -> dict[str, Any]:
+    """``trinity convert`` of the run's last checkpoint (``--force``: converted again even when
+    the run wrote Hugging Face weights itself), then the result loaded with transformers on the
+    GPU (the CPU on a CPU machine) and one greedy generate of 8 tokens."""
+    steps = sorted(job_dir.glob("global_step_*"), key=lambda p: int(p.name.rsplit("_", 1)[1]))
+    if not steps:
+        return {"error": f"no global_step_* under {job_dir}"}
+    last = steps[-1]
+    cmd = [sys.executable, "-m", "rft_core.cli", "convert", "--checkpoint-dir", str(last)]
+    started = time.perf_counter()
+    proc = subprocess.run([*cmd, "--force"], cwd=workdir, env=env, capture_output=True, text=True)
+    out: dict[str, Any] = {
+        "command": "trinity convert --checkpoint-dir " + str(last) + " --force",
+        "exit_code": proc.returncode,
+        "convert_s": round(time.perf_counter() - started, 2),
+    }
+    if proc.returncode != 0:
+        out["stderr_tail"] = proc.stderr[-2000:]
+        return out
+    weights = sorted(last.rglob("model*.safetensors"))
+    if not weights:
+        out["error"] = f"no model*.safetensors under {last}"
+        return out
+    hf_dir = weights[0].parent
+    out["hf_dir"] = str(hf_dir)
+    out["safetensors_gb"] = round(sum(w.stat().st_size for w in weights) / 1e9, 3)
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    started = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.bfloat16).to(device)
+    out["load_s"] = round(time.perf_counter() - started, 2)
+    out["parameters"] = sum(p.numel() for p in model.parameters())
+    ids = torch.arange(1, 17, device=device).unsqueeze(0)
+    with torch.no_grad():
+        gen = model.generate(ids, max_new_tokens=8, min_new_tokens=8, do_sample=False)
+        logits = model(ids).logits
+    out["generated_tokens"] = int(gen.shape[1] - ids.shape[1])
+    out["logits_finite"] = bool(torch.isfinite(logits).all())
+    out["device"] = device
+    del model
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return out
 
 
 # ---------------------------------------------------------------- the benchmark's step
@@ -259,6 +309,11 @@ def main() -> None:
     parser.add_argument("--skip-benchmark", action="store_true")
     parser.add_argument(
         "--keep-checkpoints", action="store_true", help="keep each run's global_step_* dirs"
+    )
+    parser.add_argument(
+        "--convert",
+        action="store_true",
+        help="trinity convert each run's last checkpoint and load it with transformers",
     )
     parser.add_argument("--bench-steps", type=int, default=3)
     parser.add_argument("--prompts", type=int, default=32)

@@ -38,7 +38,7 @@ tokenizer's Rust ``decode_batch`` (``decode_all``; measured on this CPU machine 
 tokens: 0.09 s, against 0.16 s for transformers' ``batch_decode``, 0.27 s row by row and about
 1 s token by token with ``DecodeStream``, the incremental way a streaming detokenizer goes; the
 text equals ``decode(ids, skip_special_tokens=True)``). Log-probs are read without
-building per-token objects where vLLM gives the flat container. ``max_num_seqs`` comes from the
+building per-token objects: ``flat_logprobs=True`` asks vLLM for its flat container. ``max_num_seqs`` comes from the
 batch (``engine_settings``: ``buffer.batch_size x algorithm.repeat_times``, at least vLLM's
 default 256) unless ``extra_engine_args`` sets it.
 
@@ -75,6 +75,9 @@ LOGPROBS_MODE = "processed_logprobs"
 HF_ONLY_OPTIONS = ("device", "num_threads", "attn_implementation", "model", "tokenizer")
 GREEDY_EPS = 1e-5  # vLLM's _SAMPLING_EPS: a temperature below it is greedy
 SLEEP_LEVEL = 1  # weights kept (offloaded to CPU RAM), KV cache freed
+# vLLM 0.26's flat log-prob container (a ``SamplingParams`` field there: one list per field for
+# all positions instead of a dict and a ``Logprob`` object per token)
+FLAT_LOGPROBS = True
 
 
 def vllm_dtype(dtype: str) -> str:
@@ -106,6 +109,7 @@ def sampling_kwargs(params: SamplingParams, seed: int) -> dict[str, Any]:
         "seed": seed,
         "ignore_eos": params.ignore_eos,
         "detokenize": False,  # one batch_decode here instead (module docstring)
+        "flat_logprobs": FLAT_LOGPROBS,
     }
 
 
@@ -186,10 +190,6 @@ class VLLMRolloutEngine(PromptEncoding):
         sync_bucket_bytes: int = DEFAULT_BUCKET_BYTES,
         **engine_args: Any,
     ) -> None:
-        # vLLM's flat log-prob container (no dict + Logprob object per token); read by the
-        # frontend when it builds outputs, so set before the LLM exists; unknown to a vLLM
-        # without it, which then gives the per-token dicts read below
-        os.environ.setdefault("VLLM_FLAT_LOGPROBS", "1")
         import vllm
 
         for name in HF_ONLY_OPTIONS:

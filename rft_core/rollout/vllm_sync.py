@@ -149,10 +149,14 @@ def open_handle(handle: bytes) -> torch.Tensor:
 
 class WorkerExtension:
     """Mixed into vLLM's GPU worker (``worker_extension_cls``); its methods run in each worker
-    (``self.model_runner.model`` is vLLM's model, ``self.rank`` the worker's rank)."""
+    (``self.model_runner.get_model()`` is vLLM's model, ``self.rank`` the worker's rank)."""
 
     def _rft_model(self) -> Any:
-        return self.model_runner.model  # type: ignore[attr-defined]
+        # get_model() unwraps the CUDA-graph wrapper that ``model_runner.model`` is under
+        # vLLM 0.26's full CUDA graphs
+        runner = self.model_runner  # type: ignore[attr-defined]
+        getter = getattr(runner, "get_model", None)
+        return getter() if callable(getter) else runner.model
 
     def _rft_device(self) -> torch.device:
         return next(self._rft_model().parameters()).device

@@ -51,7 +51,7 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict:
     cmd = [sys.executable, str(SCRIPT), "--shape", "smoke", "--engines", "hf", "--steps", "4"]
     cmd += ["--workdir", str(tmp / "work"), "--prompts", "2", "--group", "2"]
     cmd += ["--prompt-len", "16", "--response-len", "4", "--bench-steps", "1"]
-    cmd += ["--trainer-variant", "8:0:auto"]
+    cmd += ["--trainer-variant", "8:0:auto", "--convert"]
     for o in overrides:
         cmd += ["--override", o]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRINITY_", "RAY_ADDRESS"))}
@@ -91,3 +91,12 @@ def test_the_benchmark_ran_the_same_shape_and_is_compared(smoke):
     # the categories' differences add up to the whole difference
     assert sum(by.values()) == pytest.approx(c["difference_s"], abs=2e-3)
     assert by["reward"] == run["split_s"]["reward"]  # the benchmark scores nothing
+
+
+def test_the_last_checkpoint_is_converted_and_loads_with_transformers(smoke):
+    conv = smoke["product"]["hf"]["convert"]
+    assert conv["exit_code"] == 0, conv
+    assert conv["command"].startswith("trinity convert --checkpoint-dir ")
+    assert "global_step_4" in conv["command"]  # the run's last checkpoint
+    assert conv["safetensors_gb"] > 0 and conv["parameters"] > 0
+    assert conv["generated_tokens"] == 8 and conv["logits_finite"] is True

@@ -39,8 +39,6 @@ def model_dir(tmp_path_factory):
 def fake_vllm(monkeypatch):
     """Make ``import vllm`` find the fake package for one test, then forget it."""
     monkeypatch.syspath_prepend(str(FAKE_VLLM))
-    # the adapter sets VLLM_FLAT_LOGPROBS when unset; monkeypatch restores "unset" afterwards
-    monkeypatch.delenv("VLLM_FLAT_LOGPROBS", raising=False)
     yield
     for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
         del sys.modules[name]

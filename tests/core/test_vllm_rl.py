@@ -23,6 +23,7 @@ import torch
 from rft_core.config import load_config
 from rft_core.errors import ConfigError
 from rft_core.rollout import SamplingParams, engine_settings
+from rft_core.rollout import vllm as vllm_adapter
 from rft_core.rollout.vllm_sync import pack_bucket, transfer_metas, unpack_bucket
 from rft_core.rollout.vllm_version import check_vllm_version, parse_version, vllm_version_problem
 from rft_core.sync.nccl import BroadcastGroup, bucket_plan, free_port, tensor_metas
@@ -205,9 +206,9 @@ def test_greedy_group_is_n_requests_regrouped_per_prompt(fake_vllm, model_dir):
 
 def test_flat_and_nested_logprobs_read_the_same(fake_vllm, model_dir, monkeypatch):
     params = SamplingParams(n=2, max_tokens=5, seed=4)
-    monkeypatch.setenv("VLLM_FLAT_LOGPROBS", "0")
+    monkeypatch.setattr(vllm_adapter, "FLAT_LOGPROBS", False)
     nested = vllm_engine(model_dir).generate_ids([[40, 41]], params)
-    monkeypatch.setenv("VLLM_FLAT_LOGPROBS", "1")
+    monkeypatch.setattr(vllm_adapter, "FLAT_LOGPROBS", True)
     engine = vllm_engine(model_dir)
     flat = engine.generate_ids([[40, 41]], params)
     assert type(engine.llm.generate_calls[-1]["outputs"][0].outputs[0].logprobs).__name__ == (

@@ -11,8 +11,6 @@ def _flag(name: str, default: str) -> bool:
 def __getattr__(name: str) -> object:
     if name == "VLLM_ENABLE_V1_MULTIPROCESSING":
         return _flag(name, "1")
-    if name == "VLLM_FLAT_LOGPROBS":
-        return _flag(name, "0")
     if name == "VLLM_ALLOW_INSECURE_SERIALIZATION":
         return _flag(name, "0")
     raise AttributeError(name)

@@ -18,7 +18,7 @@ SampleLogprobs = list[dict[int, Logprob]]
 
 @dataclass
 class FlatLogprobs:
-    """vLLM's flat container (``VLLM_FLAT_LOGPROBS=1``): one list per field for all positions,
+    """vLLM's flat container (``SamplingParams(flat_logprobs=True)``): one list per field for all positions,
     position i's entries at ``[start_indices[i], end_indices[i])``; reads like a list of dicts."""
 
     start_indices: list = None  # type: ignore[assignment]

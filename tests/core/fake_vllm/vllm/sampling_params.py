@@ -34,6 +34,7 @@ class SamplingParams:
         max_tokens: int | None = 16,
         min_tokens: int = 0,
         logprobs: int | None = None,
+        flat_logprobs: bool = False,
         prompt_logprobs: int | None = None,
         detokenize: bool = True,
         skip_special_tokens: bool = True,

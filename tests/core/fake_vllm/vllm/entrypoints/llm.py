@@ -97,8 +97,14 @@ class ModelForCausalLM(torch.nn.Module):
 
 
 class GPUModelRunner:
+    """vLLM 0.26's ``GPUModelRunner``: ``.model`` may be a CUDA-graph wrapper there, so a
+    worker extension reaches the model through ``get_model()`` (which unwraps it)."""
+
     def __init__(self, model: ModelForCausalLM) -> None:
         self.model = model
+
+    def get_model(self) -> ModelForCausalLM:
+        return self.model
 
 
 class Worker:
@@ -334,7 +340,7 @@ class LLM:
         values = [-0.125 * (k + 1) - 0.5 * j for k in range(length)]
         logprobs = None
         if sp.logprobs is not None:
-            logprobs = FlatLogprobs() if envs.VLLM_FLAT_LOGPROBS else []
+            logprobs = FlatLogprobs() if sp.flat_logprobs else []  # a SamplingParams field in 0.26
             for k, (tok, value) in enumerate(zip(tokens, values, strict=True)):
                 step = {
                     tok: Logprob(value, rank=1 + k % 3, decoded_token=self.tokenizer.decode([tok]))
