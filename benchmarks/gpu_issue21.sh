@@ -56,18 +56,19 @@ case "$1" in
 demo)
     # the vLLM adapter against vllm.LLM.generate + weight sync, beside the demo on the hf engine
     # (the demo's tiny model needs ~1 GB; vllm_engine.py takes half the GPU)
-    step vllm_engine 330 python3 benchmarks/vllm_engine.py --repeats 3 --json "$OUT/vllm_engine.json" &
+    step vllm_engine 260 python3 benchmarks/vllm_engine.py --repeats 3 --json "$OUT/vllm_engine.json" &
     engine_pid=$!
-    (step init_demo 120 python3 -m rft_core.cli init-demo --out /tmp/demo &&
-        step demo_hf 330 "${DEMO[@]}" explorer.rollout_model.engine_type=hf name=grpo_demo_hf) &
+    (step init_demo 90 python3 -m rft_core.cli init-demo --out /tmp/demo &&
+        step demo_hf 250 "${DEMO[@]}" explorer.rollout_model.engine_type=hf name=grpo_demo_hf) &
     demo_pid=$!
     wait $engine_pid $demo_pid
-    step demo_vllm 300 "${DEMO[@]}" explorer.rollout_model.engine_type=vllm name=grpo_demo_vllm
+    # what is left of the call's budget (BUDGET seconds from this script's start, default 530)
+    step demo_vllm $((${BUDGET:-530} - SECONDS)) "${DEMO[@]}" explorer.rollout_model.engine_type=vllm name=grpo_demo_vllm
     eval_figures
     tar czf "$OUT/logs_demo.tgz" --exclude='global_step_*' -C /tmp logs -C "$PWD" checkpoints/demo
     ;;
 product)
-    step product_step 560 python3 benchmarks/product_step.py --engines hf,vllm --steps 12 \
+    step product_step $((${BUDGET:-560} - 20)) python3 benchmarks/product_step.py --engines hf,vllm --steps 12 \
         --workdir /tmp/ps --convert
     tar czf "$OUT/logs_product.tgz" --exclude='global_step_*' --exclude='synthetic' -C /tmp logs ps
     ;;
