@@ -174,7 +174,11 @@ def _local_gpu_problems(cfg: Any, check_model: bool) -> list[tuple[str, str]]:
 
     import torch
 
-    from rft_core.config.gpu_fit import cluster_gpu_problem, memory_fit_problem
+    from rft_core.config.gpu_fit import (
+        cluster_gpu_problem,
+        colocate_memory_problem,
+        memory_fit_problem,
+    )
 
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
     where = "this machine (no RAY_ADDRESS / cluster.ray_address given)"
@@ -182,7 +186,10 @@ def _local_gpu_problems(cfg: Any, check_model: bool) -> list[tuple[str, str]]:
     config_json = Path(cfg.model.model_path).expanduser() / "config.json"
     if not problems and have and check_model and config_json.is_file():
         memory = torch.cuda.get_device_properties(0).total_memory
-        fit = memory_fit_problem(cfg, json.loads(config_json.read_text()), memory)
+        hf_config = json.loads(config_json.read_text())
+        fit = memory_fit_problem(cfg, hf_config, memory) or colocate_memory_problem(
+            cfg, hf_config, memory
+        )
         problems.extend([fit] if fit else [])
     return problems
 

@@ -7,7 +7,8 @@ given; the launcher passes the real ones):
   ``torch.cuda.device_count()`` or a joined Ray cluster's ``GPU`` resource);
 - ``engine_gpu_problem``: ``tensor_parallel_size`` larger than the GPUs an engine can have;
 - ``weights_bytes`` / ``memory_fit_problem``: the rollout model's weights against one GPU's
-  memory times ``gpu_memory_utilization`` (vLLM's share of each GPU).
+  memory times ``gpu_memory_utilization`` (vLLM's share of each GPU); in mode ``colocate`` also
+  that share beside what the trainer keeps on the same GPU while vLLM generates.
 
 Why mode both on one GPU is adapted rather than refused: ``mode: both`` is Trinity-RFT's default
 and the shape of every Trinity example, so a one-GPU user's config says it. On one GPU it cannot
@@ -194,6 +195,46 @@ def memory_fit_problem(
         f"tensor_parallel_size {rm.tensor_parallel_size}); raise gpu_memory_utilization well "
         f"above {least:.2f} (the KV cache needs room too), raise tensor_parallel_size, or use "
         "a smaller model",
+    )
+
+
+# what the trainer keeps on the GPU per parameter while a colocated vLLM generates: fp32 master
+# weights (4 bytes) and, unless trainer.optimizer_offload, Adam's two fp32 moments (8); a lower
+# bound (the bf16 working copy and the step's activations come on top)
+TRAINER_RESIDENT_BYTES = 4
+ADAM_MOMENT_BYTES = 8
+
+
+def colocate_memory_problem(
+    cfg: Any, hf_config: dict[str, Any], gpu_memory_bytes: int | None
+) -> tuple[str, str] | None:
+    """(key, message) when, in mode ``colocate``, vLLM's share of the GPU
+    (``gpu_memory_utilization``) and what the trainer keeps there while vLLM generates do not
+    fit the one GPU together: vLLM would stop at start-up ("free memory ... is less than desired
+    GPU memory utilization") or at its first wake-up after a trainer step. None when it fits,
+    when GPU memory is unknown or the engine is not vLLM."""
+    rm = cfg.explorer.rollout_model
+    if not gpu_memory_bytes or rm.engine_type != "vllm" or cfg.mode != "colocate":
+        return None
+    params = parameter_count(hf_config)
+    if not params:
+        return None
+    offload = bool(getattr(cfg.trainer, "optimizer_offload", False))
+    per_param = TRAINER_RESIDENT_BYTES + (0 if offload else ADAM_MOMENT_BYTES)
+    trainer = params * per_param
+    share = gpu_memory_bytes * rm.gpu_memory_utilization
+    if share + trainer <= gpu_memory_bytes:
+        return None
+    most = max(0.0, (gpu_memory_bytes - trainer) / gpu_memory_bytes)
+    what = "fp32 master weights" + ("" if offload else " and Adam's two moments")
+    return (
+        "explorer.rollout_model.gpu_memory_utilization",
+        f"{rm.gpu_memory_utilization:g} of a {gpu_memory_bytes / GIB:.1f} GiB GPU is "
+        f"{share / GIB:.2f} GiB for vLLM, but in mode colocate the trainer keeps at least "
+        f"{trainer / GIB:.2f} GiB on the same GPU while vLLM generates ({params / 1e9:.2f}B "
+        f"parameters x {per_param} bytes: {what}); set gpu_memory_utilization below "
+        f"{most:.2f} (examples/gpu/grpo_synthetic_1p5b.yaml uses 0.35 for 1.5B)"
+        + ("" if offload else " or trainer.optimizer_offload: true"),
     )
 
 

@@ -21,6 +21,7 @@ import pytest
 from rft_core.config import load_config, load_config_from_dict, resolve_stages
 from rft_core.config.gpu_fit import (
     cluster_gpu_problem,
+    colocate_memory_problem,
     memory_fit_problem,
     one_gpu_change,
     parameter_count,
@@ -310,6 +311,36 @@ def test_weights_beyond_gpu_memory_utilization_name_the_key():
     assert memory_fit_problem(cfg, QWEN_1P5B, None) is None
     cfg.explorer.rollout_model.engine_type = "hf"
     assert memory_fit_problem(cfg, QWEN_1P5B, 8 * GIB) is None
+
+
+def test_colocated_vllm_share_and_the_trainers_memory_must_fit_one_gpu():
+    H200 = 140 * GIB
+    cfg = config(mode="colocate", gpus=1)
+    rm = cfg.explorer.rollout_model
+    rm.engine_type = "vllm"
+    # 1,543,714,304 parameters x 12 bytes (fp32 masters + Adam's two moments) = 17.25 GiB; the
+    # default 0.9 of 140 GiB is 126 GiB: 143.25 GiB > 140
+    key, message = colocate_memory_problem(cfg, QWEN_1P5B, H200)
+    assert key == "explorer.rollout_model.gpu_memory_utilization"
+    assert "0.9 of a 140.0 GiB GPU is 126.00 GiB for vLLM" in message
+    assert "at least 17.25 GiB" in message and "1.54B parameters x 12 bytes" in message
+    assert "below 0.88" in message  # (140 - 17.25) / 140 = 0.877
+    assert "trainer.optimizer_offload: true" in message
+    rm.gpu_memory_utilization = 0.35  # the example's setting: 49 + 17.25 GiB fit
+    assert colocate_memory_problem(cfg, QWEN_1P5B, H200) is None
+    # optimizer state offloaded: 4 bytes a parameter (5.75 GiB) + 126 GiB fit
+    rm.gpu_memory_utilization = 0.9
+    cfg.trainer.optimizer_offload = True
+    assert colocate_memory_problem(cfg, QWEN_1P5B, H200) is None
+    cfg.trainer.optimizer_offload = False
+    # only mode colocate, only vLLM, only with the GPU's memory known
+    cfg.mode = "both"
+    assert colocate_memory_problem(cfg, QWEN_1P5B, H200) is None
+    cfg.mode = "colocate"
+    rm.engine_type = "hf"
+    assert colocate_memory_problem(cfg, QWEN_1P5B, H200) is None
+    rm.engine_type = "vllm"
+    assert colocate_memory_problem(cfg, QWEN_1P5B, None) is None
 
 
 def test_tensor_parallel_splits_the_weights_over_its_gpus():
