@@ -137,6 +137,30 @@ def rollout(engine, prompts: list[list[int]], args, out: dict) -> None:
     print(f"ratio adapter/direct: {out['adapter_over_direct']:.4f} (goal >= 0.95)")
 
 
+def greedy_group(engine, prompts: list[list[int]], out: dict) -> None:
+    """A greedy group of 4 (``n > 1`` at temperature 0, which vLLM refuses as one request):
+    4 responses per prompt, identical, each with its own log-probs."""
+    params = SamplingParams(n=4, temperature=0.0, max_tokens=16)
+    groups = engine.generate_ids(prompts[:2], params)
+    out["greedy_group"] = {
+        "groups": len(groups),
+        "sizes": [len(g) for g in groups],
+        "identical_within_group": all(len({tuple(x.response_ids) for x in g}) == 1 for g in groups),
+        "logprobs_per_token": all(
+            len(x.logprobs) == len(x.response_ids) for g in groups for x in g
+        ),
+        "logprob_spread": round(
+            max(
+                max(abs(a - b) for a, b in zip(g[0].logprobs, x.logprobs, strict=True))
+                for g in groups
+                for x in g
+            ),
+            6,
+        ),
+    }
+    print(f"greedy group: {out['greedy_group']}")
+
+
 def weight_sync(engine, model_dir: Path, prompts: list[list[int]], args, out: dict) -> None:
     """``load_weights`` of a trainer-side copy, awake and after ``release_memory``."""
     from safetensors.torch import load_file
@@ -247,11 +271,22 @@ def main() -> None:
         if args.json:
             Path(args.json).write_text(text)
 
-    try:
-        rollout(engine, prompts, args, out)
-        weight_sync(engine, model_dir, prompts, args, out)
-    finally:
-        report()
+    import traceback
+
+    phases = {
+        "rollout": lambda: rollout(engine, prompts, args, out),
+        "greedy_group": lambda: greedy_group(engine, prompts, out),
+        "weight_sync": lambda: weight_sync(engine, model_dir, prompts, args, out),
+    }
+    for name, phase in phases.items():  # one phase failing leaves the others' figures
+        try:
+            phase()
+        except Exception:  # noqa: BLE001 - recorded, reported, exit 1
+            out.setdefault("errors", {})[name] = traceback.format_exc()[-4000:]
+            print(f"{name} failed:\n{out['errors'][name]}", file=sys.stderr)
+    report()
+    if out.get("errors"):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -169,6 +169,22 @@ def multiprocessing_enabled(vllm: Any) -> bool:
     return bool(value)
 
 
+def use_installed_sampler() -> None:
+    """vLLM 0.26's V2 model runner (the default for Qwen2 and most dense models) builds its
+    sampler with FlashInfer unless ``VLLM_USE_FLASHINFER_SAMPLER=0``, and decides by importing
+    ``flashinfer``: without the ``flashinfer-python`` package (an install that left it out, a
+    platform with no wheel) the engine core fails at start with "No module named 'flashinfer'"
+    (seen on the H200, 2026-12-05). So, only when flashinfer is not importable and the user set
+    nothing, vLLM's own PyTorch/Triton sampler is chosen; the variable is inherited by the engine
+    core and its workers."""
+    import importlib.util
+
+    if "VLLM_USE_FLASHINFER_SAMPLER" not in os.environ and not importlib.util.find_spec(
+        "flashinfer"
+    ):
+        os.environ["VLLM_USE_FLASHINFER_SAMPLER"] = "0"
+
+
 class VLLMRolloutEngine(PromptEncoding):
     """Rollout engine on ``vllm.LLM`` (one engine per Ray actor; TP inside vLLM)."""
 
@@ -190,6 +206,7 @@ class VLLMRolloutEngine(PromptEncoding):
         sync_bucket_bytes: int = DEFAULT_BUCKET_BYTES,
         **engine_args: Any,
     ) -> None:
+        use_installed_sampler()
         import vllm
 
         for name in HF_ONLY_OPTIONS:

@@ -39,6 +39,10 @@ def model_dir(tmp_path_factory):
 def fake_vllm(monkeypatch):
     """Make ``import vllm`` find the fake package for one test, then forget it."""
     monkeypatch.syspath_prepend(str(FAKE_VLLM))
+    # the adapter may set VLLM_USE_FLASHINFER_SAMPLER; set-then-delete makes monkeypatch restore
+    # the variable as it was before the test
+    monkeypatch.setenv("VLLM_USE_FLASHINFER_SAMPLER", "")
+    monkeypatch.delenv("VLLM_USE_FLASHINFER_SAMPLER")
     yield
     for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
         del sys.modules[name]
@@ -242,3 +246,20 @@ def test_without_vllm_build_engine_says_it_is_not_installed(monkeypatch, model_d
     with pytest.raises(EngineUnavailable, match="vLLM is not installed; install rft-studio"):
         build_engine("vllm", str(model_dir))
     assert vllm_usable() is False
+
+
+def test_without_flashinfer_the_engine_uses_vllms_own_sampler(fake_vllm, model_dir, monkeypatch):
+    import importlib.util
+    import os
+
+    assert importlib.util.find_spec("flashinfer") is None  # as on the lent H200's stack
+    # vLLM 0.26 as it behaves with its FlashInfer sampler asked for and no flashinfer package
+    monkeypatch.setenv("VLLM_USE_FLASHINFER_SAMPLER", "1")
+    with pytest.raises(ModuleNotFoundError, match="flashinfer"):
+        vllm_engine(model_dir)
+    # unset: the adapter picks vLLM's own sampler, and the engine starts and generates
+    monkeypatch.delenv("VLLM_USE_FLASHINFER_SAMPLER")
+    engine = vllm_engine(model_dir)
+    assert os.environ["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
+    groups = engine.generate_ids([[40, 41]], SamplingParams(n=2, max_tokens=3))
+    assert [len(g) for g in groups] == [2]

@@ -59,3 +59,11 @@ def test_it_measures_weight_sync_into_vllm_by_bucket_handles(smoke):
     assert ws["awake_best_s"] > 0 and ws["asleep_best_s"] > 0 and ws["time/sync_weight"] > 0
     assert ws["tensors"] > 0 and ws["bytes"] > 0
     assert re.search(r"^weight sync \(ipc, .*awake [0-9.]+ s, after sleep [0-9.]+ s", stdout, re.M)
+
+
+def test_a_greedy_group_of_four_comes_back_as_four_identical_responses(smoke):
+    _, figures, _ = smoke
+    assert "errors" not in figures, figures.get("errors")
+    g = figures["greedy_group"]
+    assert g["groups"] == 2 and g["sizes"] == [4, 4]
+    assert g["identical_within_group"] is True and g["logprobs_per_token"] is True

@@ -13,6 +13,7 @@ instance (``init_kwargs``, ``generate_calls``, ``rpc_calls``, ``events``).
 
 import importlib
 import inspect
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -166,6 +167,14 @@ class LLM:
     ) -> None:
         from transformers import AutoConfig, AutoTokenizer
 
+        # vLLM 0.26's V2 model runner (Qwen2 among its default models) checks for the FlashInfer
+        # sampler by importing flashinfer unless VLLM_USE_FLASHINFER_SAMPLER=0: without the
+        # flashinfer package the engine core fails at start (seen on the H200, 2026-12-05)
+        if os.environ.get("VLLM_USE_FLASHINFER_SAMPLER", "1") != "0":
+            import importlib.util
+
+            if importlib.util.find_spec("flashinfer") is None:
+                raise ModuleNotFoundError("No module named 'flashinfer'")
         signature = inspect.signature(LLM.__init__)
         explicit = {
             name: value
@@ -312,7 +321,10 @@ class LLM:
         room = self.max_model_len - len(prompt_ids)
         budget = room if sp.max_tokens is None else min(sp.max_tokens, room)
         seed = sp.seed if sp.seed is not None else (self.seed or 0)
-        gen = torch.Generator().manual_seed(seed * 7919 + index)
+        # greedy is a function of the prompt (as in vLLM: the argmax); sampling also of the request
+        greedy = sp.temperature < 1e-5
+        key = hash(tuple(prompt_ids)) % 2**31 if greedy else seed * 7919 + index
+        gen = torch.Generator().manual_seed(key)
         completions = [self._completion(j, budget, sp, gen) for j in range(sp.n)]
         return RequestOutput(
             request_id=str(index),
