@@ -61,6 +61,7 @@
       .then(function (body) {
         $("rollout-error").hidden = true;
         render(body);
+        root.dataset.loaded = qs; // the query now shown (browser tests wait on it)
       })
       .catch(function (err) {
         $("rollout-error").textContent = "Could not load the rollouts: " + err.message;
@@ -119,7 +120,7 @@
       '<div class="rollout-figures">' +
       '<span>reward <span class="value reward">' + num(r.reward) + "</span></span>" + parts(r) +
       '<span>advantage <span class="value advantage">' + num(r.advantage) + "</span></span>" +
-      '<span>length <span class="value">' + esc(r.response_length === null ? "—" : r.response_length) + "</span></span>" +
+      '<span>length <span class="value length">' + esc(r.response_length === null ? "—" : r.response_length) + "</span></span>" +
       (r.truncated ? '<span class="cut" title="the response hit max tokens">cut at max tokens</span>' : "") +
       (S.step === "all" || S.sort !== "group" ? '<span class="hint">' + (r.stage ? esc(r.stage) + " · " : "") + "step " + esc(r.step) + " · group " + esc(r.group) + "</span>" : "") +
       "</div><dl>" +
