@@ -13,6 +13,9 @@ becomes one entry of the monitor's ``samples`` event:
     tokens + logprobs (with ``monitor.rollout_token_logprobs``: each response token as text and
     its log-prob under the policy that sampled it, rounded to 4 decimals)
 
+The dashboard also shows a ``trainer_logprobs`` list beside the tokens when an entry carries
+one; the trainer does not send its recomputed log-probs yet, so today's entries have none.
+
 Only the kept rollouts are decoded token by token, so the cost is bounded by the setting, not by
 the batch. This module imports no torch and nothing of Django.
 """
