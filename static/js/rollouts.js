@@ -151,7 +151,7 @@
         var rs = byGroup[g], rewards = rs.map(function (r) { return r.reward; }).filter(function (v) { return typeof v === "number"; });
         var mean = rewards.length ? rewards.reduce(function (a, b) { return a + b; }, 0) / rewards.length : null;
         return '<section class="rollout-group" data-group="' + esc(g) + '"><h3>Task group ' + esc(g) + (rs[0].task_index !== undefined ? " · task " + esc(rs[0].task_index) : "") +
-          " · truth " + esc(rs[0].truth) + " · reward mean " + num(mean) + "</h3>" + rs.map(rolloutHtml).join("") + "</section>";
+          " · truth " + esc(String(rs[0].truth || "").trim().split("\n").pop()) + " · reward mean " + num(mean) + "</h3>" + rs.map(rolloutHtml).join("") + "</section>";
       }).join("");
     } else {
       html = items.map(rolloutHtml).join("");
