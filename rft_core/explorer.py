@@ -6,9 +6,10 @@ advantage fn (Trinity's experience pipeline), and puts the experiences into the 
 buffer. At the steps ``rft_core.sync.schedule`` names it loads new weights; every
 ``eval_interval`` steps (and at step 0 with ``eval_on_startup``) it evaluates on every eval
 taskset. ``explorer_meta.json`` in the job dir records the step, the taskset offset and the model
-version so a rerun resumes where it stopped. Each step also sends the monitor a ``samples``
-event: the first ``RFT_SAMPLES_PER_STEP`` (default 4) experiences in task order (the first
-group's first responses: deterministic), with prompt, response, truth, reward and its parts (``reward_parts``).
+version so a rerun resumes where it stopped. Each step kept by ``monitor.rollout_samples_interval``
+also sends the monitor a ``samples`` event: its first ``monitor.rollout_samples_per_step``
+rollouts, whole task groups, with rewards, advantages and token log-probs
+(``rft_core.rollout_samples``).
 
 ``Explorer`` is a plain class: the launcher runs it as a Ray actor (``ray.remote(Explorer)``)
 that calls ``run``; ``rft_core.in_process`` drives the same steps (``start``, ``next_step``,
@@ -18,8 +19,6 @@ that calls ``run``; ``rft_core.in_process`` drives the same steps (``start``, ``
 from __future__ import annotations
 
 import logging
-import math
-import os
 import statistics
 import time
 from collections import defaultdict
@@ -33,7 +32,7 @@ from rft_core.checkpoint.layout import write_explorer_meta
 from rft_core.data.task import Task
 from rft_core.data.taskset import ExplorerTasksets
 from rft_core.experience import Experience
-from rft_core.monitor.events import ENV_SAMPLES_PER_STEP, SAMPLES_PER_STEP
+from rft_core.rollout_samples import keeps_step, rollout_samples
 from rft_core.sync.schedule import explorer_syncs_after, trainer_version_for_explorer_sync
 
 log = logging.getLogger("rft_core.explorer")
@@ -54,48 +53,6 @@ def group_reward_stats(experiences: list[Experience]) -> dict[str, float]:
         f"{prefix}/reward_std/mean": statistics.fmean(stds),
         f"{prefix}/zero_std_group_ratio": sum(s == 0.0 for s in stds) / len(stds),
     }
-
-
-def samples_per_step() -> int:
-    """``RFT_SAMPLES_PER_STEP`` (default 4; 0 sends none); a bad value falls back to 4."""
-    try:
-        return max(0, int(os.environ.get(ENV_SAMPLES_PER_STEP, SAMPLES_PER_STEP)))
-    except ValueError:
-        log.warning("%s must be an integer; using %d", ENV_SAMPLES_PER_STEP, SAMPLES_PER_STEP)
-        return SAMPLES_PER_STEP
-
-
-def _number(value: Any) -> float | None:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
-
-
-def rollout_samples(
-    tasks: list[Task], experiences: list[Experience], limit: int
-) -> list[dict[str, Any]]:
-    """The first ``limit`` experiences (task order: the first group's first responses) as the
-    monitor's samples: prompt (the task's question), response, truth, reward, the reward
-    parts (``reward_parts``), the taskset and the task index."""
-    truths = {(t.taskset, t.index): t.truth for t in tasks}
-    samples = []
-    for exp in experiences[:limit]:
-        key = (exp.info.get("taskset"), exp.info.get("task_index"))
-        parts = {k: _number(v) for k, v in (exp.metrics or {}).items()}
-        samples.append(
-            {
-                "prompt": exp.prompt_text,
-                "response": exp.response_text,
-                "truth": truths.get(key),
-                "reward": _number(exp.reward),
-                "reward_parts": parts,
-                "taskset": key[0],
-                "task_index": key[1],
-            }
-        )
-    return samples
 
 
 def apply_group_advantages(
@@ -364,7 +321,6 @@ class Explorer(RunActor):
         episodes = [e for e in experiences if e.info.get("last_turn", True)]
         metrics.update(workflows.rollout_metrics(episodes))
         metrics.update(group_reward_stats(episodes))
-        samples = rollout_samples(tasks, episodes, samples_per_step())
         if algo.advantage_fn:
             fn = get_advantage_fn(algo.advantage_fn)
             if AlgorithmSettings.resolve(algo).advantages_in_explorer:  # else the trainer's
@@ -375,6 +331,7 @@ class Explorer(RunActor):
                     self._advantage_args(fn.fn, algo.advantage_fn_args),
                     keep_filtered=self.cfg.mode in ("both", "colocate"),
                 )
+        samples = self._rollout_samples(tasks, episodes, step)  # with the advantages
         trained = [e for e in experiences if not e.action_mask or any(e.action_mask)]
         metrics["experience_pipeline/experience_count"] = float(len(trained))
         if self._buffer is not None:
@@ -386,6 +343,20 @@ class Explorer(RunActor):
         self.monitor.log(metrics, step)
         self.monitor.samples(samples, step)
         return metrics
+
+    def _rollout_samples(self, tasks: list[Task], episodes: list[Experience], step: int) -> list:
+        """The rollouts ``monitor.rollout_*`` keeps of this step (rft_core.rollout_samples)."""
+        mon = self.cfg.monitor
+        if not keeps_step(step, mon.rollout_samples_interval):
+            return []
+        tokenizer = getattr(self._engine, "tokenizer", None) if mon.rollout_token_logprobs else None
+        return rollout_samples(
+            tasks,
+            episodes,
+            mon.rollout_samples_per_step,
+            tokenizer=tokenizer,
+            token_logprobs=mon.rollout_token_logprobs,
+        )
 
     def sync_weights(self, version: int, final: bool = False) -> int:
         """Load the trainer's weights of ``version`` (blocking until published)."""

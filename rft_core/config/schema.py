@@ -435,6 +435,21 @@ class MonitorConfig:
     )
     monitor_args: dict[str, Any] = _field(help="free-form arguments for the sink", factory=dict)
     detailed_stats: bool = _field(False, "also log std of eval metrics")
+    rollout_samples_per_step: int = _field(
+        16,
+        "rollouts of each kept explorer step written to monitor/explorer_samples.jsonl and the "
+        "dashboard's rollout explorer: whole task groups in task order (0: none)",
+    )
+    rollout_samples_interval: int = _field(
+        1,
+        "keep the rollouts of explorer steps 1, 1+N, 1+2N, ... (1: every step; a larger N bounds "
+        "the disk they take on long runs)",
+    )
+    rollout_token_logprobs: bool = _field(
+        True,
+        "with each kept rollout, its response tokens and their log-probs (the rollout explorer's "
+        "token view; about 20 bytes a token)",
+    )
     enable_ray_timeline: bool = _field(False, "write a Ray timeline profile", unimplemented=True)
 
 

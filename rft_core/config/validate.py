@@ -178,6 +178,8 @@ def _derive(cfg: Config) -> None:
     _check_explorer(cfg)
     _at_least(cfg.cluster.node_num, "cluster.node_num", 1)
     _at_least(cfg.cluster.gpu_per_node, "cluster.gpu_per_node", 0)
+    _at_least(cfg.monitor.rollout_samples_per_step, "monitor.rollout_samples_per_step", 0)
+    _at_least(cfg.monitor.rollout_samples_interval, "monitor.rollout_samples_interval", 1)
     adapt_one_gpu(cfg)  # mode both on one GPU runs colocated, with one warning line
     check_cluster(cfg)
     _derive_synchronizer(cfg)
@@ -585,11 +587,8 @@ def _derive_trainer(cfg: Config) -> None:
     if t.max_token_len_per_gpu is None:
         t.max_token_len_per_gpu = 2 * cfg.model.max_model_len
     written = getattr(cfg, "_written", cfg).trainer
-    key = (
-        "ppo_max_token_len_per_gpu"
-        if written.ppo_max_token_len_per_gpu
-        else "max_token_len_per_gpu"
-    )
+    key = "ppo_max_token_len_per_gpu" if written.ppo_max_token_len_per_gpu else None
+    key = key or "max_token_len_per_gpu"
     _at_least(t.max_token_len_per_gpu, f"trainer.{key}", 1)
     if t.max_token_len_per_gpu < cfg.model.max_model_len:  # verl checks real lengths, too
         log.warning(BUDGET_BELOW_LENGTH, key, t.max_token_len_per_gpu, cfg.model.max_model_len)

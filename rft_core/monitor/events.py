@@ -17,8 +17,9 @@ session and a demo) on one Redis server never meet. Every entry has the string f
     ts     unix time in seconds (float, as text)
     data   JSON object: metric -> {name: value}; log -> {level, text};
            checkpoint -> {path}; status -> {state, message}; heartbeat -> {};
-           samples -> {"samples": [{prompt, response, truth, reward, <reward parts>...}]}
-           (a handful of one rollout step's experiences, see ``ENV_SAMPLES_PER_STEP``)
+           samples -> {"samples": [{prompt, response, truth, reward, reward_parts, advantage,
+           tokens, logprobs, ...}]} (the rollouts ``monitor.rollout_samples_*`` keeps of one
+           explorer step; ``rft_core.rollout_samples`` lists the fields)
 
 This module imports nothing but the standard library: the dashboard's web process uses it.
 """
@@ -37,9 +38,6 @@ from typing import Any
 ENV_REDIS_URL = "RFT_EVENTS_REDIS_URL"
 ENV_RUN_ID = "RFT_RUN_ID"
 ENV_HEARTBEAT_S = "RFT_HEARTBEAT_S"  # seconds between heartbeats on the stream (default 10)
-# rollouts the explorer samples per step for the dashboard's samples panel (default 4; 0: none)
-ENV_SAMPLES_PER_STEP = "RFT_SAMPLES_PER_STEP"
-SAMPLES_PER_STEP = 4
 
 # The deployment prefix (the dashboard's ``RFT_REDIS_PREFIX`` setting; a launch sets it on the run)
 ENV_REDIS_PREFIX = "RFT_REDIS_PREFIX"

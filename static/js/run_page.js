@@ -18,6 +18,7 @@
   var POLL_MS = 3000;
   var MAX_LOG_LINES = 20000;
   var SAMPLE_STEPS = 5; // the snapshot's samples are of the last 5 steps too
+  var SAMPLES_SHOWN = 4; // cards per step; the rollout explorer has them all
 
   var S = {
     last: null, // last applied seq; null until the snapshot is in
@@ -429,10 +430,11 @@
     });
     groups.reverse(); // newest first
     groups = groups.slice(0, SAMPLE_STEPS);
-    var known = { stage: 1, step: 1, prompt: 1, response: 1, truth: 1, reward: 1 };
+    // the token view's lists belong to the rollout explorer (/runs/<id>/rollouts/), not the cards
+    var known = { stage: 1, step: 1, prompt: 1, response: 1, truth: 1, reward: 1, tokens: 1, logprobs: 1, trainer_logprobs: 1 };
     var html = groups.map(function (g) {
       return '<section class="sample-step" data-step="' + esc(g.step) + '"><h3>' + (g.stage ? esc(g.stage) + " · " : "") + "step " + esc(g.step) + "</h3>" +
-        g.items.map(function (s) {
+        g.items.slice(0, SAMPLES_SHOWN).map(function (s) {
           var extra = Object.keys(s).filter(function (k) { return !known[k]; }).map(function (k) {
             return "<dt>" + esc(k) + "</dt><dd>" + esc(typeof s[k] === "object" ? JSON.stringify(s[k]) : s[k]) + "</dd>";
           }).join("");

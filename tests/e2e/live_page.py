@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 # Guards against a hung run, not timing assertions: the shortened demo takes well under these.
 RUN_GUARD_S = 420
@@ -30,6 +32,41 @@ PAGE_STATE_JS = """() => {
     marker: window.__notReloaded === true,
   };
 }"""
+
+
+@dataclass
+class GuardedPage:
+    """A page of its own browser context that reaches only the site: a request to another host
+    is aborted and listed in ``foreign``; console errors and page errors go to ``errors``."""
+
+    context: object
+    page: object
+    foreign: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def check(self) -> None:
+        assert self.foreign == [], f"requests left the site: {self.foreign}"
+        assert self.errors == [], f"errors in the browser console: {self.errors}"
+
+
+def guarded_page(browser, site_url: str) -> GuardedPage:
+    site = urlsplit(site_url).netloc
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    guarded = GuardedPage(context, None)
+
+    def only_the_site(route) -> None:
+        if urlsplit(route.request.url).netloc == site:
+            route.continue_()
+        else:
+            guarded.foreign.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", only_the_site)
+    page = guarded.page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.on("console", lambda m: guarded.errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: guarded.errors.append(f"pageerror: {e}"))
+    return guarded
 
 
 def keep_screenshot(page, shots: Path, name: str) -> Path:

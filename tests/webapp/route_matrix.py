@@ -210,6 +210,8 @@ ROUTE_METHODS: dict[str, tuple[str, ...]] = {
     "runs/<>/live.json": ("GET",),
     "runs/<>/clone/": ("POST",),
     "runs/<>/logs.txt": ("GET",),
+    "runs/<>/rollouts/": ("GET",),
+    "runs/<>/rollouts.json": ("GET",),
     "checkpoints/<>/convert/": ("POST",),
     "checkpoints/<>/files.json": ("GET",),
     "account/": ("GET",),
@@ -291,6 +293,8 @@ ROWS = [
     Row("runs/<>/", "GET", lambda w: f"/runs/{w.run.pk}/", PAGE),
     Row("runs/<>/live.json", "GET", lambda w: f"/runs/{w.run.pk}/live.json", PAGE_JSON),
     Row("runs/<>/logs.txt", "GET", lambda w: f"/runs/{w.run.pk}/logs.txt", PAGE),
+    Row("runs/<>/rollouts/", "GET", lambda w: f"/runs/{w.run.pk}/rollouts/", PAGE),
+    Row("runs/<>/rollouts.json", "GET", lambda w: f"/runs/{w.run.pk}/rollouts.json", PAGE_JSON),
     Row("runs/compare/", "GET", lambda w: f"/runs/compare/?ids={w.run.pk},{w.queued.pk}", PAGE),
     Row(
         "runs/compare/data.json",

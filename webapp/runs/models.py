@@ -154,9 +154,11 @@ class LogLine(models.Model):
 
 
 class RolloutSample(models.Model):
-    """One rollout the explorer sampled for the run page (``samples`` events, a handful per
-    step): the prompt, the response, the truth and the reward; ``extra`` keeps the reward parts
-    and whatever else the monitor sent."""
+    """One rollout the explorer kept (``samples`` events; ``monitor.rollout_samples_*`` says how
+    many of which steps): the prompt, the response, the truth, the reward, its task group, its
+    advantage, its length and whether max tokens cut it; ``tokens`` holds the token view
+    (``{"tokens": [...], "logprobs": [...]}``, plus ``trainer_logprobs`` where recorded) and
+    ``extra`` the reward parts and whatever else the monitor sent."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="rollout_samples")
     stage = models.CharField(max_length=100, blank=True)
@@ -166,8 +168,20 @@ class RolloutSample(models.Model):
     response = models.TextField(blank=True)
     truth = models.TextField(blank=True)
     reward = models.FloatField(null=True, blank=True, help_text="null for NaN/inf")
+    group = models.IntegerField(
+        null=True, blank=True, help_text="the task group within the step, from 0"
+    )
+    advantage = models.FloatField(
+        null=True, blank=True, help_text="null: computed by the trainer, or the group filtered out"
+    )
+    response_length = models.IntegerField(null=True, blank=True, help_text="response tokens")
+    truncated = models.BooleanField(default=False, help_text="the response hit max tokens")
+    tokens = models.JSONField(default=dict, blank=True, help_text="the token view's data")
     extra = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["id"]
-        indexes = [models.Index(fields=["run", "id"], name="sample_run_seq")]
+        indexes = [
+            models.Index(fields=["run", "id"], name="sample_run_seq"),
+            models.Index(fields=["run", "stage", "step"], name="sample_run_step"),
+        ]

@@ -128,17 +128,39 @@ def record_logs(run: Run, events: Iterable[EventLike]) -> list[LogLine]:
     return lines
 
 
-SAMPLE_FIELDS = ("prompt", "response", "truth", "reward")
+# the fields a sample entry fills columns with; the rest (reward parts, taskset, ...) go to extra
+SAMPLE_FIELDS = ("prompt", "response", "truth", "reward", "group", "advantage")
+SAMPLE_FIELDS += ("response_length", "truncated", "tokens", "logprobs", "trainer_logprobs")
+TOKEN_FIELDS = ("tokens", "logprobs", "trainer_logprobs")
 
 
 def _text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _token_view(entry: dict[str, Any]) -> dict[str, list]:
+    """The token view's lists of an entry (tokens as text, log-probs finite or null); a list
+    whose length is not the tokens' is dropped rather than shown against the wrong tokens."""
+    tokens = entry.get("tokens")
+    if not isinstance(tokens, list):
+        return {}
+    view: dict[str, list] = {"tokens": [_text(t) for t in tokens]}
+    for key in TOKEN_FIELDS[1:]:
+        values = entry.get(key)
+        if isinstance(values, list) and len(values) == len(tokens):
+            view[key] = [finite_or_none(v) for v in values]
+    return view
+
+
 def record_samples(run: Run, events: Iterable[EventLike]) -> list[RolloutSample]:
     """One RolloutSample per entry of each ``samples`` event (``{"samples": [{prompt,
-    response, truth, reward, ...}]}``); fields beyond those four go to ``extra``. Entries that
-    are not mappings are skipped. Returns the samples written."""
+    response, truth, reward, group, advantage, response_length, truncated, tokens, logprobs,
+    ...}]}``, ``rft_core.rollout_samples``); other fields go to ``extra``. Entries that are not
+    mappings are skipped. Returns the samples written."""
     samples = []
     for event in events:
         payload = event.payload if isinstance(event.payload, dict) else {}
@@ -156,6 +178,11 @@ def record_samples(run: Run, events: Iterable[EventLike]) -> list[RolloutSample]
                     response=_text(entry.get("response")),
                     truth=_text(entry.get("truth")),
                     reward=finite_or_none(entry.get("reward")),
+                    group=_count(entry.get("group")),
+                    advantage=finite_or_none(entry.get("advantage")),
+                    response_length=_count(entry.get("response_length")),
+                    truncated=entry.get("truncated") is True,
+                    tokens=_token_view(entry),
                     extra={k: v for k, v in entry.items() if k not in SAMPLE_FIELDS},
                 )
             )

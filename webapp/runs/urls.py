@@ -1,6 +1,6 @@
 from django.urls import path
 
-from webapp.runs import live_views, views
+from webapp.runs import live_views, rollout_views, views
 
 app_name = "runs"
 urlpatterns = [
@@ -13,4 +13,6 @@ urlpatterns = [
     path("<int:pk>/live.json", live_views.live_json, name="live"),
     path("<int:pk>/clone/", views.clone, name="clone"),
     path("<int:pk>/logs.txt", views.logs_txt, name="logs-txt"),
+    path("<int:pk>/rollouts/", rollout_views.rollouts_page, name="rollouts"),
+    path("<int:pk>/rollouts.json", rollout_views.rollouts_json, name="rollouts-json"),
 ]

@@ -1,0 +1,184 @@
+/* The rollout explorer (/runs/<id>/rollouts/): reads rollouts.json (webapp/runs/rollouts.py)
+   for the chosen step, sort, search and page, and shows the rollouts by task group (or in the
+   chosen order), each with its reward parts, advantage, length, cut flag and a token view that
+   colours every response token by the log-prob it was sampled with (red: unlikely, green:
+   likely; the trainer's log-prob in the tooltip where recorded). The query lives in the URL so
+   a view can be linked. */
+(function () {
+  "use strict";
+  var root = document.getElementById("rollout-explorer");
+  if (!root) return;
+  var URL_ = root.dataset.url;
+  var $ = function (id) { return document.getElementById(id); };
+  var S = { stage: null, step: "", sort: "group", q: "", page: 1, steps: [], pages: 1 };
+
+  function esc(v) {
+    return String(v === null || v === undefined ? "" : v).replace(/[&<>"']/g, function (c) {
+      return { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c];
+    });
+  }
+  function num(v, digits) {
+    return typeof v === "number" && isFinite(v) ? v.toFixed(digits === undefined ? 3 : digits) : "—";
+  }
+  // the search text marked in a text (escaped first)
+  function marked(text) {
+    var html = esc(text);
+    if (!S.q) return html;
+    var needle = esc(S.q).replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+    return html.replace(new RegExp(needle, "gi"), function (m) { return "<mark>" + m + "</mark>"; });
+  }
+
+  // ------------------------------------------------------------------ query <-> URL
+  function readLocation() {
+    var p = new URLSearchParams(window.location.search);
+    S.stage = p.has("stage") ? p.get("stage") : null;
+    S.step = p.get("step") || "";
+    S.sort = p.get("sort") || "group";
+    S.q = p.get("q") || "";
+    S.page = parseInt(p.get("page") || "1", 10) || 1;
+  }
+  function params() {
+    var p = new URLSearchParams();
+    if (S.stage !== null) p.set("stage", S.stage);
+    if (S.step !== "") p.set("step", S.step);
+    if (S.sort !== "group") p.set("sort", S.sort);
+    if (S.q) p.set("q", S.q);
+    if (S.page > 1) p.set("page", String(S.page));
+    return p;
+  }
+
+  function load() {
+    var p = params();
+    var qs = p.toString();
+    window.history.replaceState(null, "", window.location.pathname + (qs ? "?" + qs : ""));
+    return fetch(URL_ + (qs ? "?" + qs : ""), { headers: { Accept: "application/json" }, credentials: "same-origin" })
+      .then(function (r) {
+        return r.json().then(function (body) {
+          if (!r.ok) throw new Error(body.detail || ("HTTP " + r.status));
+          return body;
+        });
+      })
+      .then(function (body) {
+        $("rollout-error").hidden = true;
+        render(body);
+        root.dataset.loaded = qs; // the query now shown (browser tests wait on it)
+      })
+      .catch(function (err) {
+        $("rollout-error").textContent = "Could not load the rollouts: " + err.message;
+        $("rollout-error").hidden = false;
+      });
+  }
+
+  // ------------------------------------------------------------------ rendering
+  function stepLabel(s) {
+    return (s.stage ? s.stage + " · " : "") + "step " + s.step + " (" + s.samples + ", reward " + num(s.reward_mean) + ")";
+  }
+  function renderSteps(body) {
+    S.steps = body.steps;
+    var current = body.step === "all" ? "all" : null;
+    var html = body.steps.map(function (s, i) {
+      if (current === null && s.step === body.step && s.stage === body.stage) current = String(i);
+      return '<option value="' + i + '">' + esc(stepLabel(s)) + "</option>";
+    }).reverse().join("");
+    html += '<option value="all">all steps</option>';
+    $("rollout-step").innerHTML = html;
+    if (current !== null) $("rollout-step").value = current;
+  }
+
+  function parts(r) {
+    var p = r.reward_parts || {};
+    return Object.keys(p).map(function (k) {
+      return '<span class="part">' + esc(k) + ' <span class="value">' + num(p[k]) + "</span></span>";
+    }).join("");
+  }
+
+  function tokenColour(lp) {
+    if (typeof lp !== "number") return "transparent";
+    var prob = Math.exp(lp);
+    return "hsl(" + Math.round(120 * prob) + "," + (prob > 0.5 ? 55 : 75) + "%,82%)";
+  }
+  function tokenView(r) {
+    var t = r.tokens || {};
+    if (!t.tokens || !t.tokens.length) return '<p class="hint">No tokens recorded for this rollout (monitor.rollout_token_logprobs).</p>';
+    var trainer = t.trainer_logprobs;
+    var spans = t.tokens.map(function (tok, i) {
+      var lp = t.logprobs ? t.logprobs[i] : null;
+      var title = JSON.stringify(tok) + "  log-prob " + num(lp, 4) + (typeof lp === "number" ? "  (p " + Math.exp(lp).toFixed(3) + ")" : "");
+      if (trainer) title += "  trainer " + num(trainer[i], 4);
+      return '<span class="token" data-logprob="' + esc(lp) + '"' + (trainer ? ' data-trainer-logprob="' + esc(trainer[i]) + '"' : "") +
+        ' style="background:' + tokenColour(lp) + '" title="' + esc(title) + '">' + esc(tok) + "</span>";
+    }).join("");
+    var lps = (t.logprobs || []).filter(function (v) { return typeof v === "number"; });
+    var mean = lps.length ? lps.reduce(function (a, b) { return a + b; }, 0) / lps.length : null;
+    return '<div class="token-view" aria-label="response tokens coloured by log-prob">' + spans + "</div>" +
+      '<p class="token-legend">p 0 <span class="scale"></span> 1 · ' + t.tokens.length + " tokens, mean log-prob " + num(mean, 3) +
+      (trainer ? " · the trainer's log-prob in each token's tooltip" : "") + "</p>";
+  }
+
+  function rolloutHtml(r) {
+    return '<article class="rollout" data-id="' + esc(r.id) + '" data-reward="' + esc(r.reward) + '" data-advantage="' + esc(r.advantage) + '">' +
+      '<div class="rollout-figures">' +
+      '<span>reward <span class="value reward">' + num(r.reward) + "</span></span>" + parts(r) +
+      '<span>advantage <span class="value advantage">' + num(r.advantage) + "</span></span>" +
+      '<span>length <span class="value length">' + esc(r.response_length === null ? "—" : r.response_length) + "</span></span>" +
+      (r.truncated ? '<span class="cut" title="the response hit max tokens">cut at max tokens</span>' : "") +
+      (S.step === "all" || S.sort !== "group" ? '<span class="hint">' + (r.stage ? esc(r.stage) + " · " : "") + "step " + esc(r.step) + " · group " + esc(r.group) + "</span>" : "") +
+      "</div><dl>" +
+      "<dt>prompt</dt><dd><pre>" + marked(r.prompt) + "</pre></dd>" +
+      "<dt>response</dt><dd><pre>" + marked(r.response) + "</pre></dd>" +
+      "<dt>truth</dt><dd><pre>" + marked(r.truth) + "</pre></dd>" +
+      '</dl><details class="tokens"><summary>Tokens</summary>' + tokenView(r) + "</details></article>";
+  }
+
+  function render(body) {
+    renderSteps(body);
+    S.stage = body.stage; S.page = body.page; S.pages = body.pages;
+    S.step = body.step === null || body.step === undefined ? "" : String(body.step);
+    $("rollout-sort").value = body.sort;
+    $("rollout-q").value = body.q;
+    var items = body.items;
+    var html;
+    if (!items.length) {
+      html = '<p class="hint">' + (body.steps.length ? "No rollouts match." : "No rollouts kept yet: they appear after the explorer's first step.") + "</p>";
+    } else if (body.sort === "group" && body.step !== "all") {
+      var groups = [], byGroup = {};
+      items.forEach(function (r) {
+        var key = String(r.group);
+        if (!byGroup[key]) { byGroup[key] = []; groups.push(key); }
+        byGroup[key].push(r);
+      });
+      html = groups.map(function (g) {
+        var rs = byGroup[g], rewards = rs.map(function (r) { return r.reward; }).filter(function (v) { return typeof v === "number"; });
+        var mean = rewards.length ? rewards.reduce(function (a, b) { return a + b; }, 0) / rewards.length : null;
+        return '<section class="rollout-group" data-group="' + esc(g) + '"><h3>Task group ' + esc(g) + (rs[0].task_index !== undefined ? " · task " + esc(rs[0].task_index) : "") +
+          " · truth " + esc(String(rs[0].truth || "").trim().split("\n").pop()) + " · reward mean " + num(mean) + "</h3>" + rs.map(rolloutHtml).join("") + "</section>";
+      }).join("");
+    } else {
+      html = items.map(rolloutHtml).join("");
+    }
+    $("rollout-list").innerHTML = html;
+    $("rollout-summary").textContent = body.total + " rollout" + (body.total === 1 ? "" : "s") + (body.q ? " matching “" + body.q + "”" : "");
+    $("rollout-page").textContent = "page " + body.page + " of " + body.pages;
+    $("rollout-prev").disabled = body.page <= 1;
+    $("rollout-next").disabled = body.page >= body.pages;
+  }
+
+  // ------------------------------------------------------------------ controls
+  $("rollout-step").addEventListener("change", function () {
+    var v = this.value;
+    if (v === "all") { S.step = "all"; S.stage = null; } else { var s = S.steps[+v]; S.step = String(s.step); S.stage = s.stage; }
+    S.page = 1;
+    load();
+  });
+  $("rollout-sort").addEventListener("change", function () { S.sort = this.value; S.page = 1; load(); });
+  $("rollout-controls").addEventListener("submit", function (e) {
+    e.preventDefault();
+    S.q = $("rollout-q").value.trim(); S.page = 1;
+    load();
+  });
+  $("rollout-prev").addEventListener("click", function () { if (S.page > 1) { S.page -= 1; load(); } });
+  $("rollout-next").addEventListener("click", function () { if (S.page < S.pages) { S.page += 1; load(); } });
+
+  readLocation();
+  load();
+})();

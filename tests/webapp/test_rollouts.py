@@ -1,0 +1,184 @@
+"""The rollout explorer's data: ``samples`` events -> RolloutSample rows with their group,
+advantage, length, cut flag and token view (webapp.runs.telemetry), and ``GET
+/runs/<id>/rollouts.json`` choosing a step, sorting, searching and paging them
+(webapp.runs.rollouts). Access is the authorization matrix's (route_matrix.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from api_helpers import make_experiment, make_run, make_user
+
+from webapp.events.models import RunEvent
+from webapp.runs.models import RolloutSample
+from webapp.runs.rollouts import PAGE_SIZE
+from webapp.runs.telemetry import record_samples
+
+pytestmark = pytest.mark.django_db
+
+
+def _event(step: int, samples: list[dict], stage: str = "rft") -> RunEvent:
+    return RunEvent(
+        run_key="k",
+        stream_id=f"{step}-0",
+        kind="samples",
+        role="explorer",
+        stage=stage,
+        step=step,
+        payload={"samples": samples},
+        emitted_at=datetime.fromtimestamp(1_733_150_000 + step, tz=UTC),
+    )
+
+
+def _sample(group: int, reward: float, advantage: float | None, response: str, **extra) -> dict:
+    return {
+        "prompt": f"What is {group}+{group}?",
+        "response": response,
+        "truth": str(2 * group),
+        "reward": reward,
+        "reward_parts": {"accuracy": reward},
+        "group": group,
+        "advantage": advantage,
+        "response_length": len(response),
+        "truncated": len(response) >= 6,
+        "tokens": list(response),
+        "logprobs": [-0.5] * len(response),
+        **extra,
+    }
+
+
+@pytest.fixture
+def owner_run():
+    alice = make_user("alice")
+    run = make_run(make_experiment(alice, "e"))
+    return alice, run
+
+
+def _steps(run, steps: dict[int, list[dict]], stage: str = "rft") -> None:
+    record_samples(run, [_event(step, rows, stage) for step, rows in steps.items()])
+
+
+def _get(client, run, **params):
+    response = client.get(f"/runs/{run.pk}/rollouts.json", params)
+    return response.status_code, response.json()
+
+
+def test_a_samples_entry_fills_the_columns_and_the_token_view(owner_run):
+    _, run = owner_run
+    entry = _sample(1, 1.0, 0.7071, "2 ok", trainer_logprobs=[-0.4, None, -0.1, -0.2])
+    entry["logprobs"] = [-0.5, float("nan"), -0.25, -1.0]
+    _steps(run, {3: [entry, {**_sample(1, 0.0, None, "x"), "logprobs": [-1.0, -2.0]}]})
+    first, second = RolloutSample.objects.filter(run=run).order_by("id")
+    assert (first.step, first.stage, first.group, first.advantage) == (3, "rft", 1, 0.7071)
+    assert (first.response_length, first.truncated, first.reward) == (4, False, 1.0)
+    assert first.tokens == {
+        "tokens": ["2", " ", "o", "k"],
+        "logprobs": [-0.5, None, -0.25, -1.0],  # NaN as null: the row stays JSON
+        "trainer_logprobs": [-0.4, None, -0.1, -0.2],
+    }
+    assert first.extra == {"reward_parts": {"accuracy": 1.0}}  # the columns are not repeated
+    # log-probs of another length than the tokens are dropped, not shown against wrong tokens
+    assert second.advantage is None and second.tokens == {"tokens": ["x"]}
+
+
+def test_it_shows_the_newest_step_by_task_group_by_default(client, owner_run):
+    alice, run = owner_run
+    _steps(
+        run,
+        {
+            1: [_sample(0, 0.0, 0.0, "a")],
+            3: [_sample(1, 1.0, 1.0, "b"), _sample(0, 0.5, -1.0, "c")],
+        },
+    )
+    client.force_login(alice)
+    status, body = _get(client, run)
+    assert status == 200
+    assert [(s["step"], s["samples"]) for s in body["steps"]] == [(1, 1), (3, 2)]
+    assert body["steps"][1]["reward_mean"] == pytest.approx(0.75)
+    assert (body["stage"], body["step"], body["total"]) == ("rft", 3, 2)
+    assert [i["response"] for i in body["items"]] == ["c", "b"]  # group 0, then group 1
+    assert body["items"][1]["tokens"]["logprobs"] == [-0.5]
+    status, body = _get(client, run, step="1")
+    assert [i["response"] for i in body["items"]] == ["a"]
+
+
+def test_it_sorts_by_reward_and_advantage_with_nulls_last(client, owner_run):
+    alice, run = owner_run
+    rows = [
+        _sample(0, 0.2, 0.5, "r02"),
+        _sample(0, 1.0, None, "r10"),
+        _sample(1, 0.6, -0.9, "r06"),
+        _sample(1, 0.0, 1.4, "r00"),
+    ]
+    _steps(run, {2: rows})
+    client.force_login(alice)
+    order = {}
+    for sort in ("-reward", "reward", "-advantage", "advantage"):
+        _, body = _get(client, run, sort=sort)
+        order[sort] = [i["response"] for i in body["items"]]
+    assert order["-reward"] == ["r10", "r06", "r02", "r00"]
+    assert order["reward"] == ["r00", "r02", "r06", "r10"]
+    assert order["-advantage"] == ["r00", "r02", "r06", "r10"]  # r10's advantage is null: last
+    assert order["advantage"] == ["r06", "r02", "r00", "r10"]
+
+
+def test_it_searches_prompt_response_and_truth_over_every_step(client, owner_run):
+    alice, run = owner_run
+    _steps(run, {1: [_sample(0, 0.0, 0.0, "I think 41")], 2: [_sample(3, 1.0, 0.0, "answer 6")]})
+    client.force_login(alice)
+    _, body = _get(client, run, step="all", q="THINK")
+    assert [(i["step"], i["response"]) for i in body["items"]] == [(1, "I think 41")]
+    _, body = _get(client, run, step="all", q="3+3")  # in the prompt
+    assert [i["step"] for i in body["items"]] == [2]
+    _, body = _get(client, run, step="all", sort="-response_length")
+    assert [i["response"] for i in body["items"]] == ["I think 41", "answer 6"]
+    _, body = _get(client, run, step="all", q="nowhere")
+    assert body["total"] == 0 and body["items"] == []
+
+
+def test_it_pages_the_rollouts_of_a_step(client, owner_run):
+    alice, run = owner_run
+    _steps(run, {5: [_sample(i // 8, i / 100, 0.0, f"resp{i}") for i in range(PAGE_SIZE + 5)]})
+    client.force_login(alice)
+    _, first = _get(client, run)
+    _, second = _get(client, run, page="2")
+    assert (first["total"], first["pages"], len(first["items"]), len(second["items"])) == (
+        PAGE_SIZE + 5,
+        2,
+        PAGE_SIZE,
+        5,
+    )
+    seen = [i["response"] for i in first["items"] + second["items"]]
+    assert sorted(seen) == sorted(f"resp{i}" for i in range(PAGE_SIZE + 5))
+
+
+@pytest.mark.parametrize(
+    ("params", "names"),
+    [
+        ({"sort": "rewards"}, "sort: must be one of group, -reward"),
+        ({"step": "last"}, "step: must be an explorer step or 'all'"),
+        ({"page": "0"}, "page: must be a page number"),
+        ({"q": "x" * 201}, "q: the search text is 201 characters"),
+    ],
+)
+def test_a_bad_parameter_is_a_400_naming_it(client, owner_run, params, names):
+    alice, run = owner_run
+    client.force_login(alice)
+    status, body = _get(client, run, **params)
+    assert status == 400
+    assert body["detail"].startswith(names)
+
+
+def test_another_users_rollouts_are_refused_and_staff_sees_them(client, owner_run):
+    _, run = owner_run
+    _steps(run, {1: [_sample(0, 1.0, 0.0, "secret-of-alice")]})
+    client.force_login(make_user("bob"))
+    status, body = _get(client, run)
+    assert status == 403 and "secret-of-alice" not in str(body)
+    assert client.get(f"/runs/{run.pk}/rollouts/").status_code == 403
+    client.force_login(make_user("root", staff=True))
+    status, body = _get(client, run)
+    assert status == 200 and body["items"][0]["response"] == "secret-of-alice"
+    page = client.get(f"/runs/{run.pk}/rollouts/")
+    assert page.status_code == 200 and b'id="rollout-explorer"' in page.content
