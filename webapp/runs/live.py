@@ -39,6 +39,7 @@ from django.db.models import Max, Min, Q
 from webapp.checkpoints.models import Checkpoint
 from webapp.events.models import RunEvent
 from webapp.runs.models import LogLine, MetricPoint, RolloutSample, Run
+from webapp.runs.progress import progress_of
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,8 @@ def run_state(run: Run) -> dict[str, Any]:
         "last_eval_accuracy": run.last_eval_accuracy,
         "best_eval_accuracy": run.best_eval_accuracy,
         "url": run.get_absolute_url(),
+        # stage_index, stage_count, stage_step, stage_total_steps, fractions, ETA, phase
+        **progress_of(run, time.time()),
     }
 
 
