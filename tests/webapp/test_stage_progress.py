@@ -74,7 +74,10 @@ def test_the_phase_of_the_run_is_the_one_that_holds_it_up():
     assert progress.current_phase(both) == "rollout"
     both["explorer"]["phase"] = "eval"
     assert progress.current_phase(both) == "eval"
-    assert progress.current_phase({"explorer": {"phase": "waiting"}, "trainer": {"phase": "train"}}) == "train"
+    assert (
+        progress.current_phase({"explorer": {"phase": "waiting"}, "trainer": {"phase": "train"}})
+        == "train"
+    )
 
 
 def test_in_the_grpo_stage_the_counters_are_the_stages_and_the_run_fraction_weighs_both():
