@@ -329,7 +329,10 @@
   }
   function renderCheckpoints() {
     var rows = Object.keys(S.checkpoints).map(function (k) { return S.checkpoints[k]; });
-    rows.sort(function (a, b) { return (a.stage || "").localeCompare(b.stage || "") || a.step - b.step; });
+    // the stages as the run makes them (sft_warmup before rft), then by step
+    var order = ((S.run && S.run.stages) || []).map(function (st) { return st.name; });
+    function rank(c) { var i = order.indexOf(c.stage || ""); return i < 0 ? order.length : i; }
+    rows.sort(function (a, b) { return rank(a) - rank(b) || (a.stage || "").localeCompare(b.stage || "") || a.step - b.step; });
     var body = $("checkpoint-rows");
     if (!rows.length) { body.innerHTML = '<tr class="empty"><td colspan="6" class="hint">No checkpoints yet.</td></tr>'; return; }
     body.innerHTML = rows.map(function (c) {

@@ -47,6 +47,16 @@ def stage_plan(config: dict[str, Any]) -> list[dict[str, Any]]:
     return plan
 
 
+def in_stage_order(
+    config: dict[str, Any], rows: list, stage=lambda r: r.stage, step=lambda r: r.step
+) -> list:
+    """``rows`` (checkpoints, ...) in the order the run made them: by its stages as the config
+    runs them (``sft_warmup`` before ``rft``, whatever the alphabet says; a stage the config does
+    not name after those), then by step."""
+    order = {entry["name"]: i for i, entry in enumerate(stage_plan(config))}
+    return sorted(rows, key=lambda r: (order.get(stage(r), len(order)), stage(r), step(r) or 0))
+
+
 def _positive(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
