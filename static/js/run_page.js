@@ -166,7 +166,9 @@
 
   // ------------------------------------------------------------------ charts
   var timeline = new C.Timeline();
-  var board = new C.Board($("charts"), { xMode: "step", smoothing: 0.6 });
+  var board = new C.Board($("charts"), { xMode: "stage", smoothing: 0.6 }); // GRPO from its 0
+  $("x-mode").value = "stage";
+  var refreshStages = C.bindStageControls(board);
   var DEFAULT_OFF = { perf: 1, other: 1 };
   var picker = new C.Picker($("metric-picker"), {
     defaultOn: function (name) { return !DEFAULT_OFF[C.groupOf(name)]; },
@@ -185,6 +187,7 @@
     picker.addNames(Object.keys(metrics));
     board.selected = picker.selected;
     board.setData(data);
+    refreshStages();
     $("charts-empty").hidden = Object.keys(metrics).length > 0;
   }
 
@@ -206,6 +209,7 @@
     names.forEach(function (name) {
       board.extend(name, "run", per[name], { label: "", color: "#1f77b4", timeline: timeline });
     });
+    refreshStages();
     $("charts-empty").hidden = true;
   }
 
