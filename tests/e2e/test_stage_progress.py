@@ -149,7 +149,7 @@ def test_the_run_page_counts_the_grpo_stages_own_steps_with_an_eta_and_the_phase
 
         # never a step beyond the GRPO stage's total while in it (the "300 / 30" of old)
         for state in seen:
-            if state["stage"] == "rft" and "/" in state["step"]:
+            if state["stage"] == "rft" and re.fullmatch(r"\d+ / \d+", state["step"]):
                 step, total = (int(x) for x in state["step"].split(" / "))
                 assert total == RFT_STEPS and step <= total, state
 
