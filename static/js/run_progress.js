@@ -79,7 +79,7 @@
     var whole = etaNow(run.run_eta_s, run.progress_at, now);
     var text = "";
     if (stage !== null) {
-      text = "ETA " + fmtDuration(stage) + (run.stage_count > 1 ? " (this stage" + (whole !== null ? ", the run's last" : "") + ")" : "");
+      text = "ETA " + fmtDuration(stage) + (run.stage_count > 1 ? (whole !== null ? " (end of run)" : " (end of this stage)") : "");
       if (run.step_rate) text += " · " + (run.step_rate >= 1 ? run.step_rate.toFixed(2) + " steps/s" : fmtDuration(1 / run.step_rate) + "/step");
     }
     $("run-eta").textContent = text;
