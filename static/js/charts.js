@@ -325,6 +325,21 @@
     return escapeHtml(name) + (lasts.length ? ' <span style="font-size:11px;color:#5b6472">last ' + lasts.join(", ") + "</span>" : "");
   };
 
+  // Steps are whole numbers: ticks every step on a short axis (never "1, 2, 2"), whole ones
+  // on a long one.
+  Board.prototype._xticks = function (name) {
+    if (this.xMode !== "stage" && this.xMode !== "step") return { tickformat: "", dtick: null };
+    var self = this, lo = Infinity, hi = -Infinity;
+    this.metrics[name].forEach(function (s) {
+      for (var i = 0; i < s.value.length; i++) {
+        if (!self._inView(s.stage[i])) continue;
+        var x = s.timeline.x(self.xMode, s.step[i], s.wall_time[i], s.stage[i]);
+        if (x !== null) { lo = Math.min(lo, x); hi = Math.max(hi, x); }
+      }
+    });
+    return { tickformat: "~d", dtick: hi - lo < 10 ? 1 : null };
+  };
+
   Board.prototype._yaxis = function (name) {
     var self = this, values = [];
     this.metrics[name].forEach(function (s) {
@@ -353,9 +368,8 @@
     return {
       title: { text: this._title(name), font: { size: 13 }, x: 0.02 },
       height: this.height, margin: { l: 50, r: 15, t: 35, b: 35 },
-      xaxis: { title: { text: escapeHtml(xTitle), font: { size: 11 } },
-               type: this.xMode === "wall" ? "date" : "linear", zeroline: false,
-               tickformat: this.xMode === "stage" || this.xMode === "step" ? "~d" : "" },
+      xaxis: Object.assign({ title: { text: escapeHtml(xTitle), font: { size: 11 } },
+               type: this.xMode === "wall" ? "date" : "linear", zeroline: false }, this._xticks(name)),
       yaxis: this._yaxis(name),
       showlegend: series.length > 1, legend: { orientation: "h", y: -0.25 },
       hovermode: "closest", shapes: shapes, annotations: annotations,
@@ -463,9 +477,10 @@
       var smooth = pts.raw.map(function (v) { return state.push(v); });
       Plotly.extendTraces(chart.div, { x: [pts.x], y: [pts.raw] }, [idx]);
       Plotly.extendTraces(chart.div, { x: [pts.x.slice()], y: [smooth], customdata: [pts.custom] }, [idx + 1]);
-      var y = this._yaxis(name);
+      var y = this._yaxis(name), xt = this._xticks(name);
       Plotly.relayout(chart.div, { "title.text": this._title(name), "yaxis.tickformat": y.tickformat,
-                                   "yaxis.autorange": y.autorange, "yaxis.range": y.range || null });
+                                   "yaxis.autorange": y.autorange, "yaxis.range": y.range || null,
+                                   "xaxis.dtick": xt.dtick });
     }
     void self;
     return isNew;

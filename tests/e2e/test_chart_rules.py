@@ -142,14 +142,16 @@ def test_a_pinned_chart_moves_to_the_top_and_back(chart_page):
           const b = new C.Board(document.getElementById("charts"), {xMode: "step"});
           const s = (v) => [{id: "r", step: [1, 2], value: v, wall_time: [1, 2], stage: ["", ""]}];
           b.setData({"rollout/reward/mean": s([1, 2]), "actor/pg_loss": s([3, 4])});
+          const xticks = Array.from(document.querySelectorAll('.chart[data-metric="actor/pg_loss"] .xtick text')).map((t) => t.textContent);
           const where = (m) => document.querySelector(`.chart[data-metric="${m}"]`).closest("section").dataset.group;
           document.querySelector('button.pin[data-metric="actor/pg_loss"]').click();
           const pinned = {group: where("actor/pg_loss"),
                           first: document.querySelector("#charts > section").dataset.group};
           document.querySelector('button.pin[data-metric="actor/pg_loss"]').click();
-          return {pinned, back: where("actor/pg_loss"),
+          return {pinned, xticks, back: where("actor/pg_loss"),
                   pinnedHidden: document.querySelector('section[data-group="pinned"]').hidden};
         }"""
     )
     assert got["pinned"] == {"group": "pinned", "first": "pinned"}
+    assert got["xticks"] == ["1", "2"]  # a step per tick on a short axis, never "1, 2, 2"
     assert got["back"] == "loss" and got["pinnedHidden"] is True
