@@ -180,3 +180,36 @@ def test_the_run_api_gives_the_stage_counters(client, alice):  # noqa: F811
     assert body["step_rate"] == pytest.approx(1 / 3)
     live = client.get(f"/runs/{run.pk}/live.json").json()["run"]
     assert (live["stage_step"], live["stage_total_steps"], live["phase"]) == (3, 30, "eval")
+
+
+# ------------------------------------------------------------------ the smaller items
+
+
+def test_checkpoints_come_in_the_order_the_run_made_them():
+    class Ckpt:
+        def __init__(self, stage, step):
+            self.stage, self.step = stage, step
+
+    config = {"stages": [{"stage_name": "sft_warmup"}, {"stage_name": "rft"}]}
+    rows = [Ckpt("rft", 20), Ckpt("sft_warmup", 450), Ckpt("rft", 10), Ckpt("sft_warmup", 90)]
+    got = [(c.stage, c.step) for c in progress.in_stage_order(config, rows)]
+    # alphabetically rft would come first; the run made sft_warmup first
+    assert got == [("sft_warmup", 90), ("sft_warmup", 450), ("rft", 10), ("rft", 20)]
+
+
+@pytest.mark.django_db
+def test_the_experiment_list_puts_a_running_experiment_first_whatever_the_sort(client, alice):  # noqa: F811
+    finished = make_experiment(alice, name="a finished one")
+    running = make_experiment(alice, name="z running one")
+    idle = make_experiment(alice, name="b never run")
+    finished.last_run = make_run(finished, status=RunStatus.SUCCEEDED)
+    finished.save()
+    running.last_run = make_run(running, status=RunStatus.RUNNING)
+    running.save()
+    client.force_login(alice)
+    for sort in ("name", "updated", "created", "accuracy"):
+        page = client.get(f"/experiments/?sort={sort}").content.decode()
+        at = {e.name: page.index(e.name) for e in (finished, running, idle)}
+        assert at["z running one"] < min(at["a finished one"], at["b never run"]), sort
+    page = client.get("/experiments/?sort=name").content.decode()
+    assert page.index("a finished one") < page.index("b never run")  # then by name
