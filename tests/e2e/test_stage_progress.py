@@ -1,13 +1,13 @@
 """Issue 23's browser proof for stages (item 1): on the whole stack really started (daphne, a
 Celery worker, the event ingestor, a Ray head, Redis, one database; the ``stack`` fixture), a
 user launches the demo from the form and watches its run page (never reloaded) through the
-GRPO stage: the header says "stage 2 of 2", counts the GRPO stage's own steps ("3 / 6", never
+GRPO stage: the header says "stage 2 of 2", counts the GRPO stage's own steps ("2 / 4", never
 the SFT stage's), gives an ETA from the step rate, shows the whole run's bar per stage, and says
 what the run is doing, evaluation included (the demo's eval at the GRPO stage's start was ~90 s
-of silence before). Once it has succeeded the header says "6 / 6", the run 100%, and shows when
+of silence before). Once it has succeeded the header says "4 / 4", the run 100%, and shows when
 it ended instead of a heartbeat growing old. The run API gives the same counters.
 
-The demo is shortened through the form's own fields: 2 SFT steps of 8, then 6 GRPO steps of 4
+The demo is shortened through the form's own fields: 2 SFT steps of 8, then 4 GRPO steps of 4
 tasks x 4 samples, an eval at the GRPO stage's start. Screenshots go to the test's tmp dir and
 to ``$RFT_ARTIFACTS_DIR`` when it is set.
 """
@@ -25,7 +25,7 @@ from tests.e2e.live_page import RUN_GUARD_S, keep_screenshot, log_in
 
 pytestmark = pytest.mark.browser
 
-RFT_STEPS = 6
+RFT_STEPS = 4
 
 HEADER_JS = """() => ({
   status: document.getElementById("run-status").dataset.status,
@@ -90,7 +90,7 @@ def test_the_run_page_counts_the_grpo_stages_own_steps_with_an_eta_and_the_phase
         page.fill("[name='buffer.total_steps']", str(RFT_STEPS))
         page.fill("[name='buffer.batch_size']", "4")
         page.fill("[name='algorithm.repeat_times']", "4")
-        page.fill("[name='trainer.save_interval']", "3")
+        page.fill("[name='trainer.save_interval']", "2")
         page.fill("[name='explorer.eval_interval']", "1000")
         page.select_option("[name='explorer.eval_on_startup']", "true")
         sft_buffer = page.locator("[name='stages[0].buffer']")
@@ -125,10 +125,10 @@ def test_the_run_page_counts_the_grpo_stages_own_steps_with_an_eta_and_the_phase
         grpo = _watch(
             page,
             stack,
-            "GRPO step 3 with an ETA",
+            "GRPO step 2 or 3 with an ETA",
             lambda s: (
                 s["stage"] == "rft"
-                and re.fullmatch(rf"[3-5] / {RFT_STEPS}", s["step"]) is not None
+                and re.fullmatch(rf"[2-3] / {RFT_STEPS}", s["step"]) is not None
                 and s["eta"].startswith("ETA ")
             ),
             seen,
