@@ -477,10 +477,11 @@
       var smooth = pts.raw.map(function (v) { return state.push(v); });
       Plotly.extendTraces(chart.div, { x: [pts.x], y: [pts.raw] }, [idx]);
       Plotly.extendTraces(chart.div, { x: [pts.x.slice()], y: [smooth], customdata: [pts.custom] }, [idx + 1]);
-      var y = this._yaxis(name), xt = this._xticks(name);
-      Plotly.relayout(chart.div, { "title.text": this._title(name), "yaxis.tickformat": y.tickformat,
-                                   "yaxis.autorange": y.autorange, "yaxis.range": y.range || null,
-                                   "xaxis.dtick": xt.dtick });
+      // the title's last value, the y format and range, the x ticks and the growing stage band
+      var lay = this._layout(name);
+      Plotly.relayout(chart.div, { "title.text": lay.title.text, "yaxis.tickformat": lay.yaxis.tickformat,
+                                   "yaxis.autorange": lay.yaxis.autorange, "yaxis.range": lay.yaxis.range || null,
+                                   "xaxis.dtick": lay.xaxis.dtick, shapes: lay.shapes, annotations: lay.annotations });
     }
     void self;
     return isNew;

@@ -121,6 +121,8 @@ def test_each_stage_starts_at_0_the_whole_run_is_one_click_away_with_bands(chart
           b.setXMode("step");
           const whole = {first: div().data[1].x[0], last: div().data[1].x[329],
                          bands: div().layout.shapes.map((s) => [s.type, s.x0, s.x1])};
+          b.extend("critic/rewards/mean", "r", {step: [31], value: [1], wall_time: [1800000431], stage: ["rft"]});
+          whole.grown = div().layout.shapes.map((s) => s.x1);
           b.setStage("sft_warmup"); b.setXMode("stage");
           const sft = div().data[1].x.length;
           b.setLogY(true);
@@ -131,6 +133,7 @@ def test_each_stage_starts_at_0_the_whole_run_is_one_click_away_with_bands(chart
     assert got["perStage"]["x"] == list(range(1, 31))  # GRPO on its own axis, from its 0
     assert (got["whole"]["first"], got["whole"]["last"]) == (1, 330)
     assert got["whole"]["bands"] == [["rect", 0, 300], ["rect", 300, 330]]
+    assert got["whole"]["grown"] == [300, 331]  # a live point widens its stage's band
     assert got["sft"] == 300
     assert got["log"] == "log"
 
