@@ -48,14 +48,7 @@
     return input ? input.value : "";
   }
 
-  function fmtDuration(s) {
-    if (s === null || s === undefined || !isFinite(s)) return "—";
-    s = Math.max(0, Math.round(s));
-    var h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), sec = s % 60;
-    if (h) return h + "h " + m + "m";
-    if (m) return m + "m " + sec + "s";
-    return sec + "s";
-  }
+  var fmtDuration = window.RFTProgress.fmtDuration; // "1h 2m", "3m 4s", "5s"
   function fmtTime(ts) {
     if (!ts) return "—";
     var d = new Date(ts * 1000);
