@@ -302,6 +302,7 @@ class Explorer(RunActor):
 
         algo = self.cfg.algorithm
         step = self.step + 1
+        self.monitor.phase("rollout", step)
         version = self._engine.model_version
         start = time.perf_counter()
         self._timings = {}  # time/rollout and time/reward of this step's workflows
@@ -361,6 +362,7 @@ class Explorer(RunActor):
     def sync_weights(self, version: int, final: bool = False) -> int:
         """Load the trainer's weights of ``version`` (blocking until published)."""
         start = time.perf_counter()
+        self.monitor.phase("waiting", self.step)  # for the trainer's weights
         # a vLLM engine joins an nccl broadcast with its own workers and loads it itself
         got, state_dict = self._receiver.receive(version, final=final, engine=self._engine)
         if state_dict is not None and got != self._engine.model_version:
@@ -421,6 +423,7 @@ class Explorer(RunActor):
         from rft_core.data import TasksetReader
 
         start = time.perf_counter()
+        self.monitor.phase("eval", step)
         metrics: dict[str, float] = {}
         for taskset in self.tasksets().evals:
             ts_cfg = taskset.cfg

@@ -9,7 +9,7 @@ session and a demo) on one Redis server never meet. Every entry has the string f
 ``data`` is JSON. Stream entry ids give the order.
 
     run    the run id the dashboard gave (RFT_RUN_ID)
-    kind   metric | log | checkpoint | status | heartbeat | samples
+    kind   metric | log | checkpoint | status | heartbeat | samples | phase
     role   explorer | trainer | launcher | ...
     stage  the stage's stage_name ("" for a config without stages): a staged run's roles and
            step numbers start again in each stage
@@ -20,6 +20,8 @@ session and a demo) on one Redis server never meet. Every entry has the string f
            samples -> {"samples": [{prompt, response, truth, reward, reward_parts, advantage,
            tokens, logprobs, ...}]} (the rollouts ``monitor.rollout_samples_*`` keeps of one
            explorer step; ``rft_core.rollout_samples`` lists the fields)
+           phase -> {phase}: what the role does from now on, one of ``PHASES`` (sent when it
+           changes; ``step`` is the step it works towards)
 
 This module imports nothing but the standard library: the dashboard's web process uses it.
 """
@@ -44,7 +46,10 @@ ENV_REDIS_PREFIX = "RFT_REDIS_PREFIX"
 REDIS_PREFIX_RE = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
 REDIS_PREFIX_RULE = "1-40 characters of letters, digits, '.', '_' or '-'"
 
-KINDS = ("metric", "log", "checkpoint", "status", "heartbeat", "samples")
+KINDS = ("metric", "log", "checkpoint", "status", "heartbeat", "samples", "phase")
+# What a role is doing: the explorer's rollouts and evals, the trainer's optimizer steps and
+# checkpoint saves, and either one waiting for the other (experiences, or new weights).
+PHASES = ("rollout", "train", "eval", "checkpoint", "waiting")
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
 
 

@@ -21,6 +21,7 @@ from rft_core.monitor.events import (
     ENV_REDIS_PREFIX,
     ENV_REDIS_URL,
     ENV_RUN_ID,
+    PHASES,
     RUN_ID_RE,
     MonitorEvent,
     redis_prefix,
@@ -77,6 +78,7 @@ class Monitor:
         self._closed = False
         self._heartbeat_stop = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
+        self._phase: str | None = None
 
     def _emit(self, kind: str, data: dict[str, Any], step: int | None = None) -> None:
         event = MonitorEvent(
@@ -105,6 +107,16 @@ class Monitor:
         reward, ...}`` (the reward parts beside them)."""
         if samples:
             self._emit("samples", {"samples": [dict(s) for s in samples]}, step)
+
+    def phase(self, phase: str, step: int | None = None) -> None:
+        """What the role does from now on (one of ``PHASES``): sent only when it changes, so a
+        loop may call it every step."""
+        if phase not in PHASES:
+            raise ValueError(f"phase {phase!r} is not one of {', '.join(PHASES)}")
+        if phase == self._phase:
+            return
+        self._phase = phase
+        self._emit("phase", {"phase": phase}, step)
 
     def heartbeat(self) -> None:
         self._emit("heartbeat", {})

@@ -293,6 +293,7 @@ class Trainer(RunActor):
 
     def save(self, save_hf: bool) -> None:
         start = time.perf_counter()
+        self.monitor.phase("checkpoint", self.step)
         self.policy.save(self.job_dir, self.step, save_hf)
         removed = prune_checkpoints(self.job_dir, self.cfg.trainer.max_checkpoints_to_keep)
         self.saved_steps.append(self.step)
@@ -392,6 +393,8 @@ class Trainer(RunActor):
         timeout = self.cfg.buffer.trainer_input.experience_buffer.max_read_timeout
         rollouts = self.cfg.buffer.train_batch_size - self._expert_rows
         waited = time.perf_counter()
+        if not self.can_step():
+            self.monitor.phase("waiting", self.step + 1)  # for the explorer's experiences
         experiences = self._source.get(rollouts, timeout=timeout)
         waited = time.perf_counter() - waited  # time/waiting: for the explorer's experiences
         if not experiences:
@@ -403,6 +406,7 @@ class Trainer(RunActor):
                 log.info("expert data used up after %d steps: training ends", self.step)
                 return None
             experiences = list(experiences) + expert
+        self.monitor.phase("train", self.step + 1)
         metrics = self.train_step(experiences, waited=waited)
         if tr.save_interval and self.step % tr.save_interval == 0:
             self.save(save_hf=tr.save_hf_checkpoint == "always")

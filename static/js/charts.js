@@ -7,11 +7,13 @@
 // - ema(values, weight) and EmaState: TensorBoard's debiased EMA (s = s*w + (1-w)*x;
 //   s / (1 - w^n)); null (NaN/inf) points stay null and do not move the average.
 // - Timeline: a run's start and ordered stages; places a point on the x axis for a mode:
-//   "step" (a later stage's steps after the earlier stage's last step), "wall" (date axis),
-//   "relative" (seconds since the run's start). Its boundaries() mark the stage changes.
-// - Board: one chart per metric, in group sections, each series drawn twice (raw faintly, the
-//   smoothed curve on top); setData / extend (live points, Plotly.extendTraces) /
-//   setSmoothing / setXMode / setSelected.
+//   "stage" (the steps of one stage, from its own 0: GRPO after an SFT warmup starts at 0),
+//   "step" (the whole run: a later stage's steps after the earlier stage's last step), "wall"
+//   (date axis), "relative" (seconds since the run's start). Its bands() are the stages' spans.
+// - Board: one chart per metric, in group sections (a pinned chart in "Pinned" on top), each
+//   series drawn twice (raw faintly, the smoothed curve on top; a series too short to smooth
+//   is drawn as it is, static/js/chart_rules.js); setData / extend (live points,
+//   Plotly.extendTraces) / setSmoothing / setXMode / setStage / setLogY / setSelected / pin.
 // - Picker: checkboxes per group (with all/none) choosing the metrics the Board draws.
 //
 // A series: {id, label, color, timeline, step: [], wall_time: [], value: [], stage: []}.
@@ -29,7 +31,9 @@
     { key: "perf", title: "Throughput & timings" },
     { key: "other", title: "Other" },
   ];
-  var GROUP_TITLES = {};
+  var R = window.RFTChartRules;
+  var PIN_KEY = "rft.pinned-charts";
+  var GROUP_TITLES = { pinned: "Pinned" };
   GROUPS.forEach(function (g) { GROUP_TITLES[g.key] = g.title; });
 
   var PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
@@ -116,9 +120,30 @@
   };
   Timeline.prototype.x = function (mode, step, wallTime, stage) {
     if (mode === "wall") return wallTime * 1000;
+    if (mode === "stage") return step === null || step === undefined ? null : step;
     if (mode === "relative") return this.start === null ? 0 : wallTime - this.start;
     if (step === null || step === undefined) return null;
     return step + this.offset(stage);
+  };
+  // Each stage's span on the x axis, for its band: [{x0, x1, name}] (none in "stage" mode).
+  Timeline.prototype.bands = function (mode) {
+    var out = [];
+    if (mode === "stage") return out;
+    for (var i = 0; i < this.stages.length; i++) {
+      var s = this.stages[i], next = this.stages[i + 1];
+      var x0, x1;
+      if (mode === "step") {
+        x0 = this.offset(s.name);
+        x1 = x0 + (this.maxStep[s.name] || 0);
+      } else {
+        if (s.start === null || s.start === undefined) continue;
+        var end = next && next.start ? next.start : (s.end || s.start);
+        x0 = mode === "wall" ? s.start * 1000 : s.start - (this.start || s.start);
+        x1 = mode === "wall" ? end * 1000 : end - (this.start || s.start);
+      }
+      out.push({ x0: x0, x1: x1, name: s.name, index: i });
+    }
+    return out;
   };
   // Where each stage after the first begins on the x axis: [{x, name}].
   Timeline.prototype.boundaries = function (mode) {
@@ -135,7 +160,15 @@
   };
 
   // ------------------------------------------------------------------ board
-  var AXIS_TITLES = { step: "step", wall: "wall time", relative: "time since start (s)" };
+  var AXIS_TITLES = { stage: "step of the stage", step: "step (whole run)", wall: "wall time", relative: "time since start (s)" };
+  var BAND_COLORS = ["rgba(46,144,250,0.06)", "rgba(105,65,198,0.06)", "rgba(23,128,61,0.06)"];
+
+  function fmtWall(ts) {
+    return ts ? new Date(ts * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC" : "";
+  }
+  function loadPinned() {
+    try { return new Set(JSON.parse(window.localStorage.getItem(PIN_KEY) || "[]")); } catch (e) { return new Set(); }
+  }
 
   function escapeHtml(s) {
     return String(s).replace(/[&<>"']/g, function (c) {
@@ -150,6 +183,9 @@
     this.smoothing = opts.smoothing === undefined ? 0.6 : opts.smoothing;
     this.selected = opts.selected || null; // Set of names, or null: every metric
     this.height = opts.height || 260;
+    this.stage = null; // "stage" mode: the stage shown (null: the newest)
+    this.logY = false;
+    this.pinned = loadPinned();
     this.metrics = {}; // name -> [series]
     this.charts = {}; // name -> {div, ema: {seriesId: EmaState}}
     this.sections = {};
@@ -193,6 +229,26 @@
     return !this.selected || this.selected.has(name);
   };
 
+  // The stages any series knows, in run order (union over the series' timelines).
+  Board.prototype.stageNames = function () {
+    var seen = [], self = this;
+    Object.keys(this.metrics).forEach(function (name) {
+      self.metrics[name].forEach(function (s) {
+        s.timeline.stages.forEach(function (st) { if (seen.indexOf(st.name) < 0) seen.push(st.name); });
+      });
+    });
+    return seen;
+  };
+  Board.prototype.viewStage = function () {
+    if (this.stage !== null) return this.stage;
+    var names = this.stageNames();
+    return names.length ? names[names.length - 1] : "";
+  };
+  // In "stage" mode only the points of the stage shown are drawn.
+  Board.prototype._inView = function (stage) {
+    return this.xMode !== "stage" || !this.stageNames().length || (stage || "") === this.viewStage();
+  };
+
   Board.prototype._section = function (groupKey) {
     if (this.sections[groupKey]) return this.sections[groupKey];
     var sec = document.createElement("section");
@@ -200,7 +256,7 @@
     sec.dataset.group = groupKey;
     sec.innerHTML = "<h3>" + escapeHtml(GROUP_TITLES[groupKey]) + '</h3><div class="chart-grid"></div>';
     // keep the sections in GROUPS order
-    var order = GROUPS.map(function (g) { return g.key; });
+    var order = ["pinned"].concat(GROUPS.map(function (g) { return g.key; }));
     var before = null;
     var kids = this.container.querySelectorAll(":scope > section.chart-group");
     for (var i = 0; i < kids.length; i++) {
@@ -211,87 +267,171 @@
     return sec;
   };
 
+  Board.prototype._points = function (s, from) {
+    var pts = { x: [], raw: [], custom: [] };
+    for (var i = from || 0; i < s.value.length; i++) {
+      if (!this._inView(s.stage[i])) continue;
+      pts.x.push(s.timeline.x(this.xMode, s.step[i], s.wall_time[i], s.stage[i]));
+      pts.raw.push(s.value[i]);
+      pts.custom.push([s.step[i], R.fmtValue(s.value[i]), s.stage[i] || "", fmtWall(s.wall_time[i])]);
+    }
+    return pts;
+  };
+
   Board.prototype._traces = function (name) {
     var self = this;
     var traces = [];
     var charts = this.charts[name];
     charts.ema = {};
+    charts.smoothed = {};
     this.metrics[name].forEach(function (s) {
-      var xs = [];
-      for (var i = 0; i < s.value.length; i++) {
-        xs.push(s.timeline.x(self.xMode, s.step[i], s.wall_time[i], s.stage[i]));
-      }
-      var state = new EmaState(self.smoothing);
-      var smooth = s.value.map(function (v) { return state.push(v); });
+      var pts = self._points(s, 0);
+      // too few points to smooth (an eval series): drawn as they are, with their markers
+      var weight = R.smoothingFor(pts.raw.length, self.smoothing);
+      var state = new EmaState(weight);
+      var smooth = pts.raw.map(function (v) { return state.push(v); });
       charts.ema[s.id] = state;
-      var custom = s.value.map(function (v, i) { return [s.step[i], v, s.stage[i] || ""]; });
+      charts.smoothed[s.id] = weight > 0;
       var hover = (s.label ? escapeHtml(s.label) + "<br>" : "") +
-        "step %{customdata[0]} %{customdata[2]}<br>smoothed %{y:.4g}<br>raw %{customdata[1]:.4g}<extra></extra>";
+        "%{customdata[2]} step %{customdata[0]}<br>%{customdata[3]}<br>value %{customdata[1]}" +
+        (weight > 0 ? "<br>smoothed %{y:.4~g}" : "") + "<extra></extra>";
       traces.push({
-        type: "scatter", mode: "lines", name: (s.label || name) + " (raw)", x: xs, y: s.value.slice(),
-        line: { color: s.color, width: 1 }, opacity: 0.25, hoverinfo: "skip", showlegend: false,
+        type: "scatter", mode: "lines", name: (s.label || name) + " (raw)", x: pts.x, y: pts.raw,
+        line: { color: s.color, width: 1 }, opacity: weight > 0 ? 0.25 : 0, hoverinfo: "skip", showlegend: false,
         meta: { series: s.id, kind: "raw" }, connectgaps: false,
       });
       traces.push({
-        type: "scatter", mode: s.value.length === 1 ? "lines+markers" : "lines",
-        name: s.label || name, x: xs.slice(), y: smooth, customdata: custom,
-        line: { color: s.color, width: 2 }, hovertemplate: hover,
+        type: "scatter", mode: weight > 0 ? "lines" : "lines+markers",
+        name: s.label || name, x: pts.x.slice(), y: smooth, customdata: pts.custom,
+        line: { color: s.color, width: 2 }, marker: { size: 5 }, hovertemplate: hover,
         meta: { series: s.id, kind: "smoothed" }, connectgaps: true,
       });
     });
     return traces;
   };
 
+  // The chart's title: its name and where each series is now (the last raw value, which
+  // smoothing never hides).
+  Board.prototype._title = function (name) {
+    var self = this;
+    var series = this.metrics[name];
+    var lasts = series.map(function (s) {
+      var vals = [], steps = [];
+      for (var i = 0; i < s.value.length; i++) if (self._inView(s.stage[i])) { vals.push(s.value[i]); steps.push(s.step[i]); }
+      var last = R.lastValue(vals, steps);
+      return last ? (series.length > 1 && s.label ? escapeHtml(s.label) + " " : "") + R.fmtValue(last.value) +
+        (last.step !== null && last.step !== undefined ? " @" + last.step : "") : "";
+    }).filter(Boolean);
+    return escapeHtml(name) + (lasts.length ? ' <span style="font-size:11px;color:#5b6472">last ' + lasts.join(", ") + "</span>" : "");
+  };
+
+  // Steps are whole numbers: ticks every step on a short axis (never "1, 2, 2"), whole ones
+  // on a long one.
+  Board.prototype._xticks = function (name) {
+    if (this.xMode !== "stage" && this.xMode !== "step") return { tickformat: "", dtick: null };
+    var self = this, lo = Infinity, hi = -Infinity;
+    this.metrics[name].forEach(function (s) {
+      for (var i = 0; i < s.value.length; i++) {
+        if (!self._inView(s.stage[i])) continue;
+        var x = s.timeline.x(self.xMode, s.step[i], s.wall_time[i], s.stage[i]);
+        if (x !== null) { lo = Math.min(lo, x); hi = Math.max(hi, x); }
+      }
+    });
+    return { tickformat: "~d", dtick: hi - lo < 10 ? 1 : null };
+  };
+
+  Board.prototype._yaxis = function (name) {
+    var self = this, values = [];
+    this.metrics[name].forEach(function (s) {
+      for (var i = 0; i < s.value.length; i++) if (self._inView(s.stage[i])) values.push(s.value[i]);
+    });
+    var y = R.yAxis(values, this.logY);
+    var axis = { zeroline: false, automargin: true, type: y.type, tickformat: y.tickformat, exponentformat: "e" };
+    if (y.range) { axis.range = y.range; axis.autorange = false; } else axis.autorange = true;
+    return axis;
+  };
+
   Board.prototype._layout = function (name) {
     var series = this.metrics[name];
     var timeline = series.length ? series[0].timeline : null;
     var shapes = [], annotations = [];
-    if (timeline) {
-      timeline.boundaries(this.xMode).forEach(function (b) {
-        shapes.push({ type: "line", xref: "x", yref: "paper", x0: b.x, x1: b.x, y0: 0, y1: 1,
-                      line: { color: "#98a2b3", width: 1, dash: "dash" } });
-        annotations.push({ xref: "x", yref: "paper", x: b.x, y: 1, text: escapeHtml(b.name),
+    if (timeline && timeline.stages.length > 1) {
+      timeline.bands(this.xMode).forEach(function (b) {
+        shapes.push({ type: "rect", xref: "x", yref: "paper", x0: b.x0, x1: b.x1, y0: 0, y1: 1, layer: "below",
+                      line: { width: 0 }, fillcolor: BAND_COLORS[b.index % BAND_COLORS.length] });
+        annotations.push({ xref: "x", yref: "paper", x: b.x0, y: 1, text: escapeHtml(b.name),
                            showarrow: false, xanchor: "left", yanchor: "top", xshift: 3,
                            bgcolor: "rgba(255,255,255,0.8)", font: { size: 10, color: "#5b6472" } });
       });
     }
+    var xTitle = AXIS_TITLES[this.xMode] + (this.xMode === "stage" && this.viewStage() ? " (" + this.viewStage() + ")" : "");
     return {
-      title: { text: escapeHtml(name), font: { size: 13 }, x: 0.02 },
+      title: { text: this._title(name), font: { size: 13 }, x: 0.02 },
       height: this.height, margin: { l: 50, r: 15, t: 35, b: 35 },
-      xaxis: { title: { text: AXIS_TITLES[this.xMode], font: { size: 11 } },
-               type: this.xMode === "wall" ? "date" : "linear", zeroline: false },
-      yaxis: { zeroline: false, automargin: true },
+      xaxis: Object.assign({ title: { text: escapeHtml(xTitle), font: { size: 11 } },
+               type: this.xMode === "wall" ? "date" : "linear", zeroline: false }, this._xticks(name)),
+      yaxis: this._yaxis(name),
       showlegend: series.length > 1, legend: { orientation: "h", y: -0.25 },
       hovermode: "closest", shapes: shapes, annotations: annotations,
       paper_bgcolor: "#fff", plot_bgcolor: "#fff",
     };
   };
 
+  Board.prototype._hasView = function (name) {
+    var self = this;
+    return this.metrics[name].some(function (s) { return s.stage.some(function (st) { return self._inView(st); }); });
+  };
+
   Board.prototype._draw = function (name) {
     var chart = this.charts[name];
+    if (!this._hasView(name)) { // nothing of the stage shown (an SFT loss in the GRPO stage)
+      if (chart) chart.cell.hidden = true;
+      return;
+    }
+    var home = this.pinned.has(name) ? "pinned" : groupOf(name);
     if (!chart) {
-      var sec = this._section(groupOf(name));
+      var cell = document.createElement("div");
+      cell.className = "chart-cell";
+      var pin = document.createElement("button");
+      pin.type = "button";
+      pin.className = "pin";
+      pin.dataset.metric = name;
+      cell.appendChild(pin);
       var div = document.createElement("div");
       div.className = "chart";
       div.dataset.metric = name;
-      sec.querySelector(".chart-grid").appendChild(div);
-      chart = this.charts[name] = { div: div, ema: {} };
+      cell.appendChild(div);
+      var self = this;
+      pin.addEventListener("click", function () { self.pin(name, !self.pinned.has(name)); });
+      chart = this.charts[name] = { cell: cell, div: div, pin: pin, ema: {}, home: null };
     }
+    if (chart.home !== home) { // new, or pinned / unpinned: into its section
+      this._section(home).querySelector(".chart-grid").appendChild(chart.cell);
+      chart.home = home;
+    }
+    chart.pin.textContent = this.pinned.has(name) ? "Unpin" : "Pin";
+    chart.pin.setAttribute("aria-pressed", this.pinned.has(name) ? "true" : "false");
+    chart.cell.hidden = false;
     chart.div.hidden = false;
     Plotly.react(chart.div, this._traces(name), this._layout(name),
                  { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["toImage"] });
+  };
+
+  // Pin a chart (on top of the page, in "Pinned"; remembered in this browser) or unpin it.
+  Board.prototype.pin = function (name, on) {
+    if (on) this.pinned.add(name); else this.pinned.delete(name);
+    try { window.localStorage.setItem(PIN_KEY, JSON.stringify(Array.from(this.pinned))); } catch (e) { /* private mode */ }
+    if (this.charts[name]) this._draw(name);
+    this._fixSections();
   };
 
   Board.prototype.render = function () {
     var self = this;
     this.names().forEach(function (name) {
       if (self.isShown(name)) self._draw(name);
-      else if (self.charts[name]) self.charts[name].div.hidden = true;
+      else if (self.charts[name]) self.charts[name].cell.hidden = true;
     });
-    Object.keys(this.sections).forEach(function (key) {
-      var sec = self.sections[key];
-      sec.hidden = !sec.querySelector(".chart:not([hidden])");
-    });
+    this._fixSections();
   };
 
   // Append points to one series of one metric (created when new). points: {step, wall_time,
@@ -308,6 +448,7 @@
       list.push(s);
     }
     var from = s.value.length;
+    var stagesBefore = this.stageNames().length;
     var shift = false;
     for (var j = 0; j < points.value.length; j++) {
       var st = points.stage ? points.stage[j] : "";
@@ -315,9 +456,11 @@
       shift = s.timeline.observe(st, step, wt) || shift;
       s.step.push(step); s.wall_time.push(wt); s.value.push(points.value[j]); s.stage.push(st || "");
     }
+    // a new stage: "stage" mode follows it (unless a stage was picked); the bands move
+    if (this.stageNames().length !== stagesBefore) shift = true;
     var chart = this.charts[name];
     if (!this.isShown(name)) return isNew;
-    if (!chart || newSeries || shift || !chart.div.data) {
+    if (!chart || newSeries || shift || !chart.div.data || chart.cell.hidden) {
       // a stage boundary moved the later stages' steps: redraw every chart on that time line
       if (shift) this.render(); else { this._draw(name); this._fixSections(); }
       return isNew;
@@ -325,18 +468,20 @@
     var idx = -1;
     chart.div.data.forEach(function (t, k) { if (t.meta && t.meta.series === s.id && t.meta.kind === "raw") idx = k; });
     if (idx < 0) { this._draw(name); return isNew; }
-    var xs = [], raw = [], smooth = [], custom = [];
-    var state = chart.ema[s.id];
-    for (var k = from; k < s.value.length; k++) {
-      xs.push(s.timeline.x(this.xMode, s.step[k], s.wall_time[k], s.stage[k]));
-      raw.push(s.value[k]);
-      smooth.push(state.push(s.value[k]));
-      custom.push([s.step[k], s.value[k], s.stage[k]]);
-    }
-    Plotly.extendTraces(chart.div, { x: [xs], y: [raw] }, [idx]);
-    Plotly.extendTraces(chart.div, { x: [xs.slice()], y: [smooth], customdata: [custom] }, [idx + 1]);
-    if (s.value.length > 1 && chart.div.data[idx + 1].mode !== "lines") {
-      Plotly.restyle(chart.div, { mode: "lines" }, [idx + 1]);
+    var pts = this._points(s, from);
+    var shown = chart.div.data[idx].x.length + pts.x.length;
+    // a series that just got enough points to smooth: drawn again, smoothed
+    if (!chart.smoothed[s.id] && R.smoothingFor(shown, this.smoothing) > 0) { this._draw(name); return isNew; }
+    if (pts.x.length) {
+      var state = chart.ema[s.id];
+      var smooth = pts.raw.map(function (v) { return state.push(v); });
+      Plotly.extendTraces(chart.div, { x: [pts.x], y: [pts.raw] }, [idx]);
+      Plotly.extendTraces(chart.div, { x: [pts.x.slice()], y: [smooth], customdata: [pts.custom] }, [idx + 1]);
+      // the title's last value, the y format and range, the x ticks and the growing stage band
+      var lay = this._layout(name);
+      Plotly.relayout(chart.div, { "title.text": lay.title.text, "yaxis.tickformat": lay.yaxis.tickformat,
+                                   "yaxis.autorange": lay.yaxis.autorange, "yaxis.range": lay.yaxis.range || null,
+                                   "xaxis.dtick": lay.xaxis.dtick, shapes: lay.shapes, annotations: lay.annotations });
     }
     void self;
     return isNew;
@@ -345,7 +490,7 @@
   Board.prototype._fixSections = function () {
     var self = this;
     Object.keys(this.sections).forEach(function (key) {
-      self.sections[key].hidden = !self.sections[key].querySelector(".chart:not([hidden])");
+      self.sections[key].hidden = !self.sections[key].querySelector(".chart-cell:not([hidden])");
     });
   };
 
@@ -355,6 +500,8 @@
     this.xMode = mode; this.render();
   };
   Board.prototype.setSelected = function (set) { this.selected = set; this.render(); };
+  Board.prototype.setStage = function (stage) { this.stage = stage || null; this.render(); };
+  Board.prototype.setLogY = function (on) { this.logY = !!on; this.render(); };
 
   // ------------------------------------------------------------------ picker
   // Checkboxes per group. opts: {selected: Set|null (null: all), onChange(Set)}
@@ -411,7 +558,32 @@
     this.container.innerHTML = html;
   };
 
+  // Wire the chart header's stage picker (shown in "stage" mode) and log-y box to a Board;
+  // returns refresh(), to call when new stages may have appeared.
+  function bindStageControls(board) {
+    var box = document.getElementById("x-stage-box"), select = document.getElementById("x-stage");
+    var mode = document.getElementById("x-mode"), logY = document.getElementById("log-y");
+    function refresh() {
+      var names = board.stageNames();
+      box.hidden = mode.value !== "stage" || names.length < 2;
+      var want = names.join("\u0000");
+      if (select.dataset.names !== want) {
+        select.dataset.names = want;
+        select.innerHTML = names.map(function (n) {
+          return '<option value="' + escapeHtml(n) + '">' + escapeHtml(n || "(no stage)") + "</option>";
+        }).join("");
+      }
+      select.value = board.viewStage();
+    }
+    select.addEventListener("change", function () { board.setStage(select.value); refresh(); });
+    mode.addEventListener("change", refresh);
+    logY.addEventListener("change", function () { board.setLogY(logY.checked); });
+    refresh();
+    return refresh;
+  }
+
   window.RFTCharts = {
+    bindStageControls: bindStageControls,
     GROUPS: GROUPS, PALETTE: PALETTE, groupOf: groupOf, groupNames: groupNames,
     ema: ema, EmaState: EmaState, Timeline: Timeline, Board: Board, Picker: Picker,
     escapeHtml: escapeHtml,

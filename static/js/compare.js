@@ -18,9 +18,11 @@
     var slider = document.getElementById("smoothing");
     var sliderOut = document.getElementById("smoothing-value");
     var xMode = document.getElementById("x-mode");
+    xMode.value = "step"; // runs side by side over the whole run; "step of one stage" a click away
     var board = new C.Board(document.getElementById("charts"), {
       smoothing: +slider.value, xMode: xMode.value, selected: new Set(),
     });
+    var refreshStages = C.bindStageControls(board);
     var runs = []; // [{id, label, color, url}], the page's order
     var loaded = {}; // metric name -> {runId: arrays}
     var picker = null;
@@ -81,6 +83,7 @@
       });
       board.selected = picker ? new Set(picker.selected) : new Set(Object.keys(data));
       board.setData(data);
+      refreshStages();
       var shown = Object.keys(data).filter(function (n) { return board.isShown(n); });
       empty.hidden = shown.length > 0;
       if (!shown.length) empty.textContent = "None of these runs reported the metrics chosen.";

@@ -38,7 +38,6 @@
     checkpoints: {}, // id -> CheckpointState
     files: {}, // checkpoint id -> files.json body
     samples: [],
-    progress: [], // [ts, step] of the current stage, for the ETA
   };
   window.RFTRunPage = S; // for tests and debugging
 
@@ -50,14 +49,7 @@
     return input ? input.value : "";
   }
 
-  function fmtDuration(s) {
-    if (s === null || s === undefined || !isFinite(s)) return "—";
-    s = Math.max(0, Math.round(s));
-    var h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), sec = s % 60;
-    if (h) return h + "h " + m + "m";
-    if (m) return m + "m " + sec + "s";
-    return sec + "s";
-  }
+  var fmtDuration = window.RFTProgress.fmtDuration; // "1h 2m", "3m 4s", "5s"
   function fmtTime(ts) {
     if (!ts) return "—";
     var d = new Date(ts * 1000);
@@ -87,23 +79,12 @@
     if (prev && prev.cancel_requested && !run.cancel_requested) run = Object.assign({}, run, { cancel_requested: true });
     if (prev && !ACTIVE[prev.status] && ACTIVE[run.status]) run = Object.assign({}, run, { status: prev.status, finished_at: prev.finished_at });
     S.run = run;
-    if (prev && prev.stage !== run.stage) S.progress = [];
-    if (run.step !== null && run.step !== undefined) notePorgress(now(), run.step);
     var badge = $("run-status");
     badge.className = "status status-" + run.status;
     badge.dataset.status = run.status;
     badge.textContent = run.status.charAt(0).toUpperCase() + run.status.slice(1);
     root.dataset.status = run.status;
-    $("run-stage").textContent = run.stage || "—";
-    var stepText = run.step === null || run.step === undefined ? "—" : String(run.step);
-    if (run.total_steps) stepText += " / " + run.total_steps;
-    $("run-step").textContent = stepText;
-    var bar = $("run-progress");
-    if (run.total_steps && run.step !== null && run.step !== undefined) {
-      bar.hidden = false;
-      bar.max = run.total_steps;
-      bar.value = Math.min(run.step, run.total_steps);
-    } else bar.hidden = true;
+    window.RFTProgress.render(run); // stage n of m, its step and bar, the run's bars, the phase
     var acc = run.last_eval_accuracy;
     $("run-accuracy").textContent = acc === null || acc === undefined ? "—"
       : "last " + acc.toFixed(3) + ", best " + (run.best_eval_accuracy === null ? "—" : run.best_eval_accuracy.toFixed(3));
@@ -151,12 +132,6 @@
     catchUp().then(function () { S.confirmations += 1; root.dataset.confirmations = String(S.confirmations); });
   }
 
-  function notePorgress(ts, step) {
-    var p = S.progress;
-    if (!p.length || p[p.length - 1][1] !== step) p.push([ts, step]);
-    if (p.length > 200) p.splice(0, p.length - 200);
-  }
-
   function tick() {
     var run = S.run;
     if (!run) return;
@@ -166,26 +141,28 @@
     $("run-elapsed").textContent = start && end ? fmtDuration(end - start) : "—";
     var hb = toUnix(run.last_heartbeat);
     var hbEl = $("run-heartbeat");
-    if (hb) {
+    var ended = !ACTIVE[run.status];
+    $("run-heartbeat-label").textContent = ended ? "Ended" : "Heartbeat";
+    if (ended) { // a finished run's last heartbeat only grows old: its end is what counts
+      var fin = toUnix(run.finished_at);
+      hbEl.textContent = fin ? fmtTime(fin).slice(11) + " (" + fmtDuration(t - fin) + " ago)" : "—";
+      hbEl.title = hb ? "last heartbeat " + fmtTime(hb) : "";
+      hbEl.classList.remove("stale");
+    } else if (hb) {
       var age = t - hb;
       hbEl.textContent = fmtDuration(age) + " ago";
       hbEl.title = fmtTime(hb);
       hbEl.classList.toggle("stale", !!(ACTIVE[run.status] && age > 60));
     } else hbEl.textContent = "—";
-    var eta = "";
-    var p = S.progress;
-    if (ACTIVE[run.status] && run.total_steps && p.length >= 2) {
-      var a = p[0], b = p[p.length - 1];
-      var rate = (b[1] - a[1]) / (b[0] - a[0]);
-      if (rate > 0 && run.step !== null) eta = "ETA " + fmtDuration((run.total_steps - run.step) / rate);
-    }
-    $("run-eta").textContent = eta;
+    window.RFTProgress.tick(run, t); // the server's ETA counting down, the phase's duration
   }
   setInterval(tick, 1000);
 
   // ------------------------------------------------------------------ charts
   var timeline = new C.Timeline();
-  var board = new C.Board($("charts"), { xMode: "step", smoothing: 0.6 });
+  var board = new C.Board($("charts"), { xMode: "stage", smoothing: 0.6 }); // GRPO from its 0
+  $("x-mode").value = "stage";
+  var refreshStages = C.bindStageControls(board);
   var DEFAULT_OFF = { perf: 1, other: 1 };
   var picker = new C.Picker($("metric-picker"), {
     defaultOn: function (name) { return !DEFAULT_OFF[C.groupOf(name)]; },
@@ -204,6 +181,7 @@
     picker.addNames(Object.keys(metrics));
     board.selected = picker.selected;
     board.setData(data);
+    refreshStages();
     $("charts-empty").hidden = Object.keys(metrics).length > 0;
   }
 
@@ -217,7 +195,6 @@
         var p = per[name] = per[name] || { step: [], wall_time: [], value: [], stage: [] };
         p.step.push(ev.step); p.wall_time.push(ev.ts); p.value.push(v); p.stage.push(ev.stage || "");
       });
-      if (ev.step !== null && ev.step !== undefined && S.run && ev.stage === S.run.stage) notePorgress(ev.ts, ev.step);
     });
     var names = Object.keys(per);
     if (!names.length) return;
@@ -226,6 +203,7 @@
     names.forEach(function (name) {
       board.extend(name, "run", per[name], { label: "", color: "#1f77b4", timeline: timeline });
     });
+    refreshStages();
     $("charts-empty").hidden = true;
   }
 
@@ -349,7 +327,10 @@
   }
   function renderCheckpoints() {
     var rows = Object.keys(S.checkpoints).map(function (k) { return S.checkpoints[k]; });
-    rows.sort(function (a, b) { return (a.stage || "").localeCompare(b.stage || "") || a.step - b.step; });
+    // the stages as the run makes them (sft_warmup before rft), then by step
+    var order = ((S.run && S.run.stages) || []).map(function (st) { return st.name; });
+    function rank(c) { var i = order.indexOf(c.stage || ""); return i < 0 ? order.length : i; }
+    rows.sort(function (a, b) { return rank(a) - rank(b) || (a.stage || "").localeCompare(b.stage || "") || a.step - b.step; });
     var body = $("checkpoint-rows");
     if (!rows.length) { body.innerHTML = '<tr class="empty"><td colspan="6" class="hint">No checkpoints yet.</td></tr>'; return; }
     body.innerHTML = rows.map(function (c) {

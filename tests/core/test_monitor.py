@@ -259,3 +259,28 @@ def test_trinity_run_refuses_a_missing_backend_and_an_unreachable_stream_before_
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert text in proc.stderr.strip().splitlines()[-1]
         assert not (tmp_path / "checkpoints").exists()  # refused before anything started
+
+
+def test_a_roles_phase_is_streamed_when_it_changes_and_an_unknown_one_is_refused(
+    tmp_path, redis_client, dashboard_run
+):
+    monitor = build_monitor(
+        "tensorboard", {}, tmp_path, role="explorer", run_name="demo", stage="rft"
+    )
+    monitor.phase("eval", 0)
+    monitor.phase("eval", 0)  # unchanged: not sent again
+    monitor.phase("rollout", 1)
+    monitor.phase("waiting", 1)
+    monitor.phase("rollout", 2)
+    with pytest.raises(ValueError, match="phase 'sleeping' is not one of rollout, train, eval"):
+        monitor.phase("sleeping")
+    monitor.close()
+    entries = redis_client.xrange(stream_key(dashboard_run))
+    events = [MonitorEvent.from_fields(f) for _, f in entries]
+    phases = [(e.data["phase"], e.step, e.stage) for e in events if e.kind == "phase"]
+    assert phases == [
+        ("eval", 0, "rft"),
+        ("rollout", 1, "rft"),
+        ("waiting", 1, "rft"),
+        ("rollout", 2, "rft"),
+    ]

@@ -4,11 +4,14 @@ already taken) is the actions' business, and they answer with ``ActionError``.""
 
 from __future__ import annotations
 
+import time
+
 from rest_framework import serializers
 
 from webapp.checkpoints.models import Checkpoint
 from webapp.experiments.models import Experiment
 from webapp.runs.models import FINAL_STATUSES, Run, RunStatus
+from webapp.runs.progress import progress_of
 
 NAME_MAX = Experiment._meta.get_field("name").max_length
 PROJECT_MAX = Experiment._meta.get_field("project").max_length
@@ -33,6 +36,14 @@ class RunSerializer(serializers.ModelSerializer):
 
     def get_is_final(self, run: Run) -> bool:
         return run.status in FINAL_STATUSES
+
+    def to_representation(self, run: Run) -> dict:
+        """The row, and its progress through its stages (``webapp.runs.progress``):
+        ``stage_step`` / ``stage_total_steps`` (the step of the current stage), ``stage_index``
+        of ``stage_count``, ``stage_fraction``, ``run_fraction``, ``stage_eta_s``, ``phase``."""
+        data = super().to_representation(run)
+        data.update(progress_of(run, time.time()))
+        return data
 
 
 class RunDetailSerializer(RunSerializer):

@@ -39,6 +39,7 @@ from webapp.runs.external import (
     register_terminal_run,
 )
 from webapp.runs.models import LogLine, MetricPoint, Run
+from webapp.runs.progress import in_stage_order
 
 METRICS_DEFAULT_LIMIT = 1000
 LOGS_DEFAULT_LIMIT = 500
@@ -362,7 +363,7 @@ class RunCheckpointsView(ApiView):
     def get(self, request: Request, pk: int) -> Response:
         """The run's checkpoints (stage, step), with their Hugging Face conversion state."""
         run = authorize(self.actor(), Run, pk, "run.view")
-        checkpoints = Checkpoint.objects.filter(run=run).order_by("stage", "step")
+        checkpoints = in_stage_order(run.config or {}, list(Checkpoint.objects.filter(run=run)))
         return Response(s.CheckpointSerializer(checkpoints, many=True).data)
 
 

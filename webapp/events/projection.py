@@ -9,6 +9,7 @@ them (the events app never writes a Run itself):
                    started outside the dashboard only inside its job dir)
     status      -> webapp.runs.actions.observe_status, in stream order
     heartbeat   -> webapp.runs.actions.observe_heartbeat (the latest one of the batch)
+    phase       -> webapp.runs.actions.observe_phase (each role's latest of the batch)
 
 The ingestor calls :func:`project` inside the transaction that stores the events, with only
 the events stored for the first time, so a replayed stream projects nothing twice.
@@ -20,6 +21,7 @@ import logging
 import os
 from collections.abc import Sequence
 
+from rft_core.monitor.events import PHASES
 from webapp.checkpoints.actions import observe_checkpoint
 from webapp.events.models import RunEvent
 from webapp.runs import actions as run_actions
@@ -65,9 +67,23 @@ def project(run: Run, events: Sequence[RunEvent]) -> None:
     heartbeats = [e for e in events if e.kind == "heartbeat"]
     if heartbeats:
         run_actions.observe_heartbeat(run, heartbeats[-1].emitted_at.timestamp())
-    stepped = [e for e in metrics if e.step is not None]
-    if stepped:
-        # explorer and trainer interleave their steps: the furthest one of the current stage
-        stage = stepped[-1].stage
-        step = max(e.step for e in stepped if e.stage == stage)
-        run_actions.observe_progress(run, stage=stage, step=step)
+    # explorer and trainer interleave their steps: each stage's furthest one, the stages in the
+    # order they appear (a late step of a stage the run has left changes nothing)
+    reached: dict[str, list[tuple[float, int]]] = {}
+    for event in metrics:
+        if event.step is not None:
+            reached.setdefault(event.stage, []).append((event.emitted_at.timestamp(), event.step))
+    for stage, times in reached.items():
+        run_actions.observe_progress(run, stage=stage, step=max(s for _, s in times), times=times)
+    latest_phase = {e.role: e for e in events if e.kind == "phase"}
+    for role, event in latest_phase.items():
+        data = event.payload if isinstance(event.payload, dict) else {}
+        if data.get("phase") in PHASES:
+            run_actions.observe_phase(
+                run,
+                role=role,
+                phase=data["phase"],
+                step=event.step,
+                ts=event.emitted_at.timestamp(),
+                stage=event.stage,
+            )

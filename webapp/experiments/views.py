@@ -11,7 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import F, Q
+from django.db.models import Case, F, IntegerField, Q, Value, When
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
@@ -24,7 +24,7 @@ from webapp.experiments import actions
 from webapp.experiments.config_policy import canonical_yaml, parse_yaml
 from webapp.experiments.models import Experiment, Tag
 from webapp.experiments.schema_form import ExperimentForm, attach_errors, build_form, merge_form
-from webapp.runs.models import RunStatus
+from webapp.runs.models import ACTIVE_STATUSES, RunStatus
 
 PAGE_SIZE = 25
 SORTS = {
@@ -33,6 +33,13 @@ SORTS = {
     "created": ["-created", "-id"],
     "accuracy": [F("last_run__best_eval_accuracy").desc(nulls_last=True), "-updated"],
 }
+
+# whatever the sort, experiments with a run in progress come first (what a user looks for)
+RUNNING_FIRST = Case(
+    When(last_run__status__in=list(ACTIVE_STATUSES), then=Value(0)),
+    default=Value(1),
+    output_field=IntegerField(),
+).asc()
 
 
 @require_GET
@@ -60,7 +67,7 @@ def experiment_list(request: HttpRequest) -> HttpResponse:
     if owner:
         qs = qs.filter(owner__username=owner)
     sort = request.GET.get("sort", "updated")
-    qs = qs.order_by(*SORTS.get(sort, SORTS["updated"])).prefetch_related("tags")
+    qs = qs.order_by(RUNNING_FIRST, *SORTS.get(sort, SORTS["updated"])).prefetch_related("tags")
     page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
     visible = Experiment.objects.visible_to(user)
     params = request.GET.copy()

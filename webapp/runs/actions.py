@@ -43,7 +43,8 @@ from webapp.runs import ray_jobs
 from webapp.runs.claims import Claim, claim_job_dir, path_refusal, refusal, refuse, runs_area
 from webapp.runs.live import publish_run
 from webapp.runs.models import ACTIVE_STATUSES, FINAL_STATUSES, Run, RunOrigin, RunStatus
-from webapp.runs.snapshot import LaunchSpec, checkpoint_root, launch_spec, stage_total_steps
+from webapp.runs.snapshot import LaunchSpec, checkpoint_root, launch_spec
+from webapp.runs.stage_actions import enter_stage, observe_phase, observe_progress
 
 log = logging.getLogger(__name__)
 
@@ -513,32 +514,10 @@ def observe_status(run: Run, state: str, message: str, ts: float, stage: str = "
             locked.last_error = message[:2000]
             fields.append("last_error")
         if stage and state == "running" and locked.stage != stage:
-            locked.stage = stage
-            fields.append("stage")
+            fields += enter_stage(locked, stage)
         if fields:
             locked.save(update_fields=fields)
             publish_run(locked)
-
-
-def observe_progress(
-    run: Run, *, stage: str, step: int | None, total_steps: int | None = None
-) -> None:
-    """The furthest step the run reported in ``stage`` (a new stage starts its steps again),
-    and the stage's total from the launch config when the caller does not give one."""
-    values: dict = {"stage": stage}
-    current = Run.objects.filter(pk=run.pk).values("stage", "step", "total_steps", "config").get()
-    if total_steps is None:
-        total_steps = stage_total_steps(current.pop("config") or {}, stage)
-    else:
-        current.pop("config")
-    same_stage = current["stage"] == stage
-    if step is not None:
-        values["step"] = max(step, current["step"] or 0) if same_stage else step
-    if total_steps is not None or not same_stage:  # a new stage never keeps the last one's total
-        values["total_steps"] = total_steps
-    if any(current.get(k, object()) != v for k, v in values.items()):
-        Run.objects.filter(pk=run.pk).update(**values)
-        publish_run(run)
 
 
 def elapsed(run: Run) -> float | None:
@@ -555,7 +534,9 @@ __all__ = [
     "elapsed",
     "follow_run",
     "launch_run",
+    "enter_stage",
     "observe_heartbeat",
+    "observe_phase",
     "observe_progress",
     "observe_status",
     "reconcile_run",

@@ -39,6 +39,7 @@ from django.db.models import Max, Min, Q
 from webapp.checkpoints.models import Checkpoint
 from webapp.events.models import RunEvent
 from webapp.runs.models import LogLine, MetricPoint, RolloutSample, Run
+from webapp.runs.progress import in_stage_order, progress_of
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,8 @@ def run_state(run: Run) -> dict[str, Any]:
         "last_eval_accuracy": run.last_eval_accuracy,
         "best_eval_accuracy": run.best_eval_accuracy,
         "url": run.get_absolute_url(),
+        # stage_index, stage_count, stage_step, stage_total_steps, fractions, ETA, phase
+        **progress_of(run, time.time()),
     }
 
 
@@ -204,7 +207,7 @@ def snapshot(run: Run) -> dict[str, Any]:
     with transaction.atomic():
         seq = last_seq(run)
         run = Run.objects.get(pk=run.pk)
-        checkpoints = Checkpoint.objects.filter(run=run).order_by("stage", "step")
+        checkpoints = in_stage_order(run.config or {}, list(Checkpoint.objects.filter(run=run)))
         return {
             "now": time.time(),
             "seq": seq,
@@ -241,7 +244,7 @@ def events_after(run: Run, seq: int, limit: int = EVENTS_PAGE) -> dict[str, Any]
         for s, kind, role, stage, step, at, data in rows[:limit]
     ]
     fresh = Run.objects.get(pk=run.pk)
-    checkpoints = Checkpoint.objects.filter(run=fresh).order_by("stage", "step")
+    checkpoints = in_stage_order(fresh.config or {}, list(Checkpoint.objects.filter(run=fresh)))
     return {
         "now": time.time(),
         "seq": events[-1]["seq"] if events else seq,

@@ -90,6 +90,12 @@ class Run(models.Model):
     stage = models.CharField(max_length=100, blank=True)
     step = models.BigIntegerField(null=True, blank=True)
     total_steps = models.BigIntegerField(null=True, blank=True)
+    step_times = models.JSONField(
+        default=list, blank=True, help_text="[unix s, step] of the stage's newest steps (the ETA)"
+    )
+    phases = models.JSONField(
+        default=dict, blank=True, help_text="role -> {phase, step, since}: what each role does"
+    )
     last_eval_accuracy = models.FloatField(null=True, blank=True)
     best_eval_accuracy = models.FloatField(null=True, blank=True)
 

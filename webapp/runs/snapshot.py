@@ -131,13 +131,11 @@ def _absolute(value: Any, *, experience_buffer: bool) -> Any:
 
 
 def stage_total_steps(config: dict[str, Any], stage: str) -> int | None:
-    """``buffer.total_steps`` of ``stage`` in a launch config (a stage's own ``buffer`` section
-    replaces the global one, as ``rft_core.config.stages`` does); None when the stage runs by
-    epochs instead, or the config names no such stage."""
-    buffer = config.get("buffer") or {}
-    for entry in config.get("stages") or []:
-        if isinstance(entry, dict) and entry.get("stage_name") == stage:
-            buffer = entry["buffer"] if isinstance(entry.get("buffer"), dict) else buffer
-            break
-    total = buffer.get("total_steps") if isinstance(buffer, dict) else None
-    return total if isinstance(total, int) and total > 0 else None
+    """``buffer.total_steps`` of ``stage`` in a launch config (``webapp.runs.progress.stage_plan``);
+    None when the stage runs by epochs instead, or the config names no such stage."""
+    from webapp.runs.progress import stage_plan
+
+    for entry in stage_plan(config):
+        if entry["name"] == stage:
+            return entry["total_steps"]
+    return None
