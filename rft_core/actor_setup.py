@@ -56,6 +56,7 @@ def setup_actor_logging(
         role,
         run_name(cfg),
         stage=cfg.stage_name or "",
+        system_metrics_interval=cfg.monitor.system_metrics_interval,
     )
     handler = MonitorLogHandler(monitor)
     logger.addHandler(handler)

@@ -23,11 +23,11 @@ import torch
 
 from rft_core.actor_setup import RunActor
 from rft_core.checkpoint.layout import (
-    prune_checkpoints,
     read_trainer_meta,
     step_dir,
     write_trainer_meta,
 )
+from rft_core.checkpoint.retention import prune_checkpoints
 from rft_core.errors import ConfigError
 from rft_core.sync.schedule import trainer_syncs_after
 
@@ -294,7 +294,13 @@ class Trainer(RunActor):
     def save(self, save_hf: bool) -> None:
         start = time.perf_counter()
         self.policy.save(self.job_dir, self.step, save_hf)
-        removed = prune_checkpoints(self.job_dir, self.cfg.trainer.max_checkpoints_to_keep)
+        tr = self.cfg.trainer
+        removed = prune_checkpoints(
+            self.job_dir,
+            tr.max_checkpoints_to_keep,
+            best_metric=tr.best_checkpoint_metric,
+            best_mode=tr.best_checkpoint_mode,
+        )
         self.saved_steps.append(self.step)
         self._write_meta(save_hf)
         path = step_dir(self.job_dir, self.step)

@@ -15,8 +15,8 @@ from rft_core.checkpoint.formats.hf_safetensors import write_hf_weights
 from rft_core.checkpoint.layout import (
     latest_checkpoint_step,
     latest_state_dict_step,
-    prune_checkpoints,
 )
+from rft_core.checkpoint.retention import prune_checkpoints
 from rft_core.checkpoint.shards import merge_shards, shard_state_dict
 from rft_core.checkpoint.store import load_checkpoint, save_checkpoint, save_state_dict_for_sync
 from rft_core.errors import CheckpointError
