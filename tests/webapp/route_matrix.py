@@ -212,6 +212,7 @@ ROUTE_METHODS: dict[str, tuple[str, ...]] = {
     "runs/<>/logs.txt": ("GET",),
     "checkpoints/<>/convert/": ("POST",),
     "checkpoints/<>/files.json": ("GET",),
+    "checkpoints/run/<>/disk.json": ("GET",),
     "account/": ("GET",),
     "account/tokens/new/": ("POST",),
     "account/tokens/<>/revoke/": ("POST",),
@@ -322,6 +323,12 @@ ROWS = [
         lambda w: f"/checkpoints/{w.converted.pk}/files.json",
         PAGE,
     ),  # fmt: skip
+    Row(
+        "checkpoints/run/<>/disk.json",
+        "GET",
+        lambda w: f"/checkpoints/run/{w.run.pk}/disk.json",
+        PAGE,
+    ),
     # D: account
     Row("account/", "GET", lambda w: "/account/", PAGE_ANY_USER),
     Row(
