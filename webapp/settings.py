@@ -139,6 +139,7 @@ INSTALLED_APPS = [
     "channels",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # swagger-ui's assets as static files (/api/v1/docs/, no CDN)
     "webapp.accounts",
     "webapp.health",
     "webapp.audit",
@@ -326,6 +327,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Experiments, runs, metrics, logs and checkpoints of RFT Studio.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # /api/v1/docs/: swagger-ui from drf-spectacular-sidecar's static files, never a CDN
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"persistAuthorization": False, "displayRequestDuration": True},
 }
 
 CELERY_BEAT_SCHEDULE = {

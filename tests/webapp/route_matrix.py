@@ -230,6 +230,7 @@ ROUTE_METHODS: dict[str, tuple[str, ...]] = {
     "api/v1/runs/<>/checkpoints/": ("GET",),
     "api/v1/checkpoints/<>/convert/": ("POST",),
     "api/v1/schema/": ("GET",),
+    "api/v1/docs/": ("GET",),
     "admin/": ("GET",),
 }
 
@@ -400,6 +401,7 @@ ROWS = [
         API,
     ),
     Row("api/v1/schema/", "GET", lambda w: "/api/v1/schema/", API_ANY_USER),
+    Row("api/v1/docs/", "GET", lambda w: "/api/v1/docs/", API_ANY_USER),
     # the admin index (the admin's own pages: staff with model permissions; test_admin*.py)
     Row("admin/", "GET", lambda w: "/admin/", ADMIN),
 ]
