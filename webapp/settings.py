@@ -225,6 +225,9 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns on a missing 
 # Serve straight from STATICFILES_DIRS so `make demo` needs no collectstatic step.
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
+# files served at the site's root before any login check: /favicon.ico (browsers and the admin's
+# pages ask for it on every page; static/root/ is part of the repo, nothing fetched)
+WHITENOISE_ROOT = BASE_DIR / "static" / "root"
 
 # Live messages go through Redis pub/sub: a group message is published ONCE and each web
 # process that has a member receives it once and hands it to its local consumers (the core
