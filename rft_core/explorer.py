@@ -34,6 +34,7 @@ from rft_core.data.task import Task
 from rft_core.data.taskset import ExplorerTasksets
 from rft_core.experience import Experience
 from rft_core.monitor.events import ENV_SAMPLES_PER_STEP, SAMPLES_PER_STEP
+from rft_core.monitor.monitor import step_summary
 from rft_core.sync.schedule import explorer_syncs_after, trainer_version_for_explorer_sync
 
 log = logging.getLogger("rft_core.explorer")
@@ -384,6 +385,7 @@ class Explorer(RunActor):
         self.step = step
         self.model_versions.append((step, version))
         self.monitor.log(metrics, step)
+        log.info("explorer step %d: %s", step, step_summary(metrics))
         self.monitor.samples(samples, step)
         return metrics
 

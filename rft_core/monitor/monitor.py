@@ -223,6 +223,26 @@ def check_monitor(monitor_type: str, run_name: str) -> None:
         RedisStreamSink(redis_url, run_id, _prefix()).close()  # ServiceUnavailable when unreachable
 
 
+# metric names (substrings) a step's log line shows, in this order, when the step has them
+_SUMMARY_KEYS = ("reward/mean", "accuracy/mean", "loss", "grad_norm", "entropy", "kl")
+_SUMMARY_MAX = 6
+
+
+def step_summary(metrics: dict[str, float]) -> str:
+    """A step's metrics in one log line: the rewards, accuracies, losses, grad norm, entropy
+    and KL it has (up to six, ``name=value``), then the step's seconds (``time/*`` summed)."""
+    shown: list[str] = []
+    for key in _SUMMARY_KEYS:
+        for name in sorted(metrics):
+            if key in name and name not in shown and not name.startswith(("time/", "system/")):
+                shown.append(name)
+    parts = [f"{name}={float(metrics[name]):.4g}" for name in shown[:_SUMMARY_MAX]]
+    seconds = sum(float(v) for k, v in metrics.items() if k.startswith("time/"))
+    if seconds:
+        parts.append(f"{seconds:.1f}s")
+    return ", ".join(parts) or f"{len(metrics)} metrics"
+
+
 class MonitorLogHandler(logging.Handler):
     """Forwards log records to ``monitor.log_line`` (the dashboard's live log view)."""
 

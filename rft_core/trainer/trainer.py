@@ -29,6 +29,7 @@ from rft_core.checkpoint.layout import (
 )
 from rft_core.checkpoint.retention import prune_checkpoints
 from rft_core.errors import ConfigError
+from rft_core.monitor.monitor import step_summary
 from rft_core.sync.schedule import trainer_syncs_after
 
 if TYPE_CHECKING:
@@ -351,6 +352,7 @@ class Trainer(RunActor):
             metrics["time/sync_weight"] = time.perf_counter() - t0
         self.last_metrics = {k: float(v) for k, v in metrics.items()}
         self.monitor.log(metrics, self.step)
+        log.info("trainer step %d: %s", self.step, step_summary(self.last_metrics))
         return metrics
 
     def progress(self) -> dict[str, Any]:

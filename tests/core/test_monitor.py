@@ -309,3 +309,26 @@ def test_trinity_run_refuses_a_missing_backend_and_an_unreachable_stream_before_
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert text in proc.stderr.strip().splitlines()[-1]
         assert not (tmp_path / "checkpoints").exists()  # refused before anything started
+
+
+def test_a_step_summary_line_names_the_key_metrics_and_the_steps_seconds():
+    from rft_core.monitor.monitor import step_summary
+
+    line = step_summary(
+        {
+            "actor/pg_loss": 0.123456,
+            "rollout/reward/mean": 0.5,
+            "rollout/accuracy/mean": 0.25,
+            "actor/grad_norm": 3.0,
+            "time/train_step": 1.25,
+            "time/waiting": 0.5,
+            "system/trainer/cpu_percent": 99.0,
+            "response_length/mean": 40.0,
+        }
+    )
+    # rewards, accuracies, losses, grad norm in that order; time/* summed; the rest left out
+    assert line == (
+        "rollout/reward/mean=0.5, rollout/accuracy/mean=0.25, actor/pg_loss=0.1235, "
+        "actor/grad_norm=3, 1.8s"
+    )
+    assert step_summary({"x/y": 1.0}) == "1 metrics"
