@@ -3,7 +3,8 @@ issue 23's items 7-9: system metrics in their own chart group, checkpoint rows t
 pruned, the job dir's size on disk, and the opt-in run-end notification.
 
 The system metrics come from a real ``SystemMetricsThread`` (psutil) of the trainer's monitor;
-its GPU part reads a fake ``pynvml`` (this machine has no GPU: the one mock)."""
+its GPU part reads a fake ``pynvml`` (this machine has no GPU). Headless Chromium shows no
+notifications, so the page's ``Notification`` is replaced by a recorder (see NOTIFICATIONS_JS)."""
 
 from __future__ import annotations
 
@@ -27,12 +28,16 @@ user = test_run_page.user
 watched_run = test_run_page.watched_run
 
 SYSTEM_GPU = "system/trainer/gpu0/utilization_percent"
+# headless Chromium shows no notifications and answers no permission prompt: the page's
+# Notification API is replaced by one that grants and records what the page asks it to show
 NOTIFICATIONS_JS = """() => {
   window.__notes = [];
-  const Real = window.Notification;
-  class Recording extends Real {
-    constructor(title, opts) { super(title, opts); window.__notes.push(title + " | " + (opts && opts.body)); }
+  class Recording {
+    constructor(title, opts) { window.__notes.push(title + " | " + (opts && opts.body)); }
+    close() {}
   }
+  Recording.permission = "granted";
+  Recording.requestPermission = () => Promise.resolve("granted");
   window.Notification = Recording;
 }"""
 
@@ -59,15 +64,17 @@ def test_system_metrics_pruned_checkpoints_disk_use_and_the_end_notification(
     trainer.checkpoint_saved(2, str(first))
 
     context = browser.new_context()
-    context.grant_permissions(["notifications"], origin=live_site.url)
     page = context.new_page()
-    page.set_default_timeout(30_000)
+    page.set_default_timeout(60_000)
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     foreign = guard_hosts(page, live_site.url)
     sign_in(page, live_site.url, user.username)
     page.goto(f"{live_site.url}{rut.run.get_absolute_url()}")
-    page.wait_for_selector("#run-page[data-live=ready]")
+    try:
+        page.wait_for_selector("#run-page[data-live=ready]", timeout=120_000)
+    except Exception:
+        raise AssertionError(f"the run page never got live; page errors: {errors}") from None
     page.evaluate(NOTIFICATIONS_JS)
 
     # system metrics: their own group, the mocked GPU's utilisation and psutil's CPU/memory
@@ -98,7 +105,7 @@ def test_system_metrics_pruned_checkpoints_disk_use_and_the_end_notification(
     assert "Job dir on disk: 5.0 MiB in all" in page.locator("#job-dir-disk").inner_text()
 
     # the run-end notification, asked for, comes once when the run stops
-    page.check("#notify-end")
+    page.click("#notify-end")
     page.wait_for_function(
         "() => localStorage.getItem('rft:notify-end:' + document.getElementById('run-page').dataset.runId) === '1'"
     )
