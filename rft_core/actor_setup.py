@@ -56,9 +56,18 @@ def setup_actor_logging(
         role,
         run_name(cfg),
         stage=cfg.stage_name or "",
+        system_metrics_interval=cfg.monitor.system_metrics_interval,
     )
     handler = MonitorLogHandler(monitor)
     logger.addHandler(handler)
+    # the libraries' warnings and errors (transformers, torch, ray, Python warnings) too: the run
+    # page's log is the actor's log, not only rft_core's lines (those reach the root logger as
+    # well, so they are left out of this handler: no line twice)
+    logging.captureWarnings(True)
+    others = MonitorLogHandler(monitor, logging.WARNING)
+    others.addFilter(_NotUnder(logger_name))
+    others.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    logging.getLogger().addHandler(others)
     if exclude_logger is not None:
         for h in logger.handlers:
             mine = isinstance(h, logging.FileHandler) and Path(h.baseFilename) == path.resolve()

@@ -58,6 +58,7 @@ from rft_core.checkpoint.layout import (
     step_of,
     write_json_atomic,
 )
+from rft_core.checkpoint.retention import pinned_step
 from rft_core.errors import ConvertError, RFTError
 
 ProgressFn = Callable[[str, int, int], None]
@@ -153,7 +154,28 @@ def convert_step(
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
 ) -> StepOutcome:
     """Convert one ``global_step_<N>`` directory. Returns an outcome with ``reason`` set when
-    it was skipped; raises RFTError when it cannot be converted."""
+    it was skipped; raises RFTError when it cannot be converted. The step is pinned while it
+    converts: a trainer's checkpoint retention does not delete it meanwhile."""
+    with pinned_step(step_path, "convert"):
+        return _convert_step(
+            step_path,
+            base_model_dir=base_model_dir,
+            dtype=dtype,
+            force=force,
+            progress=progress,
+            max_shard_bytes=max_shard_bytes,
+        )
+
+
+def _convert_step(
+    step_path: Path,
+    *,
+    base_model_dir: str | Path | None,
+    dtype: str,
+    force: bool,
+    progress: Callable[[int, int], None] | None,
+    max_shard_bytes: int,
+) -> StepOutcome:
     from transformers import AutoConfig, GenerationConfig
 
     outcome = StepOutcome(step_of(step_path), step_path)

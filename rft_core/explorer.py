@@ -33,6 +33,7 @@ from rft_core.data.task import Task
 from rft_core.data.taskset import ExplorerTasksets
 from rft_core.experience import Experience
 from rft_core.rollout_samples import keeps_step, rollout_samples
+from rft_core.monitor.monitor import step_summary
 from rft_core.sync.schedule import explorer_syncs_after, trainer_version_for_explorer_sync
 
 log = logging.getLogger("rft_core.explorer")
@@ -342,6 +343,7 @@ class Explorer(RunActor):
         self.step = step
         self.model_versions.append((step, version))
         self.monitor.log(metrics, step)
+        log.info("explorer step %d: %s", step, step_summary(metrics))
         self.monitor.samples(samples, step)
         return metrics
 

@@ -139,6 +139,7 @@ INSTALLED_APPS = [
     "channels",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # swagger-ui's assets as static files (/api/v1/docs/, no CDN)
     "webapp.accounts",
     "webapp.health",
     "webapp.audit",
@@ -224,6 +225,9 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns on a missing 
 # Serve straight from STATICFILES_DIRS so `make demo` needs no collectstatic step.
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
+# files served at the site's root before any login check: /favicon.ico (browsers and the admin's
+# pages ask for it on every page; static/root/ is part of the repo, nothing fetched)
+WHITENOISE_ROOT = BASE_DIR / "static" / "root"
 
 # Live messages go through Redis pub/sub: a group message is published ONCE and each web
 # process that has a member receives it once and hands it to its local consumers (the core
@@ -326,6 +330,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Experiments, runs, metrics, logs and checkpoints of RFT Studio.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # /api/v1/docs/: swagger-ui from drf-spectacular-sidecar's static files, never a CDN
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"persistAuthorization": False, "displayRequestDuration": True},
 }
 
 CELERY_BEAT_SCHEDULE = {

@@ -5,6 +5,7 @@
   checkpoints without torch. Its names are re-exported here.
 - ``shards``: the per-rank files of an ``actor/`` dir (sharding rule, DTensor/ShardedTensor
   merging, reading on CPU).
+- ``retention``: which checkpoints pruning keeps (last N, best by a metric, pinned ones).
 - ``store``: save and load of a step (full checkpoints, weight-sync dirs, merged weights).
 - ``formats``: the actor weight layouts ``trinity convert`` reads, and the Hugging Face writer.
 
@@ -43,7 +44,6 @@ from rft_core.checkpoint.layout import (
     mark_latest_checkpoint,
     mark_latest_state_dict,
     move_dir_into_place,
-    prune_checkpoints,
     prune_sync_dirs,
     read_explorer_meta,
     read_stage_meta,
@@ -61,6 +61,7 @@ from rft_core.checkpoint.layout import (
     write_text_atomic,
     write_trainer_meta,
 )
+from rft_core.checkpoint.retention import pinned_step, pins_of, prune_checkpoints
 
 __all__ = [
     "ACTOR_DIR",
@@ -94,6 +95,8 @@ __all__ = [
     "mark_latest_checkpoint",
     "mark_latest_state_dict",
     "move_dir_into_place",
+    "pinned_step",
+    "pins_of",
     "prune_checkpoints",
     "prune_sync_dirs",
     "read_explorer_meta",

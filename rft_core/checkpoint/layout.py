@@ -332,25 +332,6 @@ def mark_latest_state_dict(job_dir: Path, step: int) -> None:
     write_text_atomic(Path(job_dir) / LATEST_STATE_DICT, f"{step}\n")
 
 
-def prune_checkpoints(job_dir: Path, max_to_keep: int | None) -> list[int]:
-    """Keep the newest ``max_to_keep`` full checkpoints and delete older ones (their whole
-    ``global_step_N``). As in verl's ``max_ckpt_to_keep``: None, 0 or a negative value keeps
-    all. The step named by ``latest_checkpointed_iteration.txt`` is always kept. Returns the
-    steps deleted."""
-    if not max_to_keep or max_to_keep <= 0:
-        return []
-    job_dir = Path(job_dir)
-    full = [s for s, _ in full_checkpoints(job_dir)]
-    latest = latest_checkpoint_step(job_dir)
-    removed = []
-    for s in full[:-max_to_keep]:
-        if s == latest:
-            continue
-        shutil.rmtree(step_dir(job_dir, s))
-        removed.append(s)
-    return removed
-
-
 def prune_sync_dirs(job_dir: Path, keep: int = SYNC_DIRS_TO_KEEP) -> list[int]:
     """Delete the weight-sync dirs (step dirs that are not full checkpoints) but the newest
     ``keep``; full checkpoints are never touched. Returns the steps deleted."""

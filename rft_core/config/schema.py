@@ -357,7 +357,22 @@ class TrainerConfig:
     actor_grad_clip: float | None = _field(
         None, "older Trinity-RFT spelling (<= 0.3) of grad_clip (read as it, with a warning)"
     )
-    max_checkpoints_to_keep: int = _field(0, "older global_step_* dirs are deleted (0: keep all)")
+    max_checkpoints_to_keep: int = _field(
+        0,
+        "keep the newest N full checkpoints of each stage, delete older global_step_* dirs "
+        "(0: keep all; the resume step and the best_checkpoint_metric step are always kept)",
+        level=BEGINNER,
+    )
+    best_checkpoint_metric: str = _field(
+        "",
+        "also keep the checkpoint with the best value of this metric, e.g. "
+        "eval/<taskset>/accuracy/mean@1 (empty: none)",
+    )
+    best_checkpoint_mode: str = _field(
+        "max",
+        "whether the best value of best_checkpoint_metric is the max or the min",
+        choices=["max", "min"],
+    )
     max_token_len_per_gpu: int | None = _field(
         None, "tokens per micro-batch per GPU (derived: 2 x model.max_model_len)"
     )
@@ -449,6 +464,11 @@ class MonitorConfig:
         True,
         "with each kept rollout, its response tokens and their log-probs (the rollout explorer's "
         "token view; about 20 bytes a token)",
+    )
+    system_metrics_interval: float = _field(
+        10.0,
+        "seconds between system/* metrics (CPU, memory; GPU utilisation and memory where NVML "
+        "sees a GPU) of each actor (0: off)",
     )
     enable_ray_timeline: bool = _field(False, "write a Ray timeline profile", unimplemented=True)
 

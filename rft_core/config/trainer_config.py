@@ -81,6 +81,9 @@ MAPPING: dict[str, Mapped] = {
     "actor_rollout_ref.model.use_remove_padding": Mapped("trainer.use_remove_padding", True),
     # verl compiles the actor's log-prob/entropy computation; ours compiles that and the norms/MLP
     f"{ACTOR}.use_torch_compile": Mapped("trainer.use_torch_compile", True),
+    # verl's retention (its trainer section): our trainer.max_checkpoints_to_keep, Trinity's name
+    "trainer.max_actor_ckpt_to_keep": Mapped("trainer.max_checkpoints_to_keep", False),
+    "trainer.max_ckpt_to_keep": Mapped("trainer.max_checkpoints_to_keep", False),
 }
 
 # set by Trinity itself from our settings: named when given, never applied

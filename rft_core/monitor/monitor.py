@@ -4,6 +4,8 @@
 ``none``, W&B or MLflow when it asks for them, and the Redis event stream when the dashboard launched
 the run (env ``RFT_EVENTS_REDIS_URL`` + ``RFT_REDIS_PREFIX`` + ``RFT_RUN_ID``); that run also gets a heartbeat every
 ``RFT_HEARTBEAT_S`` seconds (default 10) so the dashboard can tell a live run from a dead one.
+With ``system_metrics_interval`` > 0 (``monitor.system_metrics_interval``) the monitor also writes
+the actor's CPU, memory and GPU metrics as ``system/<role>/...`` (``rft_core.monitor.system``).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def _wandb(monitor_dir: Path, role: str, run_name: str, args: dict[str, Any]) ->
 
 @MONITORS.register("mlflow")
 def _mlflow(monitor_dir: Path, role: str, run_name: str, args: dict[str, Any]) -> list[Sink]:
-    return [TensorBoardSink(monitor_dir, role), MlflowSink(role, run_name, args)]
+    return [TensorBoardSink(monitor_dir, role), MlflowSink(monitor_dir, role, run_name, args)]
 
 
 @MONITORS.register("none")
@@ -79,6 +81,8 @@ class Monitor:
         self._heartbeat_stop = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
         self._phase: str | None = None
+        self._system: Any = None  # a SystemMetricsThread while system metrics are on
+        self.last_step = 0  # the step the latest metrics carried (system metrics are put there)
 
     def _emit(self, kind: str, data: dict[str, Any], step: int | None = None) -> None:
         event = MonitorEvent(
@@ -91,7 +95,21 @@ class Monitor:
                 sink.write(event)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
+        if step is not None and not next(iter(metrics), "").startswith("system/"):
+            self.last_step = max(self.last_step, int(step))
         self._emit("metric", {k: float(v) for k, v in metrics.items()}, step)
+
+    def start_system_metrics(self, interval_s: float) -> None:
+        """``system/<role>/...`` metrics (CPU, memory, GPUs: ``rft_core.monitor.system``) every
+        ``interval_s`` seconds until close(); 0 or less: none."""
+        if interval_s <= 0 or self._system is not None:
+            return
+        from rft_core.monitor.system import SystemMetricsThread
+
+        self._system = SystemMetricsThread(
+            self.role, interval_s, lambda metrics: self.log(metrics, self.last_step)
+        )
+        self._system.start()
 
     def log_line(self, text: str, level: str = "INFO") -> None:
         self._emit("log", {"level": level, "text": text})
@@ -138,6 +156,8 @@ class Monitor:
         self._heartbeat_thread.start()
 
     def close(self) -> None:
+        if self._system is not None:
+            self._system.stop()
         self._heartbeat_stop.set()
         if self._heartbeat_thread is not None:
             self._heartbeat_thread.join(timeout=5)
@@ -162,6 +182,7 @@ def build_monitor(
     role: str,
     run_name: str,
     stage: str = "",
+    system_metrics_interval: float = 0.0,
 ) -> Monitor:
     extra_sinks = MONITORS.get((monitor_type or "tensorboard").lower())
     monitor_dir = Path(job_dir) / "monitor"
@@ -176,6 +197,7 @@ def build_monitor(
     monitor = Monitor(sinks, role=role, run_id=run_id, stage=stage)
     if redis_url:
         monitor.start_heartbeat(float(os.environ.get(ENV_HEARTBEAT_S, "10")))
+    monitor.start_system_metrics(float(system_metrics_interval or 0))
     return monitor
 
 
@@ -198,16 +220,39 @@ def _check_run_id(run_id: str) -> None:
 def check_monitor(monitor_type: str, run_name: str) -> None:
     """What ``build_monitor`` would refuse inside an actor, checked before any actor starts: a
     W&B/MLflow package that is not installed, a bad run id or an unreachable Redis stream."""
-    import importlib.util
+    import importlib
 
     kind = (monitor_type or "tensorboard").lower()
-    if kind in ("wandb", "mlflow") and importlib.util.find_spec(kind) is None:
-        raise backend_missing(kind)
+    if kind in ("wandb", "mlflow"):
+        try:
+            importlib.import_module(kind)
+        except ImportError:
+            raise backend_missing(kind) from None
     redis_url = os.environ.get(ENV_REDIS_URL)
     if redis_url:
         run_id = os.environ.get(ENV_RUN_ID) or run_name
         _check_run_id(run_id)
         RedisStreamSink(redis_url, run_id, _prefix()).close()  # ServiceUnavailable when unreachable
+
+
+# metric names (substrings) a step's log line shows, in this order, when the step has them
+_SUMMARY_KEYS = ("reward/mean", "accuracy/mean", "loss", "grad_norm", "entropy", "kl")
+_SUMMARY_MAX = 6
+
+
+def step_summary(metrics: dict[str, float]) -> str:
+    """A step's metrics in one log line: the rewards, accuracies, losses, grad norm, entropy
+    and KL it has (up to six, ``name=value``), then the step's seconds (``time/*`` summed)."""
+    shown: list[str] = []
+    for key in _SUMMARY_KEYS:
+        for name in sorted(metrics):
+            if key in name and name not in shown and not name.startswith(("time/", "system/")):
+                shown.append(name)
+    parts = [f"{name}={float(metrics[name]):.4g}" for name in shown[:_SUMMARY_MAX]]
+    seconds = sum(float(v) for k, v in metrics.items() if k.startswith("time/"))
+    if seconds:
+        parts.append(f"{seconds:.1f}s")
+    return ", ".join(parts) or f"{len(metrics)} metrics"
 
 
 class MonitorLogHandler(logging.Handler):

@@ -151,6 +151,10 @@ def backend_missing(package: str) -> EngineUnavailable:
 
 
 class WandbSink:
+    """A W&B run per role (``<run_name>_<role>``, grouped by run name) under
+    ``monitor/wandb/``; ``monitor_args``: ``project``, ``entity``, ``group``, ``config``,
+    ``mode`` (``offline`` logs locally; ``WANDB_MODE`` does the same for every run)."""
+
     def __init__(self, monitor_dir: Path, role: str, run_name: str, args: dict[str, Any]):
         try:
             import wandb
@@ -158,39 +162,74 @@ class WandbSink:
             raise backend_missing("wandb") from err
         self._wandb = wandb
         self._run = wandb.init(
-            project=args.get("project"),
+            project=args.get("project") or run_name.split("/")[0],
             entity=args.get("entity"),
             group=args.get("group", run_name),
             name=f"{run_name}_{role}",
             dir=str(monitor_dir),
             config=args.get("config"),
-            reinit=True,
+            mode=args.get("mode"),
+            # the explorer and the trainer may share a process (an in-process run): one run each
+            reinit="create_new",
         )
+        self.run_dir = Path(self._run.dir).parent
 
     def write(self, event: MonitorEvent) -> None:
         if event.kind == "metric":
-            self._run.log(event.data, step=event.step)
+            self._run.log(_finite(event.data), step=event.step)
 
     def close(self) -> None:
         self._run.finish()
 
 
 class MlflowSink:
-    def __init__(self, role: str, run_name: str, args: dict[str, Any]):
+    """An MLflow run per role (``<run_name>_<role>``) in the experiment ``monitor_args.experiment``
+    (or ``project``, else the run's project), at the tracking URI ``monitor_args.uri``; without
+    one, a local file store ``monitor/mlruns``. Written through ``MlflowClient``, not the fluent
+    API, so two roles in one process do not share MLflow's one active run.
+
+    The file store is MLflow's local store without a database (``mlflow-skinny`` has no SQL
+    backend); MLflow 3 asks for ``MLFLOW_ALLOW_FILE_STORE=true`` to use it, which this sink sets
+    for a ``file:`` URI unless the environment already says otherwise."""
+
+    def __init__(self, monitor_dir: Path, role: str, run_name: str, args: dict[str, Any]):
         try:
-            import mlflow
+            import mlflow  # noqa: F401
+            from mlflow.tracking import MlflowClient
         except ImportError as err:
             raise backend_missing("mlflow") from err
-        self._mlflow = mlflow
-        if args.get("uri"):
-            mlflow.set_tracking_uri(args["uri"])
-        if args.get("experiment") or args.get("project"):
-            mlflow.set_experiment(args.get("experiment") or args.get("project"))
-        self._run = mlflow.start_run(run_name=f"{run_name}_{role}")
+        import os
+
+        uri = str(args.get("uri") or (Path(monitor_dir) / "mlruns").absolute().as_uri())
+        if uri.startswith("file:") or "://" not in uri:
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        self.tracking_uri = uri
+        self._client = MlflowClient(tracking_uri=uri)
+        name = args.get("experiment") or args.get("project") or run_name.split("/")[0]
+        found = self._client.get_experiment_by_name(name)
+        experiment_id = found.experiment_id if found else self._client.create_experiment(name)
+        self._run_id = self._client.create_run(
+            experiment_id, run_name=f"{run_name}_{role}"
+        ).info.run_id
+
+    @property
+    def run_id(self) -> str:
+        return self._run_id
 
     def write(self, event: MonitorEvent) -> None:
-        if event.kind == "metric":
-            self._mlflow.log_metrics(event.data, step=event.step or 0, run_id=self._run.info.run_id)
+        if event.kind != "metric":
+            return
+        from mlflow.entities import Metric
+
+        ts = int(event.ts * 1000)
+        step = event.step or 0
+        metrics = [
+            Metric(name, value, ts, step)
+            for name, value in _finite(event.data).items()
+            if value is not None
+        ]
+        if metrics:
+            self._client.log_batch(self._run_id, metrics=metrics)
 
     def close(self) -> None:
-        self._mlflow.end_run()
+        self._client.set_terminated(self._run_id)

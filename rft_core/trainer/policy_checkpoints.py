@@ -14,6 +14,8 @@ from typing import Any
 import torch
 
 from rft_core.checkpoint import store
+from rft_core.checkpoint.layout import latest_checkpoint_step, step_dir
+from rft_core.checkpoint.retention import pinned_step
 
 
 class PolicyCheckpoints:
@@ -81,8 +83,12 @@ class PolicyCheckpoints:
             store.add_hf_weights(Path(job_dir), step, state_dict, self.model.config)
 
     def load(self, job_dir: Path, step: int | None) -> int:
-        """Restore model, optimizer, LR schedule, critic and RNG states; return the step."""
-        ckpt = store.load_checkpoint(Path(job_dir), step)
+        """Restore model, optimizer, LR schedule, critic and RNG states; return the step. The
+        step is pinned while it is read (retention never deletes a step being resumed from)."""
+        found = step if step is not None else latest_checkpoint_step(Path(job_dir))
+        pin = step_dir(Path(job_dir), found) if found is not None else Path(job_dir) / "-"
+        with pinned_step(pin, "resume"):
+            ckpt = store.load_checkpoint(Path(job_dir), step)
         if ckpt.optimizer_state is not None:  # saved at any world size
             names = [n for n, p in self.model.named_parameters() if p.requires_grad]
             ckpt.optimizer_state = _optimizer_state_keyed(

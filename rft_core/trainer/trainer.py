@@ -23,12 +23,13 @@ import torch
 
 from rft_core.actor_setup import RunActor
 from rft_core.checkpoint.layout import (
-    prune_checkpoints,
     read_trainer_meta,
     step_dir,
     write_trainer_meta,
 )
+from rft_core.checkpoint.retention import prune_checkpoints
 from rft_core.errors import ConfigError
+from rft_core.monitor.monitor import step_summary
 from rft_core.sync.schedule import trainer_syncs_after
 
 if TYPE_CHECKING:
@@ -295,7 +296,13 @@ class Trainer(RunActor):
         start = time.perf_counter()
         self.monitor.phase("checkpoint", self.step)
         self.policy.save(self.job_dir, self.step, save_hf)
-        removed = prune_checkpoints(self.job_dir, self.cfg.trainer.max_checkpoints_to_keep)
+        tr = self.cfg.trainer
+        removed = prune_checkpoints(
+            self.job_dir,
+            tr.max_checkpoints_to_keep,
+            best_metric=tr.best_checkpoint_metric,
+            best_mode=tr.best_checkpoint_mode,
+        )
         self.saved_steps.append(self.step)
         self._write_meta(save_hf)
         path = step_dir(self.job_dir, self.step)
@@ -346,6 +353,7 @@ class Trainer(RunActor):
             metrics["time/sync_weight"] = time.perf_counter() - t0
         self.last_metrics = {k: float(v) for k, v in metrics.items()}
         self.monitor.log(metrics, self.step)
+        log.info("trainer step %d: %s", self.step, step_summary(self.last_metrics))
         return metrics
 
     def progress(self) -> dict[str, Any]:

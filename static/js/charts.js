@@ -29,6 +29,7 @@
     { key: "clipfrac", title: "Clip fraction" },
     { key: "response_length", title: "Response length" },
     { key: "perf", title: "Throughput & timings" },
+    { key: "system", title: "System (CPU, memory, GPU)" },
     { key: "other", title: "Other" },
   ];
   var R = window.RFTChartRules;
@@ -41,6 +42,7 @@
 
   function groupOf(name) {
     var n = String(name).toLowerCase();
+    if (/^system\//.test(n)) return "system"; // system/<role>/...: rft_core.monitor.system
     if (/^eval\/.+\/accuracy\//.test(n) || /^rollout\/accuracy\//.test(n) ||
         /^critic\/(rewards|score)/.test(n) || (/^rollout\//.test(n) && n.indexOf("reward") >= 0) ||
         /(^|\/)(reward|accuracy)/.test(n)) return "reward";

@@ -79,6 +79,8 @@
     if (prev && prev.cancel_requested && !run.cancel_requested) run = Object.assign({}, run, { cancel_requested: true });
     if (prev && !ACTIVE[prev.status] && ACTIVE[run.status]) run = Object.assign({}, run, { status: prev.status, finished_at: prev.finished_at });
     S.run = run;
+    // run_extras.js (the run-end notification) listens
+    root.dispatchEvent(new CustomEvent("rft:run", { detail: { run: run, prev: prev || null } }));
     var badge = $("run-status");
     badge.className = "status status-" + run.status;
     badge.dataset.status = run.status;
@@ -311,7 +313,8 @@
   }
 
   // ------------------------------------------------------------------ checkpoints
-  var STATUS_TEXT = { absent: "not converted", converting: "converting", ready: "HF ready", failed: "failed" };
+  var STATUS_TEXT = { absent: "not converted", converting: "converting", ready: "HF ready", failed: "failed",
+                      pruned: "pruned (deleted by trainer.max_checkpoints_to_keep)" };
 
   function ckptKey(c) { return (c.stage || "") + "\u0000" + c.step; }
   function applyCheckpoint(c) {
@@ -324,6 +327,7 @@
     S.checkpoints[c.id !== undefined ? String(c.id) : "p:" + ckptKey(c)] = c;
     if (c.hf_status === "ready" && c.id !== undefined && !S.files[c.id]) loadFiles(c);
     renderCheckpoints();
+    root.dispatchEvent(new CustomEvent("rft:checkpoint", { detail: c })); // run_extras.js: disk use
   }
   function renderCheckpoints() {
     var rows = Object.keys(S.checkpoints).map(function (k) { return S.checkpoints[k]; });
@@ -334,7 +338,7 @@
     var body = $("checkpoint-rows");
     if (!rows.length) { body.innerHTML = '<tr class="empty"><td colspan="6" class="hint">No checkpoints yet.</td></tr>'; return; }
     body.innerHTML = rows.map(function (c) {
-      var st = c.hf_status || "absent";
+      var st = c.pruned ? "pruned" : c.hf_status || "absent";
       var hf = '<span class="hf hf-' + esc(st) + '">' + esc(STATUS_TEXT[st] || st) + "</span>";
       if (st === "converting") {
         var pct = Math.round((c.hf_progress || 0) * 100);

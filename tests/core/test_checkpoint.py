@@ -15,8 +15,8 @@ from rft_core.checkpoint.formats.hf_safetensors import write_hf_weights
 from rft_core.checkpoint.layout import (
     latest_checkpoint_step,
     latest_state_dict_step,
-    prune_checkpoints,
 )
+from rft_core.checkpoint.retention import prune_checkpoints
 from rft_core.checkpoint.shards import merge_shards, shard_state_dict
 from rft_core.checkpoint.store import load_checkpoint, save_checkpoint, save_state_dict_for_sync
 from rft_core.errors import CheckpointError
@@ -229,3 +229,22 @@ def test_resaving_a_step_replaces_it(tmp_path, model, tokenizer):
     actor = tmp_path / "global_step_1" / "actor"
     assert not list(actor.glob("model_world_size_4_*"))
     assert load_checkpoint(Path(tmp_path)).step == 1
+
+
+def test_retention_spares_a_step_while_it_converts(tmp_path, model, tokenizer):
+    from rft_core.checkpoint.retention import pins_of
+    from rft_core.convert import convert_step
+
+    for step in (1, 2, 3):
+        save(tmp_path, step, model, tokenizer, save_hf=False)
+    step_1 = tmp_path / "global_step_1"
+    pruned_meanwhile = []
+
+    def progress(done, total):  # called while the weights are written: step 1 is pinned
+        assert pins_of(step_1)
+        pruned_meanwhile.extend(prune_checkpoints(tmp_path, 1))
+
+    outcome = convert_step(step_1, progress=progress)
+    assert outcome.files and pruned_meanwhile == [2]  # 3 is the newest, 1 was converting
+    assert pins_of(step_1) == [] and step_1.is_dir()
+    assert prune_checkpoints(tmp_path, 1) == [1]

@@ -209,6 +209,57 @@ def test_optional_monitor_without_its_package_says_how_to_install(
         build_monitor(monitor_type, {}, tmp_path, role="trainer", run_name="demo")
 
 
+@pytest.mark.parametrize("package", ["wandb", "mlflow"])
+def test_the_preflight_refuses_a_missing_backend_before_any_actor(
+    no_dashboard_env, monkeypatch, package
+):
+    from rft_core.monitor.monitor import check_monitor
+
+    monkeypatch.setitem(sys.modules, package, None)  # as on a machine without it
+    with pytest.raises(EngineUnavailable, match=f"monitor.monitor_type: {package} needs the"):
+        check_monitor(package, "demo")
+
+
+def test_wandb_monitor_writes_an_offline_run_wandb_reads_back(
+    tmp_path, no_dashboard_env, monkeypatch
+):
+    # the real wandb package, offline (WANDB_MODE as a user without a W&B server sets it)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    args = {"project": "rft-test"}
+    with build_monitor("wandb", args, tmp_path, role="trainer", run_name="demo") as monitor:
+        sink = next(s for s in monitor.sinks if type(s).__name__ == "WandbSink")
+        monitor.log({"actor/pg_loss": 0.5, "eval/held/accuracy/mean@1": 0.25}, step=1)
+        monitor.log({"actor/pg_loss": 0.125}, step=2)
+    run_dir = sink.run_dir
+    assert run_dir.parent == tmp_path / "monitor" / "wandb"
+    assert run_dir.name.startswith("offline-run-")
+    # the run's record file, which `wandb sync` uploads later, holds both steps' history rows
+    # (protobuf: each metric's key and its value as JSON text)
+    (record,) = run_dir.glob("run-*.wandb")
+    data = record.read_bytes()
+    assert b"actor/pg_loss" in data and b"eval/held/accuracy/mean@1" in data
+    assert b"0.125" in data and b"0.25" in data
+
+
+def test_mlflow_monitor_writes_a_local_store_mlflow_reads_back(tmp_path, no_dashboard_env):
+    from mlflow.tracking import MlflowClient
+
+    args = {"experiment": "rft-test"}
+    for role in ("explorer", "trainer"):  # two roles in one process: one MLflow run each
+        with build_monitor("mlflow", args, tmp_path, role=role, run_name="demo") as monitor:
+            monitor.log({"actor/pg_loss": 0.5}, step=1)
+            monitor.log({"actor/pg_loss": 0.125, "actor/nan": float("nan")}, step=2)
+    client = MlflowClient(tracking_uri=(tmp_path / "monitor" / "mlruns").as_uri())
+    experiment = client.get_experiment_by_name("rft-test")
+    runs = client.search_runs([experiment.experiment_id], order_by=["attributes.run_name"])
+    assert [r.info.run_name for r in runs] == ["demo_explorer", "demo_trainer"]
+    assert all(r.info.status == "FINISHED" for r in runs)
+    history = client.get_metric_history(runs[1].info.run_id, "actor/pg_loss")
+    assert sorted((m.step, m.value) for m in history) == [(1, 0.5), (2, 0.125)]
+    assert client.get_metric_history(runs[1].info.run_id, "actor/nan") == []
+
+
 def test_monitor_type_none_keeps_only_the_jsonl_file(tmp_path, no_dashboard_env):
     monitor = build_monitor("none", {}, tmp_path, role="trainer", run_name="demo")
     monitor.log({"actor/pg_loss": 1.0}, 1)
@@ -226,7 +277,6 @@ def test_trinity_run_refuses_a_missing_backend_and_an_unreachable_stream_before_
 
     demo = Path(__file__).resolve().parents[2] / "examples" / "demo" / "grpo_demo.yaml"
     cases = [
-        (["monitor.monitor_type=wandb"], {}, "monitor.monitor_type: wandb needs the wandb package"),
         (
             [],
             {"RFT_EVENTS_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0", "RFT_RUN_ID": "r1"},
@@ -284,3 +334,26 @@ def test_a_roles_phase_is_streamed_when_it_changes_and_an_unknown_one_is_refused
         ("waiting", 1, "rft"),
         ("rollout", 2, "rft"),
     ]
+
+
+def test_a_step_summary_line_names_the_key_metrics_and_the_steps_seconds():
+    from rft_core.monitor.monitor import step_summary
+
+    line = step_summary(
+        {
+            "actor/pg_loss": 0.123456,
+            "rollout/reward/mean": 0.5,
+            "rollout/accuracy/mean": 0.25,
+            "actor/grad_norm": 3.0,
+            "time/train_step": 1.25,
+            "time/waiting": 0.5,
+            "system/trainer/cpu_percent": 99.0,
+            "response_length/mean": 40.0,
+        }
+    )
+    # rewards, accuracies, losses, grad norm in that order; time/* summed; the rest left out
+    assert line == (
+        "rollout/reward/mean=0.5, rollout/accuracy/mean=0.25, actor/pg_loss=0.1235, "
+        "actor/grad_norm=3, 1.8s"
+    )
+    assert step_summary({"x/y": 1.0}) == "1 metrics"

@@ -214,6 +214,7 @@ ROUTE_METHODS: dict[str, tuple[str, ...]] = {
     "runs/<>/rollouts.json": ("GET",),
     "checkpoints/<>/convert/": ("POST",),
     "checkpoints/<>/files.json": ("GET",),
+    "checkpoints/run/<>/disk.json": ("GET",),
     "account/": ("GET",),
     "account/tokens/new/": ("POST",),
     "account/tokens/<>/revoke/": ("POST",),
@@ -231,6 +232,7 @@ ROUTE_METHODS: dict[str, tuple[str, ...]] = {
     "api/v1/runs/<>/checkpoints/": ("GET",),
     "api/v1/checkpoints/<>/convert/": ("POST",),
     "api/v1/schema/": ("GET",),
+    "api/v1/docs/": ("GET",),
     "admin/": ("GET",),
 }
 
@@ -326,6 +328,12 @@ ROWS = [
         lambda w: f"/checkpoints/{w.converted.pk}/files.json",
         PAGE,
     ),  # fmt: skip
+    Row(
+        "checkpoints/run/<>/disk.json",
+        "GET",
+        lambda w: f"/checkpoints/run/{w.run.pk}/disk.json",
+        PAGE,
+    ),
     # D: account
     Row("account/", "GET", lambda w: "/account/", PAGE_ANY_USER),
     Row(
@@ -397,6 +405,7 @@ ROWS = [
         API,
     ),
     Row("api/v1/schema/", "GET", lambda w: "/api/v1/schema/", API_ANY_USER),
+    Row("api/v1/docs/", "GET", lambda w: "/api/v1/docs/", API_ANY_USER),
     # the admin index (the admin's own pages: staff with model permissions; test_admin*.py)
     Row("admin/", "GET", lambda w: "/admin/", ADMIN),
 ]

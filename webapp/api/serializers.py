@@ -164,7 +164,7 @@ class CheckpointSerializer(serializers.ModelSerializer):
         model = Checkpoint
         fields = [
             "id", "run", "stage", "step", "path", "size_bytes", "hf_status", "hf_path",
-            "hf_progress", "hf_error", "created", "updated",
+            "hf_progress", "hf_error", "pruned", "created", "updated",
         ]  # fmt: skip
         read_only_fields = fields
 

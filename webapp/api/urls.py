@@ -3,7 +3,9 @@
 DRF authenticates these views itself (API token or session with CSRF), so they are exempt
 from the site's login-redirect middleware: an anonymous API call gets a 401, not a redirect to
 the login page. The schema (``/api/v1/schema/``, YAML; ``?format=json`` for JSON) needs a login
-too; no Swagger UI is served (it would load its assets from a CDN).
+too. ``/api/v1/docs/`` is the Swagger UI over it (signed in: session or token, like the schema),
+its JS and CSS served from ``drf-spectacular-sidecar``'s static files (no CDN); its "Try it out"
+calls use the page's session and CSRF cookie.
 """
 
 from django.contrib.auth.decorators import login_not_required
@@ -12,6 +14,7 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework.permissions import IsAuthenticated
 
 from webapp.api import views
+from webapp.api.docs import ApiDocsView
 
 app_name = "api"
 
@@ -42,5 +45,10 @@ urlpatterns = [
         "schema/",
         api(SpectacularAPIView, permission_classes=[IsAuthenticated]),
         name="schema",
+    ),
+    path(
+        "docs/",
+        api(ApiDocsView),
+        name="docs",
     ),
 ]

@@ -5,6 +5,8 @@ conversion to Hugging Face weights.
   :func:`sync_checkpoints` (a run's whole tree, every stage) write rows from what the tree shows
   (size, whether ``actor/huggingface/`` holds a loadable model), read with the torch-free
   ``rft_core.checkpoint.layout``. System actions: no permission check, no audit row.
+  A row whose step dir is gone (pruned by ``trainer.max_checkpoints_to_keep``) turns ``pruned``.
+  :func:`job_dir_usage` is the job dir's size on disk (the run page shows it under the rows).
 - :func:`convert_checkpoint` is a user's action: access check, the claim of the run's job dir
   (``webapp.runs.claims``: no conversion writes into a job dir another user's run owns), audit ``checkpoint.convert``,
   ``hf_status`` converting, and the Celery task (``checkpoints.tasks``) enqueued on commit.
@@ -37,7 +39,8 @@ CONVERT_STALE_AFTER = timedelta(minutes=15)
 
 
 def _observe(run: Run, stage: str, step: int, path: Path) -> Checkpoint:
-    size = layout.dir_size(path) if path.is_dir() else None
+    on_disk = path.is_dir()
+    size = layout.dir_size(path) if on_disk else None
     ready = layout.hf_model_ready(path)
     checkpoint, created = Checkpoint.objects.get_or_create(
         run=run,
@@ -48,12 +51,16 @@ def _observe(run: Run, stage: str, step: int, path: Path) -> Checkpoint:
             "size_bytes": size,
             "hf_status": HFStatus.READY if ready else HFStatus.ABSENT,
             "hf_path": str(layout.hf_dir(path)) if ready else "",
+            "pruned": not on_disk,
         },
     )
     if created:
         publish_checkpoint(checkpoint)
         return checkpoint
-    changes = {"path": str(path), "size_bytes": size}
+    # a pruned step keeps the size it had: the row says what was deleted
+    changes = {"path": str(path), "pruned": not on_disk}
+    if on_disk:
+        changes["size_bytes"] = size
     if checkpoint.hf_status != HFStatus.CONVERTING:
         if ready:
             changes |= {"hf_status": HFStatus.READY, "hf_path": str(layout.hf_dir(path))}
@@ -69,8 +76,40 @@ def _observe(run: Run, stage: str, step: int, path: Path) -> Checkpoint:
 
 
 def observe_checkpoint(run: Run, *, stage: str, step: int, path: str) -> Checkpoint:
-    """The row of ``global_step_<step>`` of ``stage``, created or refreshed from the tree."""
-    return _observe(run, stage or "", int(step), Path(path))
+    """The row of ``global_step_<step>`` of ``stage``, created or refreshed from the tree; the
+    stage's older rows whose step dirs the trainer's retention deleted on this save turn
+    ``pruned``."""
+    checkpoint = _observe(run, stage or "", int(step), Path(path))
+    observe_pruned(run, stage or "")
+    return checkpoint
+
+
+def observe_pruned(run: Run, stage: str) -> list[Checkpoint]:
+    """Mark the rows of ``stage`` whose ``global_step_N`` is gone from disk; returns them."""
+    gone = [
+        c
+        for c in Checkpoint.objects.filter(run=run, stage=stage, pruned=False)
+        if not Path(c.path).is_dir()
+    ]
+    for checkpoint in gone:
+        checkpoint.pruned = True
+        checkpoint.save(update_fields=["pruned", "updated"])
+        publish_checkpoint(checkpoint)
+    return gone
+
+
+def job_dir_usage(run: Run) -> dict[str, int | str | None]:
+    """Bytes on disk of the run's job dir (every stage, buffers and logs included) and of its
+    checkpoints still on disk."""
+    if not run.job_dir or not Path(run.job_dir).is_dir():
+        return {"job_dir": run.job_dir or "", "total_bytes": None, "checkpoint_bytes": None}
+    found = [c for c in layout.scan_checkpoints(Path(run.job_dir)) if c.full]
+    return {
+        "job_dir": run.job_dir,
+        "total_bytes": layout.dir_size(Path(run.job_dir)),
+        "checkpoint_bytes": sum(c.size_bytes() for c in found),
+        "checkpoints_on_disk": len(found),
+    }
 
 
 def sync_checkpoints(run: Run) -> list[Checkpoint]:
@@ -78,11 +117,14 @@ def sync_checkpoints(run: Run) -> list[Checkpoint]:
     (weight-sync-only step dirs are not checkpoints). Idempotent; returns them by stage, step."""
     if not run.job_dir:
         return []
-    return [
+    rows = [
         _observe(run, found.stage, found.step, found.path)
         for found in layout.scan_checkpoints(Path(run.job_dir))
         if found.full or (found.hf_path / "config.json").is_file()
     ]
+    for stage in set(Checkpoint.objects.filter(run=run).values_list("stage", flat=True)):
+        observe_pruned(run, stage)
+    return rows
 
 
 def _refuse_unless_convertible(checkpoint: Checkpoint) -> Path:

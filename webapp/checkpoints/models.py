@@ -30,6 +30,10 @@ class Checkpoint(models.Model):
     hf_path = models.CharField(max_length=1000, blank=True)
     hf_progress = models.FloatField(null=True, blank=True, help_text="0..1 while converting")
     hf_error = models.TextField(blank=True)
+    pruned = models.BooleanField(
+        default=False,
+        help_text="its global_step_N is gone from disk (trainer.max_checkpoints_to_keep)",
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 

@@ -6,4 +6,5 @@ app_name = "checkpoints"
 urlpatterns = [
     path("<int:pk>/convert/", views.convert, name="convert"),
     path("<int:pk>/files.json", views.files_json, name="files-json"),
+    path("run/<int:run_pk>/disk.json", views.disk_json, name="disk-json"),
 ]

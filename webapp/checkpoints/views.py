@@ -1,7 +1,8 @@
 """Checkpoint pages: POST ``/checkpoints/<id>/convert/`` queues the Hugging Face conversion
 (``actions.convert_checkpoint``) and goes back to the run page; ``GET
 /checkpoints/<id>/files.json`` lists the files of its converted directory (the run page's file
-list)."""
+list); ``GET /checkpoints/run/<run id>/disk.json`` the run's job dir size on disk (the line
+under the run page's checkpoint rows)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ from django.views.decorators.http import require_GET, require_POST
 
 from webapp.accounts.access import authorize
 from webapp.audit.record import Actor
-from webapp.checkpoints.actions import convert_checkpoint
+from webapp.checkpoints.actions import convert_checkpoint, job_dir_usage
 from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.errors import ActionError
 from webapp.refusals import wants_json
 from webapp.runs.live import checkpoint_state
 from webapp.runs.live_views import authorize_json
+from webapp.runs.models import Run
 
 
 @require_POST
@@ -79,3 +81,10 @@ def files_json(request: HttpRequest, pk: int) -> JsonResponse:
     files, truncated = _hf_files(root)
     body = {"id": checkpoint.pk, "hf_path": str(root), "files": files, "truncated": truncated}
     return JsonResponse(body)
+
+
+@require_GET
+def disk_json(request: HttpRequest, run_pk: int) -> JsonResponse:
+    """``{job_dir, total_bytes, checkpoint_bytes, checkpoints_on_disk}`` of a run."""
+    run = authorize(Actor.from_request(request), Run, run_pk, "run.view")
+    return JsonResponse(job_dir_usage(run))

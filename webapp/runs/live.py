@@ -108,6 +108,7 @@ def checkpoint_state(ckpt: Checkpoint) -> dict[str, Any]:
         "hf_progress": ckpt.hf_progress,
         "hf_path": ckpt.hf_path,
         "hf_error": ckpt.hf_error,
+        "pruned": ckpt.pruned,
         "created": _unix(ckpt.created),
         "convert_url": f"/checkpoints/{ckpt.pk}/convert/",
     }
