@@ -1,9 +1,10 @@
 from django.urls import path
 
-from webapp.checkpoints import views
+from webapp.checkpoints import archive, views
 
 app_name = "checkpoints"
 urlpatterns = [
     path("<int:pk>/convert/", views.convert, name="convert"),
     path("<int:pk>/files.json", views.files_json, name="files-json"),
+    path("<int:pk>/hf.tar", archive.hf_archive, name="hf-archive"),
 ]
