@@ -87,7 +87,9 @@ def tar_stream(entries: list[tuple[Path, bytes, int]]) -> Iterator[bytes]:
 
 @require_GET
 def hf_archive(request: HttpRequest, pk: int) -> HttpResponse:
-    checkpoint = authorize_hidden(Actor.from_request(request), Checkpoint, pk, "checkpoint.download")
+    checkpoint = authorize_hidden(
+        Actor.from_request(request), Checkpoint, pk, "checkpoint.download"
+    )
     root = Path(checkpoint.hf_path) if checkpoint.hf_path else None
     if checkpoint.hf_status != HFStatus.READY or root is None or not root.is_dir():
         where = f"{checkpoint.stage}/global_step_{checkpoint.step}".lstrip("/")

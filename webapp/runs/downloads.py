@@ -97,9 +97,7 @@ def json_chunks(run: Run, rows: Iterator[tuple]) -> Iterator[str]:
 
 
 def _download(body: Iterator[str], content_type: str, filename: str) -> StreamingHttpResponse:
-    response = StreamingHttpResponse(
-        (piece.encode() for piece in body), content_type=content_type
-    )
+    response = StreamingHttpResponse((piece.encode() for piece in body), content_type=content_type)
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
 

@@ -144,9 +144,7 @@ def page_of(user, query: TableQuery):
     page = Paginator(rows, PAGE_SIZE).get_page(query.page)
     ids = [run.pk for run in page.object_list]
     shown = (
-        Run.objects.filter(pk__in=ids)
-        .annotate(reward=latest_reward())
-        .values_list("pk", "reward")
+        Run.objects.filter(pk__in=ids).annotate(reward=latest_reward()).values_list("pk", "reward")
     )
     rewards = dict(shown)
     tags: dict[int, list[str]] = {pk: [] for pk in ids}

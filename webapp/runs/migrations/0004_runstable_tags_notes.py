@@ -4,21 +4,20 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('experiments', '0002_initial'),
-        ('runs', '0003_run_origin'),
+        ("experiments", "0002_initial"),
+        ("runs", "0003_run_origin"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='run',
-            name='notes',
+            model_name="run",
+            name="notes",
             field=models.TextField(blank=True, help_text="the owner's notes on the run"),
         ),
         migrations.AddField(
-            model_name='run',
-            name='tags',
-            field=models.ManyToManyField(blank=True, related_name='runs', to='experiments.tag'),
+            model_name="run",
+            name="tags",
+            field=models.ManyToManyField(blank=True, related_name="runs", to="experiments.tag"),
         ),
     ]
