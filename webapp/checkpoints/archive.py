@@ -29,7 +29,8 @@ from django.views.decorators.http import require_GET
 
 from webapp.accounts.access import authorize_hidden
 from webapp.audit.record import Actor
-from webapp.checkpoints.models import Checkpoint, HFStatus
+from webapp.checkpoints.models import Checkpoint
+from webapp.checkpoints.views import converted_dir
 
 log = logging.getLogger(__name__)
 
@@ -90,16 +91,9 @@ def hf_archive(request: HttpRequest, pk: int) -> HttpResponse:
     checkpoint = authorize_hidden(
         Actor.from_request(request), Checkpoint, pk, "checkpoint.download"
     )
-    root = Path(checkpoint.hf_path) if checkpoint.hf_path else None
-    if checkpoint.hf_status != HFStatus.READY or root is None or not root.is_dir():
-        where = f"{checkpoint.stage}/global_step_{checkpoint.step}".lstrip("/")
-        message = (
-            f"{where} has no converted directory to download (HF status: "
-            f"{checkpoint.get_hf_status_display()}); convert it first"
-            if checkpoint.hf_status != HFStatus.READY or root is None
-            else f"{where}: the converted directory {root} is gone from disk"
-        )
-        context = {"checkpoint": checkpoint, "message": message, "title": "Download refused"}
+    root, reason = converted_dir(checkpoint)
+    if root is None:
+        context = {"checkpoint": checkpoint, "message": reason, "title": "Download refused"}
         return render(request, "checkpoints/convert_refused.html", context, status=409)
     top = archive_name(checkpoint)
     entries = members(root, top)
