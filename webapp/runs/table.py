@@ -41,6 +41,7 @@ SORTS = {
     "duration": ("duration", "id"),
 }
 DEFAULT_SORT = "-created"
+NULLABLE = {"step", "latest_reward", "last_eval_accuracy", "best_eval_accuracy"}
 COLUMNS = (  # (label, sort key or "")
     ("Run", "experiment"), ("Status", "status"), ("Stage", ""), ("Step", "step"),
     ("Reward", "reward"), ("Eval acc.", "eval"), ("Best eval", "best_eval"),
@@ -127,10 +128,11 @@ def run_rows(user, query: TableQuery):
         start, end = Coalesce("started_at", "created"), Coalesce("finished_at", Now())
         runs = runs.annotate(duration=ExpressionWrapper(end - start, output_field=DurationField()))
     descending = query.sort.startswith("-")
-    order = [
-        F(name).desc(nulls_last=True) if descending else F(name).asc(nulls_last=True)
-        for name in SORTS[key]
-    ]
+    order = []
+    for name in SORTS[key]:
+        # unknown figures last either way; NOT NULL columns keep their index order ("-id")
+        nulls = {"nulls_last": True} if name in NULLABLE else {}
+        order.append(F(name).desc(**nulls) if descending else F(name).asc(**nulls))
     return runs.order_by(*order)
 
 
