@@ -30,6 +30,7 @@ from webapp.audit.record import Actor
 from webapp.runs.models import MetricPoint, Run
 
 CHUNK = 5000  # rows per fetch, and per piece of the response
+COPY_PIECE = 256 * 1024  # bytes of COPY output per piece of the response
 CSV_COLUMNS = ("name", "role", "stage", "step", "wall_time", "value")
 JSON_COLUMNS = ("step", "stage", "wall_time", "value")
 
@@ -75,10 +76,14 @@ def copy_csv_chunks(run: Run) -> Iterator[bytes]:
         f" FROM {MetricPoint._meta.db_table} WHERE run_id = %s ORDER BY name, id)"
         " TO STDOUT WITH (FORMAT csv)"
     )
-    yield (",".join(CSV_COLUMNS) + "\n").encode()
+    piece = bytearray((",".join(CSV_COLUMNS) + "\n").encode())
     with connection.cursor() as cursor, cursor.cursor.copy(query, [run.pk]) as copy:
-        for data in copy:
-            yield bytes(data)
+        for data in copy:  # one row a message: gathered into pieces of COPY_PIECE bytes
+            piece += data
+            if len(piece) >= COPY_PIECE:
+                yield bytes(piece)
+                piece.clear()
+    yield bytes(piece)
 
 
 def json_chunks(run: Run, rows: Iterator[tuple]) -> Iterator[str]:
