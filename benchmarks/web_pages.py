@@ -10,6 +10,10 @@ SQL queries of one request (``CaptureQueriesContext``):
 - the experiment list (``/experiments/``), an experiment page (``/experiments/<id>/``, its run
   list), a run page (``/runs/<id>/``), the metrics API (a page of 5,000 points,
   ``/api/v1/runs/<id>/metrics/?name=...&limit=5000``), and the admin's run and audit lists;
+- the runs table (``/runs/``: page 1 and page 100 of 10k runs, filtered by a tag, by status
+  sorted by eval accuracy, a search, sorted by the latest reward and by duration);
+- the downloads of the heavy run (100,000 points): ``metrics.csv`` and ``metrics.json``, read
+  to the last byte of the stream, as MB/s (p50 over ``--repeat`` downloads, at least 3);
 - where a page shows a number of rows the caller chooses, the same page again with 10x more rows
   (a search finding one experiment against a full list page; an experiment with 100 runs
   against one with 10; 5,000 metric points against 500), so the table shows whether the query
@@ -43,7 +47,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_POSTGRES = "postgres://postgres@127.0.0.1:5432/test"
 BATCH = 5_000
 METRIC_NAMES_HEAVY = ("actor/pg_loss", "critic/score/mean", "response_length/mean", "actor/kl")
-METRIC_NAMES = (*METRIC_NAMES_HEAVY, "eval/arithmetic-eval/accuracy/mean@1")
+METRIC_NAMES = (
+    *METRIC_NAMES_HEAVY,
+    "eval/arithmetic-eval/accuracy/mean@1",
+    "rollout/reward/mean",  # the runs table's reward column
+)
+RUN_TAGS = 20  # run i is tagged run-tag-(i % 20), and every third also "sweep"
 STATUSES = ("succeeded", "failed", "cancelled", "lost", "succeeded", "succeeded")
 
 
@@ -57,6 +66,7 @@ class Figure:
     p95_ms: float | None = None
     queries: int | None = None
     bytes: int | None = None
+    mb_s: float | None = None  # a download: MB (10^6 bytes) per second of its p50
 
 
 # ------------------------------------------------------------------ seeding (child process)
@@ -140,6 +150,15 @@ def seed(n_experiments: int, n_runs: int, n_points: int) -> dict:
                 )
             )
         runs = Run.objects.bulk_create(runs, batch_size=BATCH)
+        run_tags = Tag.objects.bulk_create(
+            [Tag(name=f"run-tag-{i}") for i in range(RUN_TAGS)] + [Tag(name="sweep")]
+        )
+        run_through = Run.tags.through
+        run_through.objects.bulk_create(
+            [run_through(run_id=r.pk, tag_id=run_tags[i % RUN_TAGS].pk) for i, r in enumerate(runs)]
+            + [run_through(run_id=r.pk, tag_id=run_tags[-1].pk) for r in runs[::3]],
+            batch_size=BATCH,
+        )
         Experiment.objects.update(
             last_run=Subquery(
                 Run.objects.filter(experiment=OuterRef("pk")).order_by("-number").values("pk")[:1]
@@ -204,6 +223,7 @@ def seed(n_experiments: int, n_runs: int, n_points: int) -> dict:
         "run": runs[-1].pk,
         "metric": METRIC_NAMES_HEAVY[0],
         "metric_points": written,
+        "heavy_points": per_name_heavy * len(METRIC_NAMES_HEAVY),
         "experiments": len(experiments),
         "runs": len(runs),
     }
@@ -241,6 +261,28 @@ def measure(client, page: str, url: str, rows: str, repeat: int) -> Figure:
         queries=n_queries,
         bytes=len(response.content),
     )
+
+
+def measure_download(client, page: str, url: str, rows: str, repeat: int) -> Figure:
+    """A streamed download read to its last byte: latency percentiles of the whole body and
+    MB/s at the median."""
+    response = client.get(url)
+    if response.status_code != 200:
+        return Figure(page, url, rows, response.status_code)
+    size = sum(len(piece) for piece in response.streaming_content)
+    times = []
+    for _ in range(max(3, repeat)):
+        start = time.perf_counter()
+        got = sum(len(piece) for piece in client.get(url).streaming_content)
+        times.append((time.perf_counter() - start) * 1000)
+        assert got == size, (got, size)
+    times.sort()
+    p50 = statistics.median(times)
+    p95 = statistics.quantiles(times, n=20, method="inclusive")[18]
+    return Figure(
+        page, url, rows, 200, p50_ms=round(p50, 1), p95_ms=round(p95, 1),
+        bytes=size, mb_s=round(size / 1e6 / (p50 / 1000), 1),
+    )  # fmt: skip
 
 
 def _list_page_size() -> int | str:
@@ -314,7 +356,24 @@ def child(args: argparse.Namespace) -> None:
         else 0
     )
     pages.append(("metrics API", f"{metric}&limit=5000&after={middle}", "5,000 after 10k"))
+    n_runs = f"{ids['runs'] // 1000}k" if ids["runs"] >= 1000 else str(ids["runs"])
+    pages += [
+        ("runs table", "/runs/", f"50 of {n_runs}"),
+        ("runs table", "/runs/?page=100", "50 (page 100)"),
+        ("runs table", "/runs/?tag=run-tag-3", "50 (a tag)"),
+        ("runs table", "/runs/?status=failed&sort=-eval", "50 failed by eval"),
+        ("runs table", "/runs/?q=experiment-00007", "1 exp. (search)"),
+        ("runs table", "/runs/?tag=sweep&sort=-reward", "by reward (1/3)"),
+        ("runs table", "/runs/?sort=-duration", "by duration"),
+    ]
     figures = [measure(client, *page, repeat=args.repeat) for page in pages]
+    heavy = ids["heavy_run"]
+    points = f"{ids['heavy_points']:,} points"
+    downloads = [
+        ("metrics.csv", f"/runs/{heavy}/metrics.csv", points),
+        ("metrics.json", f"/runs/{heavy}/metrics.json", points),
+    ]
+    figures += [measure_download(client, *d, repeat=min(args.repeat, 10)) for d in downloads]
     figures += [measure(staff, *page, repeat=args.repeat) for page in admin_pages]
     if args.explain:
         for page, url, _rows in [*pages, *admin_pages]:
@@ -385,15 +444,17 @@ def print_table(result: dict) -> None:
         f"\n{result['backend']}: {seeded['experiments']:,} experiments, {seeded['runs']:,} runs, "
         f"{seeded['metric_points']:,} metric points (seeded in {result['seed_s']} s)"
     )
-    header = f"{'page':<18} {'rows shown':<16} {'status':>6} {'p50 ms':>8} {'p95 ms':>8} "
-    print(header + f"{'queries':>8} {'KiB':>7}")
+    header = f"{'page':<18} {'rows shown':<18} {'status':>6} {'p50 ms':>8} {'p95 ms':>8} "
+    print(header + f"{'queries':>8} {'KiB':>8} {'MB/s':>7}")
     for f in result["figures"]:
         if f["status"] != 200:
-            print(f"{f['page']:<18} {f['rows']:<16} {f['status']:>6}   ({f['url']})")
+            print(f"{f['page']:<18} {f['rows']:<18} {f['status']:>6}   ({f['url']})")
             continue
+        queries = "" if f["queries"] is None else f["queries"]
+        rate = "" if f.get("mb_s") is None else f"{f['mb_s']:.1f}"
         print(
-            f"{f['page']:<18} {f['rows']:<16} {f['status']:>6} {f['p50_ms']:>8.1f} "
-            f"{f['p95_ms']:>8.1f} {f['queries']:>8} {f['bytes'] / 1024:>7.1f}"
+            f"{f['page']:<18} {f['rows']:<18} {f['status']:>6} {f['p50_ms']:>8.1f} "
+            f"{f['p95_ms']:>8.1f} {queries:>8} {f['bytes'] / 1024:>8.1f} {rate:>7}"
         )
 
 

@@ -1,7 +1,7 @@
 """URLs are fixed (docs, scripts and bookmarks rely on them):
 
 / -> /experiments/; /experiments/ (list), /experiments/new/, /experiments/<id>/,
-/experiments/<id>/edit/, /experiments/<id>/yaml/; /runs/<id>/; /runs/compare/?ids=1,2;
+/experiments/<id>/edit/, /experiments/<id>/yaml/; /runs/ (every run); /runs/<id>/; /runs/compare/?ids=1,2;
 /account/ (API tokens); /admin/; the JSON API under /api/v1/ (schema at /api/v1/schema/).
 """
 

@@ -347,7 +347,7 @@
       if (st === "failed" && c.hf_error) hf += '<div class="error">' + esc(c.hf_error) + "</div>";
       if (st === "ready" && c.hf_path) {
         hf += '<div class="hf-path"><code>' + esc(c.hf_path) + '</code> <button type="button" class="copy" data-copy="' +
-          esc(c.hf_path) + '">Copy path</button></div>';
+          esc(c.hf_path) + '">Copy path</button> <a class="download" href="/checkpoints/' + esc(c.id) + '/hf.tar" download>Download .tar</a></div>';
         var files = S.files[c.id];
         if (files && files.files) {
           hf += '<details class="hf-files"><summary>' + files.files.length + " files</summary><ul>" +

@@ -145,6 +145,8 @@ HOME = {"anonymous": LOGIN, "owner": REDIRECT, "other": REDIRECT, "staff": REDIR
 # a JSON endpoint open to the signed-out: it refuses them itself, as JSON
 PAGE_JSON = {"anonymous": (401, 403), "owner": ALLOWED, "other": 403, "staff": ALLOWED}
 PAGE = {"anonymous": LOGIN, "owner": ALLOWED, "other": 403, "staff": ALLOWED}
+# owner-only, and another user's object is answered as a missing one
+HIDDEN = {"anonymous": LOGIN, "owner": ALLOWED, "other": 404, "staff": ALLOWED}
 PAGE_ANY_USER = {"anonymous": LOGIN, "owner": ALLOWED, "other": ALLOWED, "staff": ALLOWED}
 API = {"anonymous": 401, "owner": ALLOWED, "other": 403, "staff": ALLOWED}
 API_ANY_USER = {"anonymous": 401, "owner": ALLOWED, "other": ALLOWED, "staff": ALLOWED}
@@ -201,6 +203,7 @@ ROUTE_METHODS: dict[str, tuple[str, ...]] = {
     "experiments/<>/clone/": ("POST",),
     "experiments/<>/delete/": ("POST",),
     "experiments/<>/versions/": ("GET",),
+    "runs/": ("GET",),
     "runs/compare/": ("GET",),
     "runs/compare/data.json": ("GET",),
     "runs/import/": ("GET", "POST"),
@@ -215,6 +218,11 @@ ROUTE_METHODS: dict[str, tuple[str, ...]] = {
     "checkpoints/<>/convert/": ("POST",),
     "checkpoints/<>/files.json": ("GET",),
     "checkpoints/run/<>/disk.json": ("GET",),
+    "runs/<>/metrics.csv": ("GET",),
+    "runs/<>/metrics.json": ("GET",),
+    "runs/<>/tags/": ("POST",),
+    "runs/<>/notes/": ("POST",),
+    "checkpoints/<>/hf.tar": ("GET",),
     "account/": ("GET",),
     "account/tokens/new/": ("POST",),
     "account/tokens/<>/revoke/": ("POST",),
@@ -294,7 +302,26 @@ ROWS = [
     # B: runs
     Row("runs/<>/", "GET", lambda w: f"/runs/{w.run.pk}/", PAGE),
     Row("runs/<>/live.json", "GET", lambda w: f"/runs/{w.run.pk}/live.json", PAGE_JSON),
-    Row("runs/<>/logs.txt", "GET", lambda w: f"/runs/{w.run.pk}/logs.txt", PAGE),
+    # the run table: everyone signed in sees their own runs (staff: all); markers keep bob's out
+    Row("runs/", "GET", lambda w: "/runs/", PAGE_ANY_USER),
+    # downloads and the owner's tags and notes: another user's run is not even known (404)
+    Row("runs/<>/logs.txt", "GET", lambda w: f"/runs/{w.run.pk}/logs.txt", HIDDEN),
+    Row("runs/<>/metrics.csv", "GET", lambda w: f"/runs/{w.run.pk}/metrics.csv", HIDDEN),
+    Row("runs/<>/metrics.json", "GET", lambda w: f"/runs/{w.run.pk}/metrics.json", HIDDEN),
+    Row(
+        "runs/<>/tags/",
+        "POST",
+        lambda w: f"/runs/{w.run.pk}/tags/",
+        HIDDEN,
+        body=lambda w: {"tags": "matrix-tag"},
+    ),  # fmt: skip
+    Row(
+        "runs/<>/notes/",
+        "POST",
+        lambda w: f"/runs/{w.run.pk}/notes/",
+        HIDDEN,
+        body=lambda w: {"notes": "noted by the matrix"},
+    ),  # fmt: skip
     Row("runs/<>/rollouts/", "GET", lambda w: f"/runs/{w.run.pk}/rollouts/", PAGE),
     Row("runs/<>/rollouts.json", "GET", lambda w: f"/runs/{w.run.pk}/rollouts.json", PAGE_JSON),
     Row("runs/compare/", "GET", lambda w: f"/runs/compare/?ids={w.run.pk},{w.queued.pk}", PAGE),
@@ -334,6 +361,7 @@ ROWS = [
         lambda w: f"/checkpoints/run/{w.run.pk}/disk.json",
         PAGE,
     ),
+    Row("checkpoints/<>/hf.tar", "GET", lambda w: f"/checkpoints/{w.converted.pk}/hf.tar", HIDDEN),
     # D: account
     Row("account/", "GET", lambda w: "/account/", PAGE_ANY_USER),
     Row(

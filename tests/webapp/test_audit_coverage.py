@@ -37,6 +37,8 @@ AUDITED = (
     "run.register",
     "run.finish",
     "run.import",
+    "run.tags",
+    "run.notes",
     "checkpoint.convert",
     "token.create",
     "token.revoke",
@@ -289,7 +291,29 @@ def drive_run_import(alice, bob, tmp_path) -> Expected:
     return Expected("run.import", alice, "run", run_id)
 
 
+def _own_run(alice):
+    from webapp.experiments.models import Experiment
+    from webapp.runs.models import Run
+
+    experiment = Experiment.objects.create(owner=alice, name="to-tag", config_yaml="", config={})
+    return Run.objects.create(experiment=experiment, number=1, config_yaml="")
+
+
+def drive_run_tags(alice, bob) -> Expected:
+    run = _own_run(alice)
+    assert browser(alice).post(f"/runs/{run.pk}/tags/", {"tags": "baseline"}).status_code == 302
+    return Expected("run.tags", alice, "run", run.pk)
+
+
+def drive_run_notes(alice, bob) -> Expected:
+    run = _own_run(alice)
+    assert browser(alice).post(f"/runs/{run.pk}/notes/", {"notes": "keep"}).status_code == 302
+    return Expected("run.notes", alice, "run", run.pk)
+
+
 DRIVERS: dict[str, Callable[..., Expected]] = {
+    "run.tags": drive_run_tags,
+    "run.notes": drive_run_notes,
     "run.register": drive_run_register,
     "run.finish": drive_run_finish,
     "run.import": drive_run_import,

@@ -86,9 +86,9 @@ def test_the_log_download_filters_by_actor_and_level(client, alice, run):
     assert texts("actor=explorer&level=WARNING") == []
 
 
-def test_it_refuses_another_users_log_with_403_and_audits_it(client, bob, run):
+def test_it_answers_another_users_log_with_404_and_audits_it(client, bob, run):
     client.force_login(bob)
-    assert client.get(f"/runs/{run.pk}/logs.txt").status_code == 403
+    assert client.get(f"/runs/{run.pk}/logs.txt").status_code == 404
     denied = AuditEvent.objects.get(action="permission.denied")
     assert denied.actor_id == bob.pk and denied.target_id == str(run.pk)
 

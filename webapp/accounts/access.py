@@ -5,7 +5,9 @@
 
 ``authorize`` is what every view, API endpoint, consumer and action calls: a missing object is
 a 404 (``Http404``), an object of another user a 403 (``PermissionDenied``) and one audit row
-``permission.denied`` naming who asked for what.
+``permission.denied`` naming who asked for what. ``authorize_hidden`` is the same rule for
+what must not even be known to exist by another user (downloads, a run's tags and notes): their
+refusal is audited the same way and answered as the 404 of a missing object.
 """
 
 from __future__ import annotations
@@ -57,6 +59,14 @@ def authorize(actor: Actor, model: type[M], pk, action: str) -> M:
         raise Http404(f"no {model._meta.verbose_name} {pk}") from err
     check(actor, obj, action)
     return obj
+
+
+def authorize_hidden(actor: Actor, model: type[M], pk, action: str) -> M:
+    """``authorize``, but another user's object answers 404 (after the same audit row)."""
+    try:
+        return authorize(actor, model, pk, action)
+    except PermissionDenied as err:
+        raise Http404(f"no {model._meta.verbose_name} {pk}") from err
 
 
 def check(actor: Actor, obj: models.Model, action: str) -> None:

@@ -22,6 +22,7 @@ class RunSerializer(serializers.ModelSerializer):
     experiment_name = serializers.CharField(source="experiment.name", read_only=True)
     is_final = serializers.SerializerMethodField()
     url = serializers.CharField(source="get_absolute_url", read_only=True)
+    tags = serializers.SlugRelatedField(many=True, read_only=True, slug_field="name")
 
     class Meta:
         model = Run
@@ -30,7 +31,7 @@ class RunSerializer(serializers.ModelSerializer):
             "experiment_version", "stage", "step", "total_steps", "created", "started_at",
             "finished_at", "last_heartbeat", "cancel_requested_at", "exit_reason", "last_error",
             "last_eval_accuracy", "best_eval_accuracy", "submission_id", "job_dir", "origin",
-            "url",
+            "url", "tags", "notes",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -172,6 +173,7 @@ class CheckpointSerializer(serializers.ModelSerializer):
 class RunFilterSerializer(serializers.Serializer):
     experiment = serializers.IntegerField(required=False, min_value=1)
     status = serializers.ChoiceField(choices=RunStatus.values, required=False)
+    tag = serializers.CharField(required=False, max_length=TAG_MAX)
 
 
 class ExperimentFilterSerializer(serializers.Serializer):

@@ -89,7 +89,7 @@ def experiment_queryset(user):
 
 
 def run_queryset(user):
-    return Run.objects.visible_to(user).select_related("experiment")
+    return Run.objects.visible_to(user).select_related("experiment").prefetch_related("tags")
 
 
 class ExperimentListView(ApiView):
@@ -185,13 +185,15 @@ class RunListView(ApiView):
         responses={200: s.RunSerializer(many=True), 400: s.ErrorSerializer},
     )
     def get(self, request: Request) -> Response:
-        """The runs you may see, newest first (``?experiment=<id>&status=<status>``)."""
+        """The runs you may see, newest first (``?experiment=<id>&status=<status>&tag=<tag>``)."""
         filters = self.query(s.RunFilterSerializer)
         queryset = run_queryset(request.user)
         if "experiment" in filters:
             queryset = queryset.filter(experiment_id=filters["experiment"])
         if "status" in filters:
             queryset = queryset.filter(status=filters["status"])
+        if "tag" in filters:
+            queryset = queryset.filter(tags__name=filters["tag"])
         return self.paginated(queryset, s.RunSerializer)
 
 

@@ -64,19 +64,25 @@ def _hf_files(root: Path) -> tuple[list[dict], bool]:
     return found, False
 
 
+def converted_dir(checkpoint: Checkpoint) -> tuple[Path | None, str]:
+    """The checkpoint's converted directory, or None and why there is none to read."""
+    root = Path(checkpoint.hf_path) if checkpoint.hf_path else None
+    if checkpoint.hf_status == HFStatus.READY and root is not None and root.is_dir():
+        return root, ""
+    where = f"{checkpoint.stage}/global_step_{checkpoint.step}".lstrip("/")
+    if checkpoint.hf_status != HFStatus.READY or root is None:
+        status = checkpoint.get_hf_status_display()
+        return None, f"{where} has no converted directory (HF status: {status})"
+    return None, f"{where}: the converted directory {root} is gone from disk"
+
+
 @require_GET
 def files_json(request: HttpRequest, pk: int) -> JsonResponse:
     """The converted (Hugging Face) directory of a checkpoint and its files; 409 with the
     reason while it has none."""
     checkpoint = authorize(Actor.from_request(request), Checkpoint, pk, "checkpoint.view")
-    root = Path(checkpoint.hf_path) if checkpoint.hf_path else None
-    if checkpoint.hf_status != HFStatus.READY or root is None or not root.is_dir():
-        where = f"{checkpoint.stage}/global_step_{checkpoint.step}".lstrip("/")
-        reason = (
-            f"{where} has no converted directory (HF status: {checkpoint.get_hf_status_display()})"
-            if checkpoint.hf_status != HFStatus.READY or root is None
-            else f"{where}: the converted directory {root} is gone from disk"
-        )
+    root, reason = converted_dir(checkpoint)
+    if root is None:
         return JsonResponse({"error": reason, "hf_status": checkpoint.hf_status}, status=409)
     files, truncated = _hf_files(root)
     body = {"id": checkpoint.pk, "hf_path": str(root), "files": files, "truncated": truncated}

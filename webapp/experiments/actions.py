@@ -60,15 +60,17 @@ def _clean_name(name: Any, owner: Any, *, exclude_pk: int | None = None) -> str:
     return name
 
 
-def _clean_tags(tags: Iterable[str] | str) -> list[str]:
+def clean_tags(tags: Iterable[str] | str, field: str = "experiment.tags") -> list[str]:
+    """Tag names from a comma-separated text or a list: trimmed, unique, in order; a tag over
+    TAG_MAX characters or holding a NUL is refused naming ``field`` (experiments' and runs')."""
     if isinstance(tags, str):
-        tags = _clean_text(tags, "experiment.tags").split(",")
+        tags = _clean_text(tags, field).split(",")
     out: list[str] = []
     for tag in tags:
-        tag = _clean_text(tag, "experiment.tags").strip()
+        tag = _clean_text(tag, field).strip()
         if len(tag) > TAG_MAX:
             msg = f"a tag has at most {TAG_MAX} characters: {tag[:20]!r}..."
-            raise ActionError(f"experiment.tags: {msg}", errors={"experiment.tags": msg})
+            raise ActionError(f"{field}: {msg}", errors={field: msg})
         if tag and tag not in out:
             out.append(tag)
     return out
@@ -103,7 +105,7 @@ def _create(
     note: str,
 ) -> Experiment:
     name = _clean_name(name, owner)
-    tag_names = _clean_tags(tags)
+    tag_names = clean_tags(tags)
     project = _clean_text(project, "experiment.project")
     description = _clean_text(description, "experiment.description")
     try:
@@ -195,7 +197,7 @@ def update_experiment(
     new_name = (
         _clean_name(name, experiment.owner, exclude_pk=experiment.pk) if name is not None else None
     )
-    tag_names = _clean_tags(tags) if tags is not None else None
+    tag_names = clean_tags(tags) if tags is not None else None
     project = _clean_text(project, "experiment.project") if project is not None else None
     description = (
         _clean_text(description, "experiment.description") if description is not None else None

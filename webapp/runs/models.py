@@ -7,7 +7,8 @@ the run came from: the dashboard, a terminal's ``trinity run`` that registered i
 final status comes from the CLI's report or its heartbeats), or an imported job dir
 (``webapp.runs.external``). ``key`` is the id the run's monitor streams under (``RFT_RUN_ID``,
 Redis stream ``rft:<prefix>:run:<key>``): random, so two runs never mix their streams (and the
-deployment prefix keeps deployments and test sessions sharing one Redis apart).
+deployment prefix keeps deployments and test sessions sharing one Redis apart). ``tags`` (the
+experiments' ``Tag`` rows) and ``notes`` are the owner's, set through ``webapp.runs.annotations``.
 
 ``MetricPoint.seq``, ``LogLine.seq`` and ``RolloutSample.seq`` are the ``RunEvent.seq`` of the
 event each came from (the live page's snapshot includes rows up to one seq).
@@ -98,6 +99,8 @@ class Run(models.Model):
     )
     last_eval_accuracy = models.FloatField(null=True, blank=True)
     best_eval_accuracy = models.FloatField(null=True, blank=True)
+    tags = models.ManyToManyField("experiments.Tag", blank=True, related_name="runs")
+    notes = models.TextField(blank=True, help_text="the owner's notes on the run")
 
     objects = RunQuerySet.as_manager()
 

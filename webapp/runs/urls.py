@@ -1,9 +1,10 @@
 from django.urls import path
 
-from webapp.runs import live_views, rollout_views, views
+from webapp.runs import annotation_views, downloads, live_views, rollout_views, table, views
 
 app_name = "runs"
 urlpatterns = [
+    path("", table.runs_table, name="list"),
     path("compare/", views.compare, name="compare"),
     path("compare/data.json", views.compare_data, name="compare-data"),
     path("import/", views.import_page, name="import"),
@@ -15,4 +16,8 @@ urlpatterns = [
     path("<int:pk>/logs.txt", views.logs_txt, name="logs-txt"),
     path("<int:pk>/rollouts/", rollout_views.rollouts_page, name="rollouts"),
     path("<int:pk>/rollouts.json", rollout_views.rollouts_json, name="rollouts-json"),
+    path("<int:pk>/metrics.csv", downloads.metrics_csv, name="metrics-csv"),
+    path("<int:pk>/metrics.json", downloads.metrics_json, name="metrics-json"),
+    path("<int:pk>/tags/", annotation_views.tags, name="tags"),
+    path("<int:pk>/notes/", annotation_views.notes, name="notes"),
 ]

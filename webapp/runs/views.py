@@ -1,6 +1,6 @@
 """Run pages: ``/runs/<id>/`` (status, times, config snapshot, job dir, error),
 ``/runs/compare/?ids=1,2`` (the config differences of the chosen runs), the full log as text
-``/runs/<id>/logs.txt[?actor=&level=]`` (streamed), ``/runs/import/`` (a job dir read in), and
+``/runs/<id>/logs.txt[?actor=&level=]`` (streamed; another user's run: 404), ``/runs/import/`` (a job dir read in), and
 the POSTs that launch, cancel and clone. Thin: each reads the request, calls one action and answers.
 
 A refused action (``ActionError``: Redis or Ray down, a config that no longer passes the
@@ -15,7 +15,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from webapp.accounts.access import authorize
+from webapp.accounts.access import authorize, authorize_hidden
 from webapp.audit.record import Actor
 from webapp.errors import ActionError
 from webapp.experiments.actions import clone_run_config
@@ -178,7 +178,7 @@ def log_text_line(line: LogLine) -> str:
 def logs_txt(request: HttpRequest, pk: int) -> StreamingHttpResponse:
     """Every log line of the run in order, optionally only some actors / levels, as a
     download streamed in chunks (a run's log may be large)."""
-    run = authorize(Actor.from_request(request), Run, pk, "run.view")
+    run = authorize_hidden(Actor.from_request(request), Run, pk, "run.view")
     lines = LogLine.objects.filter(run=run).order_by("id")
     if actors := _values(request, "actor"):
         lines = lines.filter(actor__in=actors)
