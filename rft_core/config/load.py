@@ -24,6 +24,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rft_core.config.fields import default_value, strip_optional
+from rft_core.config.problems import collecting, raise_found, report
 from rft_core.config.schema import Config
 from rft_core.errors import ConfigError
 from rft_core.registry import closest_name
@@ -95,8 +96,17 @@ def _load(raw: DictConfig, overrides: Sequence[str]) -> Config:
     unresolved = OmegaConf.to_container(raw, resolve=False)
     filled = OmegaConf.create(_with_defaults(Config, unresolved))
     data = _resolve(filled, "")
-    cfg = build(Config, data, "")
-    return validate(cfg)
+    with collecting() as found:
+        cfg = build(Config, data, "")  # every bad key and value, each field's default in its place
+        built_cleanly = not found
+        try:
+            validate(cfg)  # range checks report and go on; a cross-field rule stops here
+        except ConfigError as err:
+            # a cross-field rule may have tripped on a default standing in for a bad value
+            if built_cleanly:
+                report(err)
+    raise_found(found, partial_config=cfg)
+    return cfg
 
 
 def _apply_overrides(raw: DictConfig, overrides: Sequence[str]) -> None:
@@ -208,7 +218,8 @@ def _derived_paths() -> frozenset[str]:
 
 def build(cls: type, data: Any, path: str) -> Any:
     """Turn a plain mapping into the dataclass ``cls``; unknown keys, wrong types and bad choices
-    raise ConfigError naming the full YAML path."""
+    raise ConfigError naming the full YAML path. While a load collects errors
+    (``rft_core.config.problems``) each bad key is reported and the field keeps its default."""
     if data is None:
         return cls()
     if not isinstance(data, Mapping):
@@ -223,9 +234,12 @@ def build(cls: type, data: Any, path: str) -> Any:
     kwargs = {}
     for key, value in data.items():
         sub = _join(path, str(key))
-        if key not in fields:
-            raise _unknown_key(sub, str(key), list(fields))
-        kwargs[key] = convert(hints[key], value, sub, fields[key].metadata)
+        try:
+            if key not in fields:
+                raise _unknown_key(sub, str(key), list(fields))
+            kwargs[key] = convert(hints[key], value, sub, fields[key].metadata)
+        except ConfigError as err:
+            report(err)
     return cls(**kwargs)
 
 
