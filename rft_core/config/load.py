@@ -7,6 +7,10 @@ step from that container to the dataclasses is our own small builder rather than
 structured mode, because structured mode loses the path of list items in its errors
 (``format.n`` instead of ``buffer.explorer_input.eval_tasksets[1].format.n``), is case-sensitive
 for enums and has no aliases; users of Trinity write ``sync_method: online`` and expect it to work.
+
+A load reports every error at once (``rft_core.config.problems``): each unknown key, wrong type
+and bad choice, each value out of range, and the first cross-field rule broken (when the values
+were all read: one bad value's default standing in could break a rule the user did not).
 """
 
 from __future__ import annotations
