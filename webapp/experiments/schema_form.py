@@ -45,6 +45,7 @@ from rft_core.config import json_schema
 from rft_core.config.committed_names import committed_registered_names
 from webapp.errors import ActionError
 from webapp.experiments.config_policy import parse_yaml, resolved_text
+from webapp.experiments.form_levels import BEGINNER_FIELDS
 
 # (title, top-level keys); the keys of "general" are the root's scalars. ``project`` and ``name``
 # are the experiment's own Project and Name fields (the view writes them into the config).
@@ -61,17 +62,6 @@ SECTIONS = [
     ("stages", "Stages", ["stages"]),
 ]  # fmt: skip
 STAGE_SECTIONS = ["algorithm", "buffer", "explorer", "synchronizer", "trainer"]
-# What a beginner fills in to run GRPO on their own model and data (schema paths, ``[]`` for a
-# list item); every other field is behind the "expert fields" switch.
-BEGINNER_FIELDS = {
-    "mode", "model.model_path", "model.max_response_tokens", "cluster.gpu_per_node",
-    "algorithm.algorithm_type", "algorithm.repeat_times", "algorithm.optimizer.lr",
-    "buffer.batch_size", "buffer.total_steps", "buffer.explorer_input.taskset.path",
-    "buffer.explorer_input.taskset.format.prompt_key",
-    "buffer.explorer_input.taskset.format.response_key",
-    "buffer.explorer_input.eval_tasksets[].name", "buffer.explorer_input.eval_tasksets[].path",
-    "explorer.eval_interval", "trainer.save_interval", "stages[].stage_name", "stages[].mode",
-}  # fmt: skip
 MULTILINE = {"system_prompt", "custom_chat_template", "chat_template"}
 ORIGIN = "__origin__"
 RENDERED = "__rendered__"
