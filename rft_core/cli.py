@@ -15,7 +15,7 @@ import importlib
 import sys
 
 from rft_core.dtypes import AUTO, SHORT_ALIASES
-from rft_core.errors import RFTError
+from rft_core.errors import ConfigError, RFTError
 
 # sub-command -> (module, function); the function takes the parsed args and returns an exit code.
 COMMANDS = {
@@ -107,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(func(args) or 0)
     except RFTError as err:
-        print(f"trinity {args.command}: error: {err}", file=sys.stderr)
+        # a config with several errors: one line each (ConfigErrors), all in one go
+        for one in err.errors if isinstance(err, ConfigError) else [err]:
+            print(f"trinity {args.command}: error: {one}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print(f"trinity {args.command}: interrupted", file=sys.stderr)

@@ -29,6 +29,30 @@ class ConfigError(RFTError):
             (type(self), self.path, self.message, self.value, self.allowed),
         )
 
+    @property
+    def errors(self) -> list[ConfigError]:
+        """Every error this one stands for, in the order found (``[self]`` for one)."""
+        return [self]
+
+
+class ConfigErrors(ConfigError):
+    """Several config errors found in one pass (``rft_core.config.problems``): ``errors`` in
+    the order found, each its own ``path: message`` line; ``path`` and ``message`` are the
+    first one's, so a caller that handles one ConfigError still names a real problem."""
+
+    def __init__(self, errors: list[ConfigError]):
+        first = errors[0]
+        super().__init__(first.path, first.message, value=first.value, allowed=first.allowed)
+        self._errors = list(errors)
+        self.args = ("\n".join(str(e) for e in self._errors),)
+
+    @property
+    def errors(self) -> list[ConfigError]:
+        return list(self._errors)
+
+    def __reduce__(self):
+        return (ConfigErrors, (self._errors,))
+
 
 def _rebuild_config_error(
     cls: type, path: str, message: str, value: object, allowed: object

@@ -21,4 +21,13 @@ class ActionError(Exception):
             self.status = status
 
     def as_json(self) -> dict:
-        return {"detail": self.message, "errors": self.errors}
+        return {
+            "detail": self.message,
+            "errors": self.errors,
+            "error_list": error_list(self.errors),
+        }
+
+
+def error_list(errors: dict[str, str]) -> list[dict[str, str]]:
+    """``errors`` as the API's list, one ``{path, message}`` per error in the order found."""
+    return [{"path": path, "message": message} for path, message in errors.items()]

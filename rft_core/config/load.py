@@ -7,6 +7,10 @@ step from that container to the dataclasses is our own small builder rather than
 structured mode, because structured mode loses the path of list items in its errors
 (``format.n`` instead of ``buffer.explorer_input.eval_tasksets[1].format.n``), is case-sensitive
 for enums and has no aliases; users of Trinity write ``sync_method: online`` and expect it to work.
+
+A load reports every error at once (``rft_core.config.problems``): each unknown key, wrong type
+and bad choice, each value out of range, and the first cross-field rule broken (when the values
+were all read: one bad value's default standing in could break a rule the user did not).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rft_core.config.fields import default_value, strip_optional
+from rft_core.config.problems import collecting, raise_found, report
 from rft_core.config.schema import Config
 from rft_core.errors import ConfigError
 from rft_core.registry import closest_name
@@ -95,8 +100,17 @@ def _load(raw: DictConfig, overrides: Sequence[str]) -> Config:
     unresolved = OmegaConf.to_container(raw, resolve=False)
     filled = OmegaConf.create(_with_defaults(Config, unresolved))
     data = _resolve(filled, "")
-    cfg = build(Config, data, "")
-    return validate(cfg)
+    with collecting() as found:
+        cfg = build(Config, data, "")  # every bad key and value, each field's default in its place
+        built_cleanly = not found
+        try:
+            validate(cfg)  # range checks report and go on; a cross-field rule stops here
+        except ConfigError as err:
+            # a cross-field rule may have tripped on a default standing in for a bad value
+            if built_cleanly:
+                report(err)
+    raise_found(found, partial_config=cfg)
+    return cfg
 
 
 def _apply_overrides(raw: DictConfig, overrides: Sequence[str]) -> None:
@@ -208,7 +222,8 @@ def _derived_paths() -> frozenset[str]:
 
 def build(cls: type, data: Any, path: str) -> Any:
     """Turn a plain mapping into the dataclass ``cls``; unknown keys, wrong types and bad choices
-    raise ConfigError naming the full YAML path."""
+    raise ConfigError naming the full YAML path. While a load collects errors
+    (``rft_core.config.problems``) each bad key is reported and the field keeps its default."""
     if data is None:
         return cls()
     if not isinstance(data, Mapping):
@@ -223,9 +238,12 @@ def build(cls: type, data: Any, path: str) -> Any:
     kwargs = {}
     for key, value in data.items():
         sub = _join(path, str(key))
-        if key not in fields:
-            raise _unknown_key(sub, str(key), list(fields))
-        kwargs[key] = convert(hints[key], value, sub, fields[key].metadata)
+        try:
+            if key not in fields:
+                raise _unknown_key(sub, str(key), list(fields))
+            kwargs[key] = convert(hints[key], value, sub, fields[key].metadata)
+        except ConfigError as err:
+            report(err)
     return cls(**kwargs)
 
 

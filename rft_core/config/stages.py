@@ -13,8 +13,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+from typing import Any
 
 from rft_core.config.schema import Config, StageConfig
+from rft_core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -37,3 +39,35 @@ def stage_config(base: Config, stage: StageConfig) -> Config:
     out.stage_name = stage.stage_name
     out.stages = []
     return out
+
+
+def check_stage_list(cfg: Config) -> None:
+    """Every stage named, as a directory name, once."""
+    seen: dict[str, int] = {}
+    for i, stage in enumerate(cfg.stages):
+        path = f"stages[{i}].stage_name"
+        name = stage.stage_name.strip()
+        if not name:
+            raise ConfigError(path, "every stage needs a stage_name (it names the stage's job dir)")
+        if "/" in name or name in (".", ".."):
+            raise ConfigError(
+                path,
+                f"{name!r} cannot be a directory name; use letters, digits, _ or -",
+                value=name,
+            )
+        if name in seen:
+            raise ConfigError(
+                path,
+                f"duplicate stage_name {name!r} (also stages[{seen[name]}]); stage names must be unique",
+                value=name,
+            )
+        seen[name] = i
+
+
+def in_stage(err: ConfigError, stage: Any, index: int) -> ConfigError:
+    """``err`` of stage ``index`` at the path where the stage or the global section wrote it."""
+    head = err.path.split(".")[0].split("[")[0]
+    given = head == "mode" and stage.mode is not None or getattr(stage, head, None) is not None
+    path = f"stages[{index}].{err.path}" if given else err.path
+    note = "" if given else f" (inherited by stage {stage.stage_name!r})"
+    return ConfigError(path, err.message + note, value=err.value, allowed=err.allowed)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from contextlib import nullcontext
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -45,13 +46,14 @@ from rft_core.buffer import QUEUE_BETWEEN_JOBS_NEEDS_PATH
 from rft_core.config.buffer_checks import check_replay_buffer, several_experiences_per_run
 from rft_core.config.expert_data import check_expert_data, expert_rows_per_step
 from rft_core.config.gpu_fit import adapt_one_gpu
+from rft_core.config.problems import collecting, is_collecting, report
 from rft_core.config.resources import check_cluster, check_world_size
 from rft_core.config.schema import (
     Config,
     ExperienceBufferConfig,
     TasksetConfig,
 )
-from rft_core.config.stages import stage_config
+from rft_core.config.stages import check_stage_list, in_stage, stage_config
 from rft_core.config.trainer_config import apply_trainer_config
 from rft_core.config.trinity_compat import (
     apply_deprecated,
@@ -75,7 +77,7 @@ def validate(cfg: Config) -> Config:
         cfg._written = copy.deepcopy(cfg)
         warn_unimplemented(cfg._written)
     if cfg.stages:
-        _check_stage_list(cfg)
+        check_stage_list(cfg)
         cfg._stages = [validate_stage(cfg, i) for i in range(len(cfg.stages))]
         return cfg
     _derive(cfg)
@@ -108,46 +110,29 @@ def validate_stage(cfg: Config, index: int) -> Config:
         # the global sync_method was written for the global mode; the stage's mode decides its own
         out.synchronizer.sync_method = None
     out._written = copy.deepcopy(out)
-    try:
-        _derive(out)
-        if stage.buffer is not None:  # data errors name the stage's own section
-            ei = out.buffer.explorer_input
-            for section in [
-                *ei.all_tasksets,
-                *ei.eval_tasksets,
-                out.buffer.trainer_input.experience_buffer,
-            ]:
-                if getattr(section, "_yaml_path", None):
-                    section._yaml_path = f"stages[{index}].{section._yaml_path}"
-    except ConfigError as err:
-        head = err.path.split(".")[0].split("[")[0]
-        given = head == "mode" and stage.mode is not None or getattr(stage, head, None) is not None
-        path = f"stages[{index}].{err.path}" if given else err.path
-        note = "" if given else f" (inherited by stage {stage.stage_name!r})"
-        raise ConfigError(path, err.message + note, value=err.value, allowed=err.allowed) from err
+    with collecting() if is_collecting() else nullcontext(None) as found:
+        try:
+            _derive_stage(out, stage, index)
+        except ConfigError as err:
+            if found is None:
+                raise in_stage(err, stage, index) from err
+            found.append(err)  # the stage's first cross-field error; the next stage still runs
+    for err in found or []:
+        report(in_stage(err, stage, index))
     return out
 
 
-def _check_stage_list(cfg: Config) -> None:
-    seen: dict[str, int] = {}
-    for i, stage in enumerate(cfg.stages):
-        path = f"stages[{i}].stage_name"
-        name = stage.stage_name.strip()
-        if not name:
-            raise ConfigError(path, "every stage needs a stage_name (it names the stage's job dir)")
-        if "/" in name or name in (".", ".."):
-            raise ConfigError(
-                path,
-                f"{name!r} cannot be a directory name; use letters, digits, _ or -",
-                value=name,
-            )
-        if name in seen:
-            raise ConfigError(
-                path,
-                f"duplicate stage_name {name!r} (also stages[{seen[name]}]); stage names must be unique",
-                value=name,
-            )
-        seen[name] = i
+def _derive_stage(out: Config, stage: Any, index: int) -> None:
+    _derive(out)
+    if stage.buffer is not None:  # data errors name the stage's own section
+        ei = out.buffer.explorer_input
+        for section in [
+            *ei.all_tasksets,
+            *ei.eval_tasksets,
+            out.buffer.trainer_input.experience_buffer,
+        ]:
+            if getattr(section, "_yaml_path", None):
+                section._yaml_path = f"stages[{index}].{section._yaml_path}"
 
 
 # ---------------------------------------------------------------- one full config
@@ -157,12 +142,12 @@ def _check_sampling(section: Any, path: str) -> None:
     """temperature, top_p and top_k of ``model`` or a taskset's ``rollout_args`` (unset: None)."""
     t, p, k = section.temperature, section.top_p, section.top_k
     if t is not None and t < 0:
-        raise ConfigError(f"{path}.temperature", f"must be >= 0, got {t}", value=t)
+        report(ConfigError(f"{path}.temperature", f"must be >= 0, got {t}", value=t))
     if p is not None and not 0.0 < p <= 1.0:
-        raise ConfigError(f"{path}.top_p", f"must be in (0, 1], got {p}", value=p)
+        report(ConfigError(f"{path}.top_p", f"must be in (0, 1], got {p}", value=p))
     if k is not None and k < -1:
-        raise ConfigError(
-            f"{path}.top_k", f"must be -1 or 0 (off) or a positive k, got {k}", value=k
+        report(
+            ConfigError(f"{path}.top_k", f"must be -1 or 0 (off) or a positive k, got {k}", value=k)
         )
 
 
@@ -252,7 +237,8 @@ def _derive_algorithm(cfg: Config) -> None:
     p = get_preset(a.algorithm_type)
     if a.repeat_times is None:
         a.repeat_times = p.repeat_times
-    _at_least(a.repeat_times, "algorithm.repeat_times", 1)
+    if not _at_least(a.repeat_times, "algorithm.repeat_times", 1):
+        a.repeat_times = p.repeat_times  # reported; the preset's stands in for the checks below
     if p.group_algorithm and a.repeat_times < 2:
         raise ConfigError(
             "algorithm.repeat_times",
@@ -279,24 +265,30 @@ def _derive_algorithm(cfg: Config) -> None:
     a.loss_agg_mode = a.loss_agg_mode or p.loss_agg_mode
     o = a.optimizer
     if o.lr <= 0:
-        raise ConfigError("algorithm.optimizer.lr", f"must be > 0, got {o.lr}", value=o.lr)
+        report(ConfigError("algorithm.optimizer.lr", f"must be > 0, got {o.lr}", value=o.lr))
     if len(o.betas) != 2 or not all(0.0 <= b < 1.0 for b in o.betas):
-        raise ConfigError(
-            "algorithm.optimizer.betas",
-            f"must be two numbers in [0, 1), e.g. [0.9, 0.999]; got {o.betas}",
-            value=o.betas,
+        report(
+            ConfigError(
+                "algorithm.optimizer.betas",
+                f"must be two numbers in [0, 1), e.g. [0.9, 0.999]; got {o.betas}",
+                value=o.betas,
+            )
         )
     for key in ("lr_warmup_steps_ratio", "min_lr_ratio"):
         value = getattr(o, key)
         if not 0.0 <= value <= 1.0:
-            raise ConfigError(
-                f"algorithm.optimizer.{key}", f"must be in [0, 1], got {value}", value=value
+            report(
+                ConfigError(
+                    f"algorithm.optimizer.{key}", f"must be in [0, 1], got {value}", value=value
+                )
             )
     if o.weight_decay < 0:
-        raise ConfigError(
-            "algorithm.optimizer.weight_decay",
-            f"must be >= 0, got {o.weight_decay}",
-            value=o.weight_decay,
+        report(
+            ConfigError(
+                "algorithm.optimizer.weight_decay",
+                f"must be >= 0, got {o.weight_decay}",
+                value=o.weight_decay,
+            )
         )
     if cfg.trainer.grad_clip is not None:
         o.clip_grad = cfg.trainer.grad_clip
@@ -312,7 +304,8 @@ def _derive_algorithm(cfg: Config) -> None:
 
 def _derive_buffer(cfg: Config) -> None:
     b, a = cfg.buffer, cfg.algorithm
-    _at_least(b.batch_size, "buffer.batch_size", 1)
+    if not _at_least(b.batch_size, "buffer.batch_size", 1):
+        b.batch_size = 1  # reported; 1 stands in so that derived sizes do not repeat the error
     _at_least(b.total_epochs, "buffer.total_epochs", 1)
     _at_least(b.total_steps, "buffer.total_steps", 1)
     supervised = not get_preset(a.algorithm_type).use_rollout
@@ -499,10 +492,12 @@ def _check_explorer(cfg: Config) -> None:
     _at_least(rm.engine_num, "explorer.rollout_model.engine_num", 1)
     _at_least(rm.tensor_parallel_size, "explorer.rollout_model.tensor_parallel_size", 1)
     if not 0.0 < rm.gpu_memory_utilization <= 1.0:
-        raise ConfigError(
-            "explorer.rollout_model.gpu_memory_utilization",
-            f"must be in (0, 1], got {rm.gpu_memory_utilization}",
-            value=rm.gpu_memory_utilization,
+        report(
+            ConfigError(
+                "explorer.rollout_model.gpu_memory_utilization",
+                f"must be in (0, 1], got {rm.gpu_memory_utilization}",
+                value=rm.gpu_memory_utilization,
+            )
         )
     for i, aux in enumerate(e.auxiliary_models):
         _check_auxiliary_model(aux, f"explorer.auxiliary_models[{i}]")
@@ -594,6 +589,9 @@ def _derive_trainer(cfg: Config) -> None:
         log.warning(BUDGET_BELOW_LENGTH, key, t.max_token_len_per_gpu, cfg.model.max_model_len)
 
 
-def _at_least(value: int | None, path: str, low: int) -> None:
+def _at_least(value: int | None, path: str, low: int) -> bool:
+    """False (after reporting it) when ``value`` is below ``low``; None is left to the caller."""
     if value is not None and value < low:
-        raise ConfigError(path, f"must be >= {low}, got {value}", value=value)
+        report(ConfigError(path, f"must be >= {low}, got {value}", value=value))
+        return False
+    return True

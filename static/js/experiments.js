@@ -95,14 +95,26 @@
     form.querySelectorAll("[data-tab-target]").forEach(function (b) { b.classList.toggle("active", b.dataset.tabTarget === name); });
   }
 
-  function tabError(form, message) {
+  // A refused tab switch: every error with its path when the answer lists them (error_list).
+  function tabError(form, message, list) {
     var box = form.querySelector(".tab-error");
     if (!box) {
       box = document.createElement("div");
       box.className = "errors tab-error";
       form.querySelector(".tabs").after(box);
     }
-    box.textContent = message || "";
+    box.textContent = "";
+    if (list && list.length > 1) {
+      var ul = document.createElement("ul");
+      list.forEach(function (e) {
+        var li = document.createElement("li");
+        li.textContent = e.path ? e.path + ": " + e.message : e.message;
+        ul.appendChild(li);
+      });
+      box.appendChild(ul);
+    } else {
+      box.textContent = message || "";
+    }
     box.hidden = !message;
   }
 
@@ -114,7 +126,7 @@
       data.delete("config_file");
       data.append("to", "yaml");
       post(form, data).then(function (res) {
-        if (!res.ok) { tabError(form, res.body.detail); return; }
+        if (!res.ok) { tabError(form, res.body.detail, res.body.error_list); return; }
         tabError(form, "");
         form.querySelector("#config-yaml").value = res.body.yaml;
         showTab(form, "yaml");
@@ -124,7 +136,7 @@
       body.append("to", "form");
       body.append("config_yaml", form.querySelector("#config-yaml").value);
       post(form, body).then(function (res) {
-        if (!res.ok) { tabError(form, res.body.detail); return; }
+        if (!res.ok) { tabError(form, res.body.detail, res.body.error_list); return; }
         tabError(form, "");
         form.querySelector("#form-sections").innerHTML = res.body.html;
         applyConditions(form);

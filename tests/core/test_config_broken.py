@@ -36,10 +36,10 @@ def test_broken_config_is_rejected_naming_its_path(path: Path):
     with pytest.raises(ConfigError) as info:
         load_config(path)
     err = info.value
-    message = str(err)
+    message = str(err.errors[0])  # the first of its errors, one line each
     assert err.path == expected, message
     assert message.startswith(f"{expected}: "), message
-    assert "\n" not in message
+    assert all("\n" not in str(e) for e in err.errors)
     contains = _header(path, "contains")
     if contains:
         assert contains in message, message

@@ -63,6 +63,7 @@ def test_a_new_user_launches_the_demo_from_the_form_and_sees_it_succeed(
     page.fill("[name='buffer.batch_size']", "4")
     page.fill("[name='algorithm.repeat_times']", "4")
     page.fill("[name='trainer.save_interval']", "2")
+    page.check("#expert-switch")  # the fields below are behind it (the beginner form is short)
     page.select_option("[name='explorer.eval_on_startup']", "false")
     sft_buffer = page.locator("[name='stages[0].buffer']")
     text = sft_buffer.input_value()

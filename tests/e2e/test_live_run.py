@@ -91,6 +91,7 @@ def _drive(page, stack, shots: Path) -> None:
     page.fill("[name='algorithm.repeat_times']", "4")
     page.fill("[name='trainer.save_interval']", "4")
     page.fill("[name='explorer.eval_interval']", "1000")
+    page.check("#expert-switch")  # the fields below are behind it (the beginner form is short)
     page.select_option("[name='explorer.eval_on_startup']", "false")
     sft_buffer = page.locator("[name='stages[0].buffer']")
     text = sft_buffer.input_value()

@@ -7,9 +7,11 @@ import pytest
 
 @pytest.fixture
 def roots(tmp_path, settings, monkeypatch):
-    """The demo config's paths resolve inside this test's allowed roots."""
+    """The demo config's paths resolve inside this test's allowed roots, and its model and data
+    directories exist there (a save refuses paths that do not exist on the server)."""
     demo, runs = tmp_path / "demo", tmp_path / "runs"
-    demo.mkdir()
+    (demo / "model").mkdir(parents=True)
+    (demo / "gsm8k").mkdir()
     monkeypatch.setenv("RFT_DEMO_DIR", str(demo))
     monkeypatch.delenv("TRINITY_CHECKPOINT_ROOT_DIR", raising=False)
     settings.RFT_ALLOWED_PATH_ROOTS = [demo, runs]

@@ -98,6 +98,7 @@ def test_it_refuses_another_users_experiment_with_403_and_an_audit_row(bob, api)
     assert response.json() == {
         "detail": f"permission denied: experiment {secret.pk} belongs to another user (experiment.view)",
         "errors": {},
+        "error_list": [],
     }
     assert b"bob-secret" not in response.content
     denial = AuditEvent.objects.get(action="permission.denied")

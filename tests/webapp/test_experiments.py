@@ -25,6 +25,12 @@ from webapp.runs.models import Run, RunStatus
 
 pytestmark = pytest.mark.django_db
 
+
+@pytest.fixture(autouse=True)
+def _demo_paths_exist(roots):
+    """The demo config's model and data directories exist (a save refuses paths that do not)."""
+
+
 DEMO_YAML = django_settings.RFT_DEMO_CONFIG.read_text()
 
 

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_form_tabs_lists_and_conditional_fields_work_in_a_browser(live_server):
+def test_the_form_tabs_lists_and_conditional_fields_work_in_a_browser(live_server, roots):
     get_user_model().objects.create_user("alice", password="pw-alice-123")
     errors = []
     with sync_playwright() as p:
@@ -52,7 +52,8 @@ def test_the_form_tabs_lists_and_conditional_fields_work_in_a_browser(live_serve
         # add an eval taskset, move it up, switch to YAML
         page.click("[data-list='buffer.explorer_input.eval_tasksets'] .add-item")
         page.fill("[name='buffer.explorer_input.eval_tasksets[1].name']", "extra")
-        page.fill("[name='buffer.explorer_input.eval_tasksets[1].path']", "./var/demo/gsm8k")
+        # a path that exists on the server (a save refuses one that does not)
+        page.fill("[name='buffer.explorer_input.eval_tasksets[1].path']", str(roots[0] / "gsm8k"))
         page.click(
             "[data-list='buffer.explorer_input.eval_tasksets'] .list-item:nth-child(2) .move-up"
         )

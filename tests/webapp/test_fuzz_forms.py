@@ -35,6 +35,13 @@ from hypothesis import strategies as st
 from webapp.experiments.models import Experiment, ExperimentVersion
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _demo_paths_exist(roots):
+    """The demo config's model and data directories exist (a save refuses paths that do not)."""
+
+
 FORM_FUZZ = hsettings(FUZZ, max_examples=12)  # a form post renders the whole form again
 
 
@@ -298,7 +305,7 @@ def test_valid_posts_create_one_experiment_and_invalid_ones_none(browser, alice)
         ("experiment.description", 'id="experiment-description"'),
         ("experiment.project", 'id="experiment-project"'),
         ("experiment.name", 'id="experiment-name"'),
-        ("project", 'for="f-project"'),  # a config text field: a path of the job dir
+        # the config's project (a path of the job dir) is the experiment's Project in the form
     ],
 )
 def test_it_refuses_a_nul_character_in_a_text_field(browser, field, where):

@@ -1,4 +1,5 @@
-"""How the API says no: every error body is ``{"detail": <message>, "errors": {<path>: <message>}}``.
+"""How the API says no: every error body is ``{"detail": <message>, "errors": {<path>: <message>},
+"error_list": [{"path": <path>, "message": <message>}, ...]}`` (every error at once, in order).
 
 ``ActionError`` (a user-fixable failure raised by an action) keeps its status and its per-path
 messages (YAML paths such as ``buffer.batch_size``); DRF's validation errors become 400 with the
@@ -17,7 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
-from webapp.errors import ActionError
+from webapp.errors import ActionError, error_list
 
 
 def flatten_errors(detail: Any, prefix: str = "") -> dict[str, str]:
@@ -51,9 +52,13 @@ def api_exception_handler(exc: Exception, context: dict) -> Response | None:
         return None
     if isinstance(exc, exceptions.ValidationError):
         errors = flatten_errors(exc.detail)
-        response.data = {"detail": _summary(errors), "errors": errors}
+        response.data = {
+            "detail": _summary(errors),
+            "errors": errors,
+            "error_list": error_list(errors),
+        }
     elif isinstance(response.data, dict) and "detail" in response.data:
-        response.data = {"detail": str(response.data["detail"]), "errors": {}}
+        response.data = {"detail": str(response.data["detail"]), "errors": {}, "error_list": []}
     return response
 
 

@@ -92,6 +92,12 @@ class ExperimentWriteSerializer(serializers.Serializer):
     tags = serializers.ListField(
         child=serializers.CharField(max_length=TAG_MAX), required=False, max_length=50
     )
+    paths_exist_elsewhere = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="save although a model or data path does not exist on this server "
+        "(it will exist on the cluster's nodes)",
+    )
 
     config_required = True
 
@@ -118,7 +124,7 @@ class ExperimentUpdateSerializer(ExperimentWriteSerializer):
 
     def validate(self, attrs: dict) -> dict:
         attrs = super().validate(attrs)
-        if not attrs:
+        if not {key for key in attrs if key != "paths_exist_elsewhere"}:
             raise serializers.ValidationError("nothing to update: give at least one field")
         return attrs
 
@@ -216,6 +222,12 @@ class LogPageSerializer(serializers.Serializer):
     next_after = serializers.IntegerField()
 
 
+class ErrorItemSerializer(serializers.Serializer):
+    path = serializers.CharField(help_text="YAML path or field (empty: the request as a whole)")
+    message = serializers.CharField()
+
+
 class ErrorSerializer(serializers.Serializer):
     detail = serializers.CharField()
     errors = serializers.DictField(child=serializers.CharField())
+    error_list = ErrorItemSerializer(many=True, help_text="every error, in the order found")

@@ -129,6 +129,7 @@ class ExperimentListView(ApiView):
             project=data.get("project", ""),
             description=data.get("description", ""),
             tags=tuple(data.get("tags", ())),
+            check_paths_exist=not data.get("paths_exist_elsewhere", False),
         )
         experiment = experiment_queryset(request.user).get(pk=experiment.pk)
         return Response(s.ExperimentDetailSerializer(experiment).data, status.HTTP_201_CREATED)
@@ -162,6 +163,7 @@ class ExperimentDetailView(ApiView):
             description=data.get("description"),
             tags=None if tags is None else tuple(tags),
             note=data.get("note", ""),
+            check_paths_exist=not data.get("paths_exist_elsewhere", False),
         )
         experiment = experiment_queryset(request.user).get(pk=experiment.pk)
         return Response(s.ExperimentDetailSerializer(experiment).data)

@@ -80,8 +80,13 @@ def _set_tags(experiment: Experiment, names: list[str]) -> None:
     experiment.tags.set([Tag.objects.get_or_create(name=n)[0] for n in names])
 
 
-def _checked(config_yaml: str | None, config: Mapping[str, Any] | None) -> CheckedConfig:
-    return check_config(config_yaml=config_yaml, config=config)
+def _checked(
+    config_yaml: str | None, config: Mapping[str, Any] | None, *, check_paths_exist: bool = False
+) -> CheckedConfig:
+    """The config checked (with the paths it reads held to exist here: ``check_paths_exist``)."""
+    return check_config(
+        config_yaml=config_yaml, config=config, report_missing_paths=check_paths_exist
+    )
 
 
 def _summary(experiment: Experiment) -> dict[str, Any]:
@@ -144,10 +149,13 @@ def create_experiment(
     description: str = "",
     tags: Iterable[str] | str = (),
     owner: Any = None,
+    check_paths_exist: bool = False,
 ) -> Experiment:
-    """A new experiment of ``actor`` (``owner``: only the system actor may give another user)."""
+    """A new experiment of ``actor`` (``owner``: only the system actor may give another user).
+    ``check_paths_exist`` (a user's save, unless they say the paths will exist on the cluster's
+    nodes): the paths the config reads must exist here."""
     user = _owner_of(actor, owner)
-    checked = _checked(config_yaml, config)
+    checked = _checked(config_yaml, config, check_paths_exist=check_paths_exist)
     return _create_audited(
         actor, user, name=name, checked=checked, project=project, description=description,
         tags=tags, note="created",
@@ -188,12 +196,14 @@ def update_experiment(
     description: str | None = None,
     tags: Iterable[str] | str | None = None,
     note: str = "",
+    check_paths_exist: bool = False,
 ) -> Experiment:
-    """Change an experiment; a changed config becomes its next version."""
+    """Change an experiment; a changed config becomes its next version (``check_paths_exist``
+    as for ``create_experiment``)."""
     check(actor, experiment, "experiment.update")
     checked = None
     if config_yaml is not None or config is not None:
-        checked = _checked(config_yaml, config)
+        checked = _checked(config_yaml, config, check_paths_exist=check_paths_exist)
     new_name = (
         _clean_name(name, experiment.owner, exclude_pk=experiment.pk) if name is not None else None
     )

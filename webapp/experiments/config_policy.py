@@ -31,6 +31,14 @@ In order, each failure an ``ActionError`` (400) whose ``errors`` map the YAML pa
    job dir is ``<checkpoint_root_dir>/run-<id>/<project>/<name>``). At launch the paths are
    resolved again against the owner's runs area and held to whose they are
    (``webapp.runs.claims``; ``webapp.runs.actions.launch_run``).
+6. On save (``check_paths_exist``): the model, critic model, chat template and tasksets exist
+   on this server. A path that will exist on the cluster's nodes only is the user's call: the
+   refusal (``MissingPaths``, a 400 with every such path beside its field) is overridden by
+   ``paths_exist_elsewhere`` (the form's checkbox, the API's flag). A launch does not check
+   again: the run's own preflight names what is missing where it runs.
+
+Every problem of one kind is reported at once (rft_core collects the config's errors:
+``rft_core.config.problems``), each under its YAML path with the CLI's wording.
 """
 
 from __future__ import annotations
@@ -206,6 +214,22 @@ def _interpolation_error(text: str) -> str | None:
     )
 
 
+_OC_ENV_DEFAULT = re.compile(r"\$\{oc\.env:\s*([^,{}$\s]*)\s*(?:,([^${}]*))?\}")
+
+
+def resolved_text(text: str) -> str | None:
+    """What ``${oc.env:VAR,default}`` in ``text`` reads here (the form shows it beside the
+    raw text); None when there is none, or when it reads a variable a web config may not."""
+    if "${oc.env:" not in text or _interpolation_error(text):
+        return None
+
+    def env(match: re.Match) -> str:
+        return os.environ.get(match.group(1), (match.group(2) or "").strip())
+
+    out = _OC_ENV_DEFAULT.sub(env, text)
+    return None if "${" in out else out
+
+
 # ---------------------------------------------------------------- 5. paths
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -311,6 +335,50 @@ class CheckedConfig:
     config: Config  # loaded and validated
 
 
+# the checkbox of the form, the flag of the API: a missing path will exist on the cluster's nodes
+PATHS_EXIST_ELSEWHERE = "paths_exist_elsewhere"
+# the inputs a run reads (what it writes, buffers and checkpoints, need not exist before)
+_READ_PATHS = re.compile(
+    r"^(stages\[\d+\]\.)?(model\.(model_path|critic_model_path|chat_template_path)"
+    r"|buffer\.explorer_input\.(taskset|tasksets\[\d+\]|eval_tasksets\[\d+\])\.path)$"
+)
+
+
+class MissingPaths(ActionError):
+    """Paths the config reads that do not exist here (``missing``, YAML paths), maybe beside
+    other errors; ``paths_exist_elsewhere`` saves anyway."""
+
+    def __init__(self, message: str, *, errors: dict[str, str], missing: list[str]):
+        super().__init__(message, errors=errors)
+        self.missing = missing
+
+    def as_json(self) -> dict:
+        return {**super().as_json(), "missing_paths": self.missing}
+
+
+def missing_path_errors(cfg: Config) -> dict[str, str]:
+    """YAML path -> why, for every file or directory ``cfg`` reads that does not exist here."""
+    errors: dict[str, str] = {}
+    for path in config_paths(cfg):
+        if path.why or not _READ_PATHS.match(path.where) or os.path.exists(path.real):
+            continue
+        errors[path.where] = (
+            f"{path.value!r} does not exist on this server ({path.real}); if it will exist on "
+            "the cluster's nodes, save with \"these paths will exist on the cluster's nodes\" "
+            f"({PATHS_EXIST_ELSEWHERE})"
+        )
+    return errors
+
+
+def check_paths_exist(cfg: Config) -> None:
+    """A ``MissingPaths`` naming every path ``cfg`` reads that does not exist here."""
+    errors = missing_path_errors(cfg)
+    if errors:
+        path, message = next(iter(errors.items()))
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise MissingPaths(f"{path}: {message}{more}", errors=errors, missing=list(errors))
+
+
 def raise_errors(errors: Mapping[str, str]) -> None:
     """An ActionError naming the first problem (``path: message``, as the CLI prints it)."""
     if not errors:
@@ -321,15 +389,37 @@ def raise_errors(errors: Mapping[str, str]) -> None:
 
 
 def config_error(err: ConfigError) -> ActionError:
-    return ActionError(str(err), errors={err.path: err.message} if err.path else {})
+    """Every error of ``err`` (one or a ``ConfigErrors``) under its YAML path, CLI wording."""
+    found = err.errors
+    if len(found) == 1:
+        return ActionError(str(err), errors={err.path: err.message} if err.path else {})
+    errors: dict[str, str] = {}
+    for one in found:
+        key = one.path
+        errors[key] = f"{errors[key]}; {one.message}" if key in errors else one.message
+    return ActionError(f"{found[0]} (and {len(found) - 1} more)", errors=errors)
 
 
-def load_data(data: Mapping[str, Any]) -> Config:
-    """``rft_core``'s loading and validation of a mapping, its errors as an ActionError."""
+def load_data(data: Mapping[str, Any], *, report_missing_paths: bool = False) -> Config:
+    """``rft_core``'s loading and validation of a mapping, its errors as an ActionError (with
+    the paths that do not exist here beside them when ``report_missing_paths``)."""
     try:
         return load_config_from_dict(data)
     except ConfigError as err:
-        raise config_error(err) from err
+        refused = config_error(err)
+        partial = getattr(err, "partial_config", None)
+        missing = missing_path_errors(partial) if report_missing_paths and partial else {}
+        if missing:
+            errors = {
+                **refused.errors,
+                **{k: v for k, v in missing.items() if k not in refused.errors},
+            }
+            more = len(errors) - 1
+            first = str(err.errors[0])
+            refused = MissingPaths(
+                f"{first} (and {more} more)", errors=errors, missing=list(missing)
+            )
+        raise refused from err
 
 
 def check_config(
@@ -337,6 +427,7 @@ def check_config(
     config_yaml: str | None = None,
     config: Mapping[str, Any] | None = None,
     record_only: bool = False,
+    report_missing_paths: bool = False,
 ) -> CheckedConfig:
     """Parse, check and load a web-submitted config (see the module doc for every rule).
 
@@ -344,7 +435,11 @@ def check_config(
     imported job dir), kept as its record. Parsed, bounded and validated as any other, but its
     paths are not held to ``RFT_ALLOWED_PATH_ROOTS`` and its names not to the registered ones
     (a user's own plug-ins): the dashboard opens none of them, and launching it from the
-    dashboard checks it in full."""
+    dashboard checks it in full.
+
+    ``report_missing_paths`` (a save, unless the user says the paths will exist on the
+    cluster's nodes): paths the config reads that do not exist here are refused too
+    (``MissingPaths`` when they are the only problem)."""
     if (config_yaml is None) == (config is None):
         raise ActionError("give the config either as config_yaml (text) or as config (a mapping)")
     if config_yaml is not None:
@@ -364,7 +459,7 @@ def check_config(
         parse_yaml(text, what="the config")  # the same size limit for a posted mapping
     raise_errors(interpolation_errors(data))
     raise_errors(non_finite_errors(data))
-    cfg = load_data(data)
+    cfg = load_data(data, report_missing_paths=report_missing_paths and not record_only)
     raise_errors(non_finite_errors(dataclasses.asdict(cfg)))  # an interpolation may resolve to one
     if not record_only:
         try:
@@ -372,6 +467,8 @@ def check_config(
         except ConfigError as err:
             raise config_error(err) from err
         raise_errors(path_errors(cfg))
+        if report_missing_paths:
+            check_paths_exist(cfg)
     return CheckedConfig(data=data, canonical_yaml=text, config=cfg)
 
 

@@ -16,7 +16,9 @@ control holding the value as text (numbers as text, so ``${oc.env:...}`` fits an
   (``stages[0].buffer``; a stage section replaces the global one wholesale).
 
 Left out of the form but preserved in the YAML: ``x-unimplemented`` fields, deprecated spellings,
-``stage_name`` (set per stage by the engine). Conditional fields carry ``show_when``
+``stage_name`` (set per stage by the engine), ``project`` and ``name`` (the experiment's own
+fields; the view writes them into the config). The beginner level is ``BEGINNER_FIELDS``; a
+``${oc.env:...}`` value shows what it reads on this server beside the raw text. Conditional fields carry ``show_when``
 (``{"explorer.rollout_model.engine_type": ["vllm"]}``; ``@advantage_fn`` / ``@policy_loss_fn``
 mean the effective function, the preset's when the field is empty); the page's JS hides them.
 
@@ -42,11 +44,13 @@ from rft_core.algorithms.presets import PRESETS
 from rft_core.config import json_schema
 from rft_core.config.committed_names import committed_registered_names
 from webapp.errors import ActionError
-from webapp.experiments.config_policy import parse_yaml
+from webapp.experiments.config_policy import parse_yaml, resolved_text
+from webapp.experiments.form_levels import BEGINNER_FIELDS
 
-# (title, top-level keys); the keys of "general" are the root's scalars
+# (title, top-level keys); the keys of "general" are the root's scalars. ``project`` and ``name``
+# are the experiment's own Project and Name fields (the view writes them into the config).
 SECTIONS = [
-    ("general", "General", ["mode", "project", "group", "name", "checkpoint_root_dir", "continue_from_checkpoint"]),
+    ("general", "General", ["mode", "group", "checkpoint_root_dir", "continue_from_checkpoint"]),
     ("model", "Model", ["model"]),
     ("cluster", "Cluster", ["cluster"]),
     ("algorithm", "Algorithm", ["algorithm"]),
@@ -87,6 +91,7 @@ class Field:
     show_when: dict[str, list[str]] | None = None
     text: str = ""  # the value as rendered
     error: str = ""
+    resolved: str = ""  # what a ``${oc.env:...}`` in ``text`` reads on this server
 
     @property
     def show_when_json(self) -> str:
@@ -107,6 +112,14 @@ class Group:
     fields: list[Field]
     groups: list[Group] = field(default_factory=list)
     lists: list[ListBlock] = field(default_factory=list)
+
+    @property
+    def level(self) -> str:
+        """beginner when a beginner field is in it (else the switch hides it whole)."""
+        if any(f.level == "beginner" for f in self.fields):
+            return "beginner"
+        inner = [g.level for g in self.groups] + [b.level for b in self.lists]
+        return "beginner" if "beginner" in inner else "expert"
 
 
 @dataclass
@@ -312,13 +325,14 @@ def _scalar_field(name: str, prop: dict[str, Any], value: Any, schema_path: str)
         label=prop.get("title", leaf),
         help=prop.get("description", ""),
         kind=kind,
-        level=prop.get("x-level", "expert"),
+        level="beginner" if schema_path in BEGINNER_FIELDS else "expert",
         default_text=default_text,
         choices=[c for c in prop.get("enum", []) if c is not None],
         optional=optional,
         multiline=leaf in MULTILINE or "\n" in text,
         show_when=_show_when(schema_path, prop),
         text=text,
+        resolved=resolved_text(text) or "",
     )
 
 
@@ -388,7 +402,7 @@ def _item_group(name: str, spath: str, prop: dict[str, Any], data: Any, index: s
                 label=f"{section} (override)",
                 help=f"this stage's whole {section} section as YAML, replacing the global one (empty: inherit it)",
                 kind="yaml",
-                level="beginner",
+                level="expert",
                 text=value_text(get_path(data, split_path(sname)), "yaml"),
             )
         )  # fmt: skip
@@ -400,13 +414,14 @@ def _build_list(name: str, spath: str, prop: dict[str, Any], data: Any) -> ListB
     items = []
     for i in range(len(value) if isinstance(value, list) else 0):
         items.append(ListItem(i, str(i), _item_group(name, spath, prop, data, str(i))))
+    template = _item_group(name, spath, prop, {}, "__i__")
     return ListBlock(
         name=name,
         title=prop.get("title", name),
         help=prop.get("description", ""),
         items=items,
-        template=_item_group(name, spath, prop, {}, "__i__"),
-        level=prop.get("x-level", "expert"),
+        template=template,
+        level=template.level,
     )
 
 
@@ -438,8 +453,14 @@ def attach_errors(form: ExperimentForm, errors: Mapping[str, str], message: str 
         if target is None:
             form.top_errors.append(f"{path}: {msg}" if path else msg)
         else:
-            fields[target].error = msg if target == path else f"{path}: {msg}"
+            text = msg if target == path else f"{path}: {msg}"
+            before = fields[target].error  # two errors under one field: both shown
+            fields[target].error = f"{before}; {text}" if before else text
+            fields[target].level = "beginner"  # an error shows without the expert switch
             form.errors[target] = fields[target].error
+    for block in _blocks(form):
+        if any(f.error for item in block.items for f in _group_fields(item.group)):
+            block.level = "beginner"
     if message and not errors:
         form.top_errors.append(message)
 

@@ -19,9 +19,9 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from webapp.accounts.access import authorize
 from webapp.audit.record import Actor
-from webapp.errors import ActionError
+from webapp.errors import ActionError, error_list
 from webapp.experiments import actions
-from webapp.experiments.config_policy import canonical_yaml, parse_yaml
+from webapp.experiments.config_policy import PATHS_EXIST_ELSEWHERE, canonical_yaml, parse_yaml
 from webapp.experiments.models import Experiment, Tag
 from webapp.experiments.schema_form import ExperimentForm, attach_errors, build_form, merge_form
 from webapp.runs.models import ACTIVE_STATUSES, RunStatus
@@ -108,8 +108,6 @@ def _form_page(
 ) -> HttpResponse:
     if error is not None:
         attach_errors(form, error.errors, error.message)
-        if error.errors and not form.top_errors:
-            form.top_errors.append(error.message)
     meta_errors = {k.removeprefix("experiment."): v for k, v in form.errors.items()}
     if error is not None:
         meta_errors.update(
@@ -126,6 +124,10 @@ def _form_page(
             "experiment": experiment,
             "tab": tab,
             "demo_yaml": "",
+            # every error at once, in order (the YAML tab lists them; the form has them beside)
+            "error_list": error_list(error.errors) if error is not None else [],
+            "missing_paths": getattr(error, "missing", []),
+            "paths_exist_elsewhere": _paths_exist_elsewhere(request),
         },
         status=status,
     )
@@ -136,6 +138,11 @@ def _meta_from_post(request: HttpRequest) -> dict[str, str]:
         key: request.POST.get(f"experiment.{key}", "")
         for key in ("name", "project", "description", "tags")
     }
+
+
+def _paths_exist_elsewhere(request: HttpRequest) -> bool:
+    """The form's checkbox: save although a path the config reads does not exist here."""
+    return request.POST.get(f"experiment.{PATHS_EXIST_ELSEWHERE}") == "on"
 
 
 def _posted_yaml(request: HttpRequest) -> tuple[str, str]:
@@ -157,7 +164,22 @@ def _posted_yaml(request: HttpRequest) -> tuple[str, str]:
     base = parse_yaml(request.POST.get("base_yaml", ""), what="the form's base config")
     if not isinstance(base, dict):
         base = {}
-    return canonical_yaml(merge_form(base, request.POST)), "form"
+    return canonical_yaml(_named_after_experiment(merge_form(base, request.POST), request)), "form"
+
+
+def _named_after_experiment(data: dict[str, Any], request: HttpRequest) -> dict[str, Any]:
+    """The form has no fields for the config's ``project`` and ``name``: the experiment's Name
+    and Project are written there, so a run's job dir is named after its experiment."""
+    for key in ("project", "name"):
+        value = _dir_name(request.POST.get(f"experiment.{key}", ""))
+        if value:
+            data[key] = value
+    return data
+
+
+def _dir_name(text: str) -> str:
+    """``text`` as one directory name: letters, digits, ``_``, ``.``, ``-``."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text.strip()).strip("._")[:100]
 
 
 def _refused_page(request, err, *, meta, experiment=None, fallback_yaml=""):
@@ -203,6 +225,7 @@ def experiment_new(request: HttpRequest) -> HttpResponse:
                 project=meta["project"],
                 description=meta["description"],
                 tags=meta["tags"],
+                check_paths_exist=not _paths_exist_elsewhere(request),
             )
         except ActionError as err:
             return _refused_page(request, err, meta=meta)
@@ -237,6 +260,7 @@ def experiment_edit(request: HttpRequest, pk: int) -> HttpResponse:
                 description=meta["description"],
                 tags=meta["tags"],
                 note=request.POST.get("note", ""),
+                check_paths_exist=not _paths_exist_elsewhere(request),
             )
         except ActionError as err:
             return _refused_page(
@@ -270,7 +294,7 @@ def form_convert(request: HttpRequest) -> HttpResponse:
             return JsonResponse({"html": html, "base_yaml": form.base_yaml})
         base = parse_yaml(request.POST.get("base_yaml", ""), what="the form's base config")
         merged = merge_form(base if isinstance(base, dict) else {}, request.POST)
-        return JsonResponse({"yaml": canonical_yaml(merged)})
+        return JsonResponse({"yaml": canonical_yaml(_named_after_experiment(merged, request))})
     except ActionError as err:
         return JsonResponse(err.as_json(), status=err.status)
 
@@ -291,7 +315,7 @@ def experiment_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _filename(name: str) -> str:
-    return (re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "experiment") + ".yaml"
+    return (_dir_name(name) or "experiment") + ".yaml"
 
 
 @require_GET

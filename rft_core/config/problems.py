@@ -1,0 +1,58 @@
+"""Collecting every config error of one load instead of stopping at the first.
+
+A user who writes four bad values wants four messages, each naming its YAML path, in one go
+(the CLI prints one line each; the web form puts each beside its field). The loader opens
+``collecting()``; the checks that can go on after a bad value call ``report(err)``, which
+records the error there and raises it where nothing collects (so a caller outside a load, and
+every existing ``raise ConfigError`` path, behaves as before).
+
+    with collecting() as found:
+        ...                      # report(ConfigError("buffer.batch_size", "must be >= 1, got -4"))
+    raise_found(found)           # nothing, the one error, or ConfigErrors with all of them
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from rft_core.errors import ConfigError, ConfigErrors
+
+_found: ContextVar[list[ConfigError] | None] = ContextVar("config_problems", default=None)
+
+
+@contextmanager
+def collecting() -> Iterator[list[ConfigError]]:
+    """Within it, ``report`` records errors into the yielded list instead of raising."""
+    found: list[ConfigError] = []
+    token = _found.set(found)
+    try:
+        yield found
+    finally:
+        _found.reset(token)
+
+
+def is_collecting() -> bool:
+    return _found.get() is not None
+
+
+def report(err: ConfigError) -> None:
+    """Record ``err`` where errors are being collected; raise it where they are not."""
+    found = _found.get()
+    if found is None:
+        raise err
+    for one in err.errors:
+        if not any(e.path == one.path and e.message == one.message for e in found):
+            found.append(one)
+
+
+def raise_found(found: list[ConfigError], partial_config: object = None) -> None:
+    """Raise what ``collecting`` gathered: the error itself when there is one. The error carries
+    ``partial_config``, the config as far as it could be read (each bad value's default in its
+    place), so a caller can run its own checks beside (the web's missing paths)."""
+    if not found:
+        return
+    err = found[0] if len(found) == 1 else ConfigErrors(found)
+    err.partial_config = partial_config
+    raise err
