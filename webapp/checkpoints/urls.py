@@ -5,5 +5,6 @@ from webapp.checkpoints import views
 app_name = "checkpoints"
 urlpatterns = [
     path("<int:pk>/convert/", views.convert, name="convert"),
+    path("<int:pk>/fork/", views.fork, name="fork"),
     path("<int:pk>/files.json", views.files_json, name="files-json"),
 ]

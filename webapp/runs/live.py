@@ -107,6 +107,7 @@ def checkpoint_state(ckpt: Checkpoint) -> dict[str, Any]:
         "hf_error": ckpt.hf_error,
         "created": _unix(ckpt.created),
         "convert_url": f"/checkpoints/{ckpt.pk}/convert/",
+        "fork_url": f"/checkpoints/{ckpt.pk}/fork/",
     }
 
 
