@@ -112,6 +112,7 @@ def build_world(tmp_path: Path, settings) -> World:
     queued = make_run(busy, status=RunStatus.QUEUED)
     step_dir = alice_dir / "global_step_2"
     (step_dir / "actor").mkdir(parents=True)
+    (step_dir / ".full_checkpoint").touch()  # a full checkpoint: the fork rows start from it
     checkpoint = Checkpoint.objects.create(run=run, step=2, path=str(step_dir))
     hf_dir = alice_dir / "global_step_4" / "actor" / "huggingface"
     hf_dir.mkdir(parents=True)
@@ -184,6 +185,13 @@ def _form_body(w: World) -> dict:
             "source": "yaml", "config_yaml": DEMO_YAML}  # fmt: skip
 
 
+def _unstaged_yaml() -> str:
+    """The demo's config without its stages: the world's checkpoint is of no stage."""
+    data = yaml.safe_load(DEMO_YAML)
+    data.pop("stages", None)
+    return yaml.safe_dump(data, sort_keys=False)
+
+
 # route -> the methods it takes (GET alone: it takes no unsafe method)
 ROUTE_METHODS: dict[str, tuple[str, ...]] = {
     "": ("GET",),
@@ -210,8 +218,10 @@ ROUTE_METHODS: dict[str, tuple[str, ...]] = {
     "runs/<>/live.json": ("GET",),
     "runs/<>/clone/": ("POST",),
     "runs/<>/logs.txt": ("GET",),
+    "runs/<>/evaluations/": ("GET", "POST"),
     "checkpoints/<>/convert/": ("POST",),
     "checkpoints/<>/files.json": ("GET",),
+    "checkpoints/<>/fork/": ("GET", "POST"),
     "account/": ("GET",),
     "account/tokens/new/": ("POST",),
     "account/tokens/<>/revoke/": ("POST",),
@@ -301,6 +311,14 @@ ROWS = [
     Row("runs/launch/<>/", "POST", lambda w: f"/runs/launch/{w.main.pk}/", PAGE),
     Row("runs/<>/cancel/", "POST", lambda w: f"/runs/{w.queued.pk}/cancel/", PAGE),
     Row("runs/<>/clone/", "POST", lambda w: f"/runs/{w.run.pk}/clone/", PAGE),
+    Row("runs/<>/evaluations/", "GET", lambda w: f"/runs/{w.run.pk}/evaluations/", PAGE),
+    Row(
+        "runs/<>/evaluations/",
+        "POST",
+        lambda w: f"/runs/{w.run.pk}/evaluations/",
+        PAGE,
+        body=lambda w: {"checkpoint": w.checkpoint.pk, "taskset": "arithmetic-eval"},
+    ),  # fmt: skip
     Row("runs/import/", "GET", lambda w: "/runs/import/", PAGE_ANY_USER),
     Row(
         "runs/import/",
@@ -321,6 +339,14 @@ ROWS = [
         "GET",
         lambda w: f"/checkpoints/{w.converted.pk}/files.json",
         PAGE,
+    ),  # fmt: skip
+    Row("checkpoints/<>/fork/", "GET", lambda w: f"/checkpoints/{w.checkpoint.pk}/fork/", PAGE),
+    Row(
+        "checkpoints/<>/fork/",
+        "POST",
+        lambda w: f"/checkpoints/{w.checkpoint.pk}/fork/",
+        PAGE,
+        body=lambda w: {"config_yaml": _unstaged_yaml()},
     ),  # fmt: skip
     # D: account
     Row("account/", "GET", lambda w: "/account/", PAGE_ANY_USER),

@@ -1,5 +1,6 @@
 from django.urls import path
 
+from webapp.checkpoints import evaluation_views
 from webapp.runs import live_views, views
 
 app_name = "runs"
@@ -13,4 +14,5 @@ urlpatterns = [
     path("<int:pk>/live.json", live_views.live_json, name="live"),
     path("<int:pk>/clone/", views.clone, name="clone"),
     path("<int:pk>/logs.txt", views.logs_txt, name="logs-txt"),
+    path("<int:pk>/evaluations/", evaluation_views.evaluations, name="evaluations"),
 ]
