@@ -172,3 +172,33 @@ def test_the_launch_task_links_the_checkpoint_into_the_forks_stage_job_dir(
     assert stage_meta["finished"] is True
     seed_fork(fork, job_dir)  # a second delivery of the launch task changes nothing
     assert linked.stat().st_ino == original.stat().st_ino
+
+
+def test_compare_overlays_a_fork_on_its_parent_from_the_fork_step(client, alice, parent):
+    from webapp.runs.models import MetricPoint
+
+    run, checkpoint = parent
+    fork = make_run(run.experiment, number=2, parent=run, fork_stage="rft", fork_step=2)
+    reward = "rollout/reward/mean"
+
+    def points(target, steps_values):
+        MetricPoint.objects.bulk_create(
+            MetricPoint(run=target, name=reward, stage="rft", step=s, wall_time=1e9 + s, value=v)
+            for s, v in steps_values
+        )
+
+    points(run, [(1, 0.1), (2, 0.2), (3, 0.3)])
+    points(fork, [(3, 0.5), (4, 0.6)])
+    client.force_login(alice)
+    body = client.get(
+        f"/runs/compare/data.json?ids={run.pk},{fork.pk}&names={reward}"
+    ).json()
+    by_id = {r["id"]: r for r in body["runs"]}
+    # the fork's line starts at the parent's step-2 value, where it branched off
+    forked = by_id[fork.pk]["metrics"][reward]
+    assert forked["step"] == [2, 3, 4] and forked["value"] == [0.2, 0.5, 0.6]
+    assert forked["wall_time"][0] is None  # borrowed from the parent, not logged by the fork
+    assert by_id[fork.pk]["fork"] == {"parent": run.pk, "stage": "rft", "step": 2}
+    assert by_id[run.pk]["metrics"][reward]["step"] == [1, 2, 3] and by_id[run.pk]["fork"] is None
+    page = client.get(f"/runs/compare/?ids={run.pk},{fork.pk}").content.decode()
+    assert "forked from #1 at rft step 2" in page
