@@ -77,7 +77,9 @@ def seed_job_dir(
     if not sources:
         raise CheckpointError("no checkpoint to start from")
     if job_dir.is_dir() and any(STEP_DIR_RE.match(e.name) for e in os.scandir(job_dir)):
-        raise CheckpointError(f"{job_dir} already holds checkpoints: a fork starts in an empty job dir")
+        raise CheckpointError(
+            f"{job_dir} already holds checkpoints: a fork starts in an empty job dir"
+        )
     job_dir.mkdir(parents=True, exist_ok=True)
     for step, src in sources:
         tmp = job_dir / f".global_step_{step}.seeding"

@@ -85,7 +85,9 @@ class PolicyCheckpoints:
         optimizer's hyperparameters (lr, betas, weight decay, ...) stay the config's: a fork
         (``rft_core.checkpoint.fork``) tries new ones from the checkpoint's moments and step."""
         ckpt = store.load_checkpoint(Path(job_dir), step)
-        configured = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
+        configured = [
+            {k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups
+        ]
         base_lrs = list(self.scheduler.base_lrs)
         if ckpt.optimizer_state is not None:  # saved at any world size
             names = [n for n, p in self.model.named_parameters() if p.requires_grad]
@@ -127,7 +129,11 @@ class PolicyCheckpoints:
         self.scheduler.base_lrs = base_lrs
         at = self.scheduler.last_epoch
         for group, hyper, base, factor in zip(
-            self.optimizer.param_groups, configured, base_lrs, self.scheduler.lr_lambdas, strict=True
+            self.optimizer.param_groups,
+            configured,
+            base_lrs,
+            self.scheduler.lr_lambdas,
+            strict=True,
         ):
             group.update(hyper)
             group["lr"] = base * factor(at)

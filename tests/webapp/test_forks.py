@@ -126,9 +126,7 @@ def test_a_checkpoint_gone_from_disk_cannot_be_forked(client, alice, parent):
     run, checkpoint = parent
     (Path(checkpoint.path) / ".full_checkpoint").unlink()
     client.force_login(alice)
-    response = client.post(
-        f"/checkpoints/{checkpoint.pk}/fork/", {"config_yaml": run.config_yaml}
-    )
+    response = client.post(f"/checkpoints/{checkpoint.pk}/fork/", {"config_yaml": run.config_yaml})
     assert response.status_code == 409
     assert "global_step_20 is not a full checkpoint" in response.content.decode()
     assert Run.objects.count() == 1
@@ -138,17 +136,13 @@ def test_another_user_can_neither_see_nor_fork_the_checkpoint(client, bob, paren
     run, checkpoint = parent
     client.force_login(bob)
     assert client.get(f"/checkpoints/{checkpoint.pk}/fork/").status_code == 403
-    response = client.post(
-        f"/checkpoints/{checkpoint.pk}/fork/", {"config_yaml": run.config_yaml}
-    )
+    response = client.post(f"/checkpoints/{checkpoint.pk}/fork/", {"config_yaml": run.config_yaml})
     assert response.status_code == 403
     assert Run.objects.count() == 1
     assert audit("permission.denied")[-1].after == {"attempted": "run.fork"}
 
 
-def test_the_launch_task_links_the_checkpoint_into_the_forks_stage_job_dir(
-    alice, parent, tmp_path
-):
+def test_the_launch_task_links_the_checkpoint_into_the_forks_stage_job_dir(alice, parent, tmp_path):
     run, checkpoint = parent
     fork = make_run(
         run.experiment,
@@ -190,9 +184,7 @@ def test_compare_overlays_a_fork_on_its_parent_from_the_fork_step(client, alice,
     points(run, [(1, 0.1), (2, 0.2), (3, 0.3)])
     points(fork, [(3, 0.5), (4, 0.6)])
     client.force_login(alice)
-    body = client.get(
-        f"/runs/compare/data.json?ids={run.pk},{fork.pk}&names={reward}"
-    ).json()
+    body = client.get(f"/runs/compare/data.json?ids={run.pk},{fork.pk}&names={reward}").json()
     by_id = {r["id"]: r for r in body["runs"]}
     # the fork's line starts at the parent's step-2 value, where it branched off
     forked = by_id[fork.pk]["metrics"][reward]

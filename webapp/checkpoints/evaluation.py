@@ -94,7 +94,9 @@ def evaluate_checkpoints(
     elif unknown := [t for t in tasksets if t not in known]:
         errors["tasksets"] = f"not eval tasksets of the run: {unknown} (it has {known})"
     if errors:
-        raise ActionError("the evaluation cannot start: " + "; ".join(errors.values()), errors=errors)
+        raise ActionError(
+            "the evaluation cannot start: " + "; ".join(errors.values()), errors=errors
+        )
     check_config(config=bench_config(run, tasksets))  # what the job will read passes the checks
     from webapp.runs.actions import _require_services
 
@@ -146,7 +148,9 @@ def start_evaluation(pk: int) -> Evaluation:
         spec.write()
         seed_job_dir(spec.job_dir, [Path(c.path) for c in evaluation.checkpoints.all()])
     except (ActionError, CheckpointError, OSError) as err:
-        return _fail(evaluation, f"the bench job could not be prepared: {getattr(err, 'message', err)}")
+        return _fail(
+            evaluation, f"the bench job could not be prepared: {getattr(err, 'message', err)}"
+        )
     sid = f"rft-eval-{run.key}-{pk}"
     env = dict(settings.RFT_RAY_RUNTIME_ENV)
     env["env_vars"] = {**(env.get("env_vars") or {}), "PYTHONUNBUFFERED": "1"}

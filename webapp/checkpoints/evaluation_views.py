@@ -24,7 +24,9 @@ from webapp.runs.models import Run
 @require_http_methods(["GET", "POST"])
 def evaluations(request: HttpRequest, pk: int) -> HttpResponse:
     actor = Actor.from_request(request)
-    run = authorize(actor, Run, pk, "checkpoint.evaluate" if request.method == "POST" else "run.view")
+    run = authorize(
+        actor, Run, pk, "checkpoint.evaluate" if request.method == "POST" else "run.view"
+    )
     status, context = 200, {"message": "", "errors": {}, "chosen": set(), "chosen_tasksets": []}
     if request.method == "POST":
         ids = [i for i in request.POST.getlist("checkpoint") if i.isdigit()]
@@ -37,7 +39,9 @@ def evaluations(request: HttpRequest, pk: int) -> HttpResponse:
             context.update(message=err.message, errors=err.errors)
             status = err.status
         else:
-            messages.success(request, f"Evaluating {len(chosen)} checkpoint(s) on {', '.join(tasksets)}.")
+            messages.success(
+                request, f"Evaluating {len(chosen)} checkpoint(s) on {', '.join(tasksets)}."
+            )
             return redirect(evaluation.get_absolute_url())
     context.update(
         run=run,

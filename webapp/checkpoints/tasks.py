@@ -104,4 +104,3 @@ def follow_evaluation(self, evaluation_id: int) -> None:
         follow_evaluation.apply_async(
             (evaluation_id,), countdown=settings.RFT_FOLLOW_INTERVAL_S, queue=_same_queue(self)
         )
-

@@ -20,8 +20,8 @@ from webapp.checkpoints.actions import convert_checkpoint
 from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.errors import ActionError
 from webapp.refusals import wants_json
-from webapp.runs.live import checkpoint_state
 from webapp.runs.forks import fork_config_yaml, fork_run
+from webapp.runs.live import checkpoint_state
 from webapp.runs.live_views import authorize_json
 
 
@@ -98,6 +98,12 @@ def fork(request: HttpRequest, pk: int) -> HttpResponse:
     except ActionError as err:
         context.update(message=err.message, errors=err.errors)
         return render(request, "runs/fork.html", context, status=err.status)
-    where = f"{checkpoint.stage} step {checkpoint.step}" if checkpoint.stage else f"step {checkpoint.step}"
-    messages.success(request, f"Forked run #{checkpoint.run.number} from {where} as run #{run.number}.")
+    where = (
+        f"{checkpoint.stage} step {checkpoint.step}"
+        if checkpoint.stage
+        else f"step {checkpoint.step}"
+    )
+    messages.success(
+        request, f"Forked run #{checkpoint.run.number} from {where} as run #{run.number}."
+    )
     return redirect(run.get_absolute_url())

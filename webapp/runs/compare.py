@@ -200,7 +200,9 @@ def _fork_of(run: Run) -> dict[str, Any] | None:
     return {"parent": run.parent_id, "stage": run.fork_stage, "step": run.fork_step}
 
 
-def _branch_from_parents(runs: Sequence[Run], series: dict[int, dict[str, dict[str, list]]]) -> None:
+def _branch_from_parents(
+    runs: Sequence[Run], series: dict[int, dict[str, dict[str, list]]]
+) -> None:
     """A fork compared with its parent: each of its series starts at the parent's point of the
     fork step (same stage), so the overlay shows where it branched off (W&B's fork view). The
     borrowed point has no wall time (the fork did not log it)."""
