@@ -30,12 +30,14 @@ from django.utils import timezone
 from rft_core.checkpoint.fork import seed_job_dir
 from rft_core.checkpoint.layout import is_full_checkpoint
 from rft_core.errors import CheckpointError
+from rft_core.monitor import ENV_REDIS_PREFIX, ENV_REDIS_URL, ENV_RUN_ID
 from webapp.accounts.access import check
 from webapp.audit.record import Actor, record
 from webapp.checkpoints.models import Checkpoint, Evaluation, EvaluationStatus
 from webapp.errors import ActionError
 from webapp.experiments.config_policy import check_config
 from webapp.runs import ray_jobs
+from webapp.runs.actions import _require_services, runtime_env_of
 from webapp.runs.claims import runs_area
 from webapp.runs.models import Run
 from webapp.runs.snapshot import launch_spec
@@ -98,8 +100,6 @@ def evaluate_checkpoints(
             "the evaluation cannot start: " + "; ".join(errors.values()), errors=errors
         )
     check_config(config=bench_config(run, tasksets))  # what the job will read passes the checks
-    from webapp.runs.actions import _require_services
-
     _require_services()
     with transaction.atomic():
         evaluation = Evaluation.objects.create(
@@ -152,8 +152,9 @@ def start_evaluation(pk: int) -> Evaluation:
             evaluation, f"the bench job could not be prepared: {getattr(err, 'message', err)}"
         )
     sid = f"rft-eval-{run.key}-{pk}"
-    env = dict(settings.RFT_RAY_RUNTIME_ENV)
-    env["env_vars"] = {**(env.get("env_vars") or {}), "PYTHONUNBUFFERED": "1"}
+    env = runtime_env_of(run)  # the deployment's env, plug-ins and ${oc.env:...} variables
+    for name in (ENV_REDIS_URL, ENV_REDIS_PREFIX, ENV_RUN_ID):  # not the run's live stream
+        env["env_vars"].pop(name, None)
     try:
         ray_jobs.submit(
             entrypoint=f"{settings.RFT_TRINITY_COMMAND} run --config {shlex.quote(str(spec.config_path))}",
