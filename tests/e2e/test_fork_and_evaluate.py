@@ -103,7 +103,13 @@ def test_a_user_forks_a_run_from_a_checkpoint_and_evaluates_two_checkpoints(
 
     # Fork from the step-2 row: the fork page holds the run's config, resuming
     page.goto(f"{stack.url}/runs/{parent_pk}/")
-    page.locator("#checkpoint-rows tr[data-step='2'] a.fork").click()
+    fork_link = page.locator("#checkpoint-rows tr[data-step='2'] a.fork")
+    try:
+        fork_link.wait_for(timeout=90_000)  # the rows come with the page's live snapshot
+    except Exception as err:
+        rows = page.locator("#checkpoint-rows").inner_html()
+        raise AssertionError(f"no Fork link on step 2: {rows}\n{stack.logs_tail()}") from err
+    fork_link.click()
     page.wait_for_url(f"{stack.url}/checkpoints/*/fork/")
     assert "steps go on from 3" in page.locator("#fork-explained").inner_text()
     text = page.locator("#fork-config").input_value()
