@@ -84,11 +84,17 @@ class PolicyCheckpoints:
 
     def load(self, job_dir: Path, step: int | None) -> int:
         """Restore model, optimizer, LR schedule, critic and RNG states; return the step. The
-        step is pinned while it is read (retention never deletes a step being resumed from)."""
+        step is pinned while it is read (retention never deletes a step being resumed from). The
+        optimizer's hyperparameters (lr, betas, weight decay, ...) stay the config's: a fork
+        (``rft_core.checkpoint.fork``) tries new ones from the checkpoint's moments and step."""
         found = step if step is not None else latest_checkpoint_step(Path(job_dir))
         pin = step_dir(Path(job_dir), found) if found is not None else Path(job_dir) / "-"
         with pinned_step(pin, "resume"):
             ckpt = store.load_checkpoint(Path(job_dir), step)
+        configured = [
+            {k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups
+        ]
+        base_lrs = list(self.scheduler.base_lrs)
         if ckpt.optimizer_state is not None:  # saved at any world size
             names = [n for n, p in self.model.named_parameters() if p.requires_grad]
             ckpt.optimizer_state = _optimizer_state_keyed(
@@ -116,11 +122,28 @@ class PolicyCheckpoints:
         extra = ckpt.extra_state or {}
         if "lr_scheduler" in extra:
             self.scheduler.load_state_dict(extra["lr_scheduler"])
+        self._keep_configured_hyperparameters(configured, base_lrs)
         if self.critic is not None and "critic" in extra:
             self.critic.load_full_state(extra["critic"])
         store.restore_rng_state(extra.get("rng") or {})
         self.global_step = ckpt.step
         return ckpt.step
+
+    def _keep_configured_hyperparameters(self, configured: list[dict], base_lrs: list) -> None:
+        """The config's optimizer hyperparameters over the checkpoint's, and the lr its
+        schedule gives at the restored step (the same values on a plain resume)."""
+        self.scheduler.base_lrs = base_lrs
+        at = self.scheduler.last_epoch
+        for group, hyper, base, factor in zip(
+            self.optimizer.param_groups,
+            configured,
+            base_lrs,
+            self.scheduler.lr_lambdas,
+            strict=True,
+        ):
+            group.update(hyper)
+            group["lr"] = base * factor(at)
+        self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
 
 
 def _optimizer_state_keyed(state: dict[str, Any], names: list[str], *, by_name: bool) -> dict:

@@ -112,6 +112,7 @@ def build_world(tmp_path: Path, settings) -> World:
     queued = make_run(busy, status=RunStatus.QUEUED)
     step_dir = alice_dir / "global_step_2"
     (step_dir / "actor").mkdir(parents=True)
+    (step_dir / ".full_checkpoint").touch()  # a full checkpoint: the fork rows start from it
     checkpoint = Checkpoint.objects.create(run=run, step=2, path=str(step_dir))
     hf_dir = alice_dir / "global_step_4" / "actor" / "huggingface"
     hf_dir.mkdir(parents=True)
@@ -188,6 +189,13 @@ def _form_body(w: World) -> dict:
             "experiment.paths_exist_elsewhere": "on"}  # fmt: skip
 
 
+def _unstaged_yaml() -> str:
+    """The demo's config without its stages: the world's checkpoint is of no stage."""
+    data = yaml.safe_load(DEMO_YAML)
+    data.pop("stages", None)
+    return yaml.safe_dump(data, sort_keys=False)
+
+
 # route -> the methods it takes (GET alone: it takes no unsafe method)
 ROUTE_METHODS: dict[str, tuple[str, ...]] = {
     "": ("GET",),
@@ -225,6 +233,8 @@ ROUTE_METHODS: dict[str, tuple[str, ...]] = {
     "runs/<>/tags/": ("POST",),
     "runs/<>/notes/": ("POST",),
     "checkpoints/<>/hf.tar": ("GET",),
+    "runs/<>/evaluations/": ("GET", "POST"),
+    "checkpoints/<>/fork/": ("GET", "POST"),
     "account/": ("GET",),
     "account/tokens/new/": ("POST",),
     "account/tokens/<>/revoke/": ("POST",),
@@ -336,6 +346,14 @@ ROWS = [
     Row("runs/launch/<>/", "POST", lambda w: f"/runs/launch/{w.main.pk}/", PAGE),
     Row("runs/<>/cancel/", "POST", lambda w: f"/runs/{w.queued.pk}/cancel/", PAGE),
     Row("runs/<>/clone/", "POST", lambda w: f"/runs/{w.run.pk}/clone/", PAGE),
+    Row("runs/<>/evaluations/", "GET", lambda w: f"/runs/{w.run.pk}/evaluations/", PAGE),
+    Row(
+        "runs/<>/evaluations/",
+        "POST",
+        lambda w: f"/runs/{w.run.pk}/evaluations/",
+        PAGE,
+        body=lambda w: {"checkpoint": w.checkpoint.pk, "taskset": "arithmetic-eval"},
+    ),  # fmt: skip
     Row("runs/import/", "GET", lambda w: "/runs/import/", PAGE_ANY_USER),
     Row(
         "runs/import/",
@@ -364,6 +382,14 @@ ROWS = [
         PAGE,
     ),
     Row("checkpoints/<>/hf.tar", "GET", lambda w: f"/checkpoints/{w.converted.pk}/hf.tar", HIDDEN),
+    Row("checkpoints/<>/fork/", "GET", lambda w: f"/checkpoints/{w.checkpoint.pk}/fork/", PAGE),
+    Row(
+        "checkpoints/<>/fork/",
+        "POST",
+        lambda w: f"/checkpoints/{w.checkpoint.pk}/fork/",
+        PAGE,
+        body=lambda w: {"config_yaml": _unstaged_yaml()},
+    ),  # fmt: skip
     # D: account
     Row("account/", "GET", lambda w: "/account/", PAGE_ANY_USER),
     Row(

@@ -40,6 +40,8 @@ AUDITED = (
     "run.tags",
     "run.notes",
     "checkpoint.convert",
+    "run.fork",
+    "checkpoint.evaluate",
     "token.create",
     "token.revoke",
     "permission.denied",
@@ -255,6 +257,40 @@ def drive_checkpoint_convert(alice, bob, tmp_path) -> Expected:
     return Expected("checkpoint.convert", alice, "checkpoint", checkpoint.pk)
 
 
+def _saved_rft_checkpoint(client, name: str, tmp_path):
+    """A finished run of alice's with a full checkpoint of its rft stage on disk."""
+    from webapp.checkpoints.models import Checkpoint
+    from webapp.runs.models import Run
+
+    run = launched(client, new_page_experiment(client, name))
+    step_dir = tmp_path / "job" / "rft" / "global_step_4"
+    (step_dir / "actor").mkdir(parents=True)
+    (step_dir / ".full_checkpoint").touch()
+    Run.objects.filter(pk=run.pk).update(status="succeeded", job_dir=str(tmp_path / "job"))
+    return Checkpoint.objects.create(run=run, stage="rft", step=4, path=str(step_dir))
+
+
+def drive_run_fork(alice, bob, tmp_path) -> Expected:
+    from webapp.runs.models import Run
+
+    client = browser(alice)
+    checkpoint = _saved_rft_checkpoint(client, "to-fork", tmp_path)
+    body = {"config_yaml": checkpoint.run.config_yaml}
+    assert client.post(f"/checkpoints/{checkpoint.pk}/fork/", body).status_code == 302
+    fork = Run.objects.get(parent=checkpoint.run)
+    return Expected("run.fork", alice, "run", fork.pk)
+
+
+def drive_checkpoint_evaluate(alice, bob, tmp_path) -> Expected:
+    from webapp.checkpoints.models import Evaluation
+
+    client = browser(alice)
+    checkpoint = _saved_rft_checkpoint(client, "to-evaluate", tmp_path)
+    body = {"checkpoint": checkpoint.pk, "taskset": "arithmetic-eval"}
+    assert client.post(f"/runs/{checkpoint.run_id}/evaluations/", body).status_code == 302
+    return Expected("checkpoint.evaluate", alice, "evaluation", Evaluation.objects.get().pk)
+
+
 def _registered(alice, tmp_path) -> int:
     """A terminal run of alice's, registered through the API as ``trinity run`` does."""
     job_dir = tmp_path / "users" / str(alice.pk) / "terminal-job"  # her runs area
@@ -325,6 +361,8 @@ DRIVERS: dict[str, Callable[..., Expected]] = {
     "run.clone": drive_run_clone,
     "run.status": drive_run_status,
     "checkpoint.convert": drive_checkpoint_convert,
+    "run.fork": drive_run_fork,
+    "checkpoint.evaluate": drive_checkpoint_evaluate,
     "auth.login": drive_login,
     "auth.logout": drive_logout,
     "auth.login_failed": drive_login_failed,
@@ -340,7 +378,15 @@ def test_every_audited_action_is_driven_here():
     assert sorted(set(DRIVERS) - set(AUDITED)) == []
 
 
-NEEDS_RAY = {"run.launch", "run.cancel", "run.clone", "run.status", "checkpoint.convert"}
+NEEDS_RAY = {
+    "run.launch",
+    "run.cancel",
+    "run.clone",
+    "run.status",
+    "checkpoint.convert",
+    "run.fork",
+    "checkpoint.evaluate",
+}
 
 
 @pytest.mark.parametrize("action", sorted(DRIVERS))

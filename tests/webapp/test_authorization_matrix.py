@@ -107,7 +107,8 @@ def expectation(row: Row, role: str, as_json: bool):
 
 @pytest.mark.parametrize(("row", "flavour", "role"), list(_cases()))
 def test_matrix(world, row: Row, flavour: str, role: str, request, settings):
-    if "launch" in row.route:  # launching asks Ray's job server first: a real head's
+    # launching (a fork or an evaluation too) asks Ray's job server first: a real head's
+    if any(word in row.route for word in ("launch", "fork", "evaluations")):
         settings.RAY_ADDRESS = request.getfixturevalue("ray_head").address
     as_json = flavour.endswith("json")
     client = client_for(world, role, token=flavour.startswith("token"))

@@ -1,4 +1,5 @@
-"""Celery task ``checkpoints.convert``: one checkpoint's step dir -> Hugging Face weights, by
+"""Celery tasks ``checkpoints.evaluate`` / ``checkpoints.follow_evaluation`` (a bench job of
+chosen checkpoints, ``webapp.checkpoints.evaluation``) and ``checkpoints.convert``: one checkpoint's step dir -> Hugging Face weights, by
 ``rft_core.convert`` (torch is imported here, in the worker, never in the web process).
 
 The progress callback writes ``Checkpoint.hf_progress`` (0..1, at most once per percent);
@@ -14,12 +15,14 @@ import logging
 from pathlib import Path
 
 from celery import shared_task
+from django.conf import settings
 from django.utils import timezone
 
 from rft_core.checkpoint import layout
 from rft_core.errors import RFTError
 from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.runs.live import publish_checkpoint
+from webapp.runs.tasks import _same_queue
 
 log = logging.getLogger(__name__)
 
@@ -78,3 +81,26 @@ def convert_checkpoint_task(checkpoint_id: int) -> str:
         size_bytes=layout.dir_size(Path(checkpoint.path)),
     )
     return HFStatus.READY
+
+
+@shared_task(name="checkpoints.evaluate", bind=True)
+def evaluate(self, evaluation_id: int) -> str:
+    """Start the bench job of an evaluation (``webapp.checkpoints.evaluation``), then follow it."""
+    from webapp.checkpoints.evaluation import start_evaluation
+
+    evaluation = start_evaluation(evaluation_id)
+    if evaluation.status == "running":
+        follow_evaluation.apply_async(
+            (evaluation_id,), countdown=settings.RFT_FOLLOW_INTERVAL_S, queue=_same_queue(self)
+        )
+    return evaluation.status
+
+
+@shared_task(name="checkpoints.follow_evaluation", bind=True, ignore_result=True)
+def follow_evaluation(self, evaluation_id: int) -> None:
+    from webapp.checkpoints.evaluation import follow_evaluation as poll
+
+    if poll(evaluation_id):
+        follow_evaluation.apply_async(
+            (evaluation_id,), countdown=settings.RFT_FOLLOW_INTERVAL_S, queue=_same_queue(self)
+        )

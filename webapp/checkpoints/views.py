@@ -1,5 +1,7 @@
 """Checkpoint pages: POST ``/checkpoints/<id>/convert/`` queues the Hugging Face conversion
-(``actions.convert_checkpoint``) and goes back to the run page; ``GET
+(``actions.convert_checkpoint``) and goes back to the run page; ``/checkpoints/<id>/fork/``
+shows the run's config to start a fork from the checkpoint (GET) and launches it (POST,
+``webapp.runs.forks.fork_run``); ``GET
 /checkpoints/<id>/files.json`` lists the files of its converted directory (the run page's file
 list); ``GET /checkpoints/run/<run id>/disk.json`` the run's job dir size on disk (the line
 under the run page's checkpoint rows)."""
@@ -11,7 +13,7 @@ from pathlib import Path
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from webapp.accounts.access import authorize
 from webapp.audit.record import Actor
@@ -19,6 +21,7 @@ from webapp.checkpoints.actions import convert_checkpoint, job_dir_usage
 from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.errors import ActionError
 from webapp.refusals import wants_json
+from webapp.runs.forks import fork_config_yaml, fork_run
 from webapp.runs.live import checkpoint_state
 from webapp.runs.live_views import authorize_json
 from webapp.runs.models import Run
@@ -94,3 +97,28 @@ def disk_json(request: HttpRequest, run_pk: int) -> JsonResponse:
     """``{job_dir, total_bytes, checkpoint_bytes, checkpoints_on_disk}`` of a run."""
     run = authorize(Actor.from_request(request), Run, run_pk, "run.view")
     return JsonResponse(job_dir_usage(run))
+
+
+@require_http_methods(["GET", "POST"])
+def fork(request: HttpRequest, pk: int) -> HttpResponse:
+    actor = Actor.from_request(request)
+    checkpoint = authorize(actor, Checkpoint, pk, "run.fork")
+    context = {"checkpoint": checkpoint, "parent": checkpoint.run, "message": "", "errors": {}}
+    if request.method == "GET":
+        context["config_yaml"] = fork_config_yaml(checkpoint)
+        return render(request, "runs/fork.html", context)
+    context["config_yaml"] = request.POST.get("config_yaml", "")
+    try:
+        run = fork_run(actor, checkpoint, context["config_yaml"])
+    except ActionError as err:
+        context.update(message=err.message, errors=err.errors)
+        return render(request, "runs/fork.html", context, status=err.status)
+    where = (
+        f"{checkpoint.stage} step {checkpoint.step}"
+        if checkpoint.stage
+        else f"step {checkpoint.step}"
+    )
+    messages.success(
+        request, f"Forked run #{checkpoint.run.number} from {where} as run #{run.number}."
+    )
+    return redirect(run.get_absolute_url())

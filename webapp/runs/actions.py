@@ -164,6 +164,8 @@ def start_run(run_id: int) -> Run:
     """The launch task: write the run's launch config into its own directory and submit
     ``trinity run --config <it>`` as a Ray job. A run cancelled while queued is left alone; a
     run whose config or submission fails becomes failed with the reason."""
+    from webapp.runs.forks import seed_fork  # it launches through this module
+
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
         if run.status != RunStatus.QUEUED:
@@ -176,6 +178,7 @@ def start_run(run_id: int) -> Run:
             if rule := _start_refusal(run, spec):
                 raise ActionError(rule, status=403)
             spec.write()
+            seed_fork(run, spec.job_dir)  # a fork's job dir starts with its parent's checkpoint
         except (ActionError, OSError) as err:
             reason = getattr(err, "message", None) or str(err)
             _finish(run, RunStatus.FAILED, f"the run's config could not be prepared: {reason}")

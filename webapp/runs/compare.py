@@ -165,6 +165,7 @@ def compare_series(runs: Sequence[Run], names: list[str] | None) -> dict[str, An
         arrays["wall_time"].append(wall_time)
         arrays["value"].append(value)
         arrays["stage"].append(stage)
+    _branch_from_parents(runs, series)
     for metrics in series.values():
         for arrays in metrics.values():
             keep = _thin(len(arrays["value"]))
@@ -186,7 +187,40 @@ def compare_series(runs: Sequence[Run], names: list[str] | None) -> dict[str, An
                 "status": run.status,
                 "url": run.get_absolute_url(),
                 "metrics": {n: series[run.pk][n] for n in chosen if n in series[run.pk]},
+                "fork": _fork_of(run),
             }
             for run in runs
         ],
     }
+
+
+def _fork_of(run: Run) -> dict[str, Any] | None:
+    if run.parent_id is None:
+        return None
+    return {"parent": run.parent_id, "stage": run.fork_stage, "step": run.fork_step}
+
+
+def _branch_from_parents(
+    runs: Sequence[Run], series: dict[int, dict[str, dict[str, list]]]
+) -> None:
+    """A fork compared with its parent: each of its series starts at the parent's point of the
+    fork step (same stage), so the overlay shows where it branched off (W&B's fork view). The
+    borrowed point has no wall time (the fork did not log it)."""
+    for run in runs:
+        parent = series.get(run.parent_id) if run.parent_id is not None else None
+        if parent is None or run.fork_step is None:
+            continue
+        for name, arrays in series[run.pk].items():
+            theirs = parent.get(name)
+            if theirs is None:
+                continue
+            at = [
+                i
+                for i, (step, stage) in enumerate(zip(theirs["step"], theirs["stage"], strict=True))
+                if step == run.fork_step and stage == run.fork_stage
+            ]
+            if at:
+                arrays["step"].insert(0, run.fork_step)
+                arrays["wall_time"].insert(0, None)
+                arrays["value"].insert(0, theirs["value"][at[-1]])
+                arrays["stage"].insert(0, run.fork_stage)

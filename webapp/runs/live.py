@@ -111,6 +111,7 @@ def checkpoint_state(ckpt: Checkpoint) -> dict[str, Any]:
         "pruned": ckpt.pruned,
         "created": _unix(ckpt.created),
         "convert_url": f"/checkpoints/{ckpt.pk}/convert/",
+        "fork_url": f"/checkpoints/{ckpt.pk}/fork/",
     }
 
 

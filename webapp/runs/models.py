@@ -101,6 +101,15 @@ class Run(models.Model):
     best_eval_accuracy = models.FloatField(null=True, blank=True)
     tags = models.ManyToManyField("experiments.Tag", blank=True, related_name="runs")
     notes = models.TextField(blank=True, help_text="the owner's notes on the run")
+    # a fork (webapp.runs.forks): the run and checkpoint it started from, at step fork_step
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
+    )
+    fork_stage = models.CharField(max_length=100, blank=True)
+    fork_step = models.BigIntegerField(null=True, blank=True)
+    fork_from_path = models.CharField(
+        max_length=1000, blank=True, help_text="the parent's global_step_N the fork starts from"
+    )
 
     objects = RunQuerySet.as_manager()
 

@@ -1,0 +1,141 @@
+"""Fork a run from one of its checkpoints (W&B's ``fork_from``): a new run of the same
+experiment whose job dir starts with the parent's ``global_step_<k>`` and whose steps go on
+from k + 1, with the config the user edited (new hyperparameters from a good point).
+
+    fork_config_yaml(checkpoint)                 # the parent's config, resuming, for the form
+    fork_run(actor, checkpoint, config_yaml)     # the user's action: Run(queued), audited
+    seed_fork(run, job_dir)                      # the launch task, before the Ray job starts
+
+The engine does the resuming with its one resume path (``rft_core.checkpoint.fork``: weights,
+optimizer state and LR schedule position from the checkpoint; the config's hyperparameters).
+The fork is the user's own run (its own ``run-<pk>`` job dir, launched like any other through
+``webapp.runs.actions``' launch task); ``Run.parent`` / ``fork_step`` link it to its parent,
+whose page lists its forks.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import yaml
+from django.db import transaction
+from django.db.models import Max
+
+from rft_core.checkpoint.fork import check_step_dir, seed_job_dir
+from rft_core.errors import CheckpointError
+from webapp.accounts.access import check
+from webapp.audit.record import Actor, record
+from webapp.checkpoints.models import Checkpoint
+from webapp.errors import ActionError
+from webapp.experiments.config_policy import check_config, parse_yaml
+from webapp.experiments.models import Experiment
+from webapp.runs import actions
+from webapp.runs.live import publish_run
+from webapp.runs.models import Run, RunStatus
+
+
+def fork_config_yaml(checkpoint: Checkpoint) -> str:
+    """The parent run's config as launched, with ``continue_from_checkpoint: true`` (the
+    fork resumes from the checkpoint it is given)."""
+    data = parse_yaml(checkpoint.run.config_yaml) or {}
+    data["continue_from_checkpoint"] = True
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
+
+
+def _stages_before(config: dict, stage: str) -> list[str]:
+    """Names of the stages that run before ``stage``; an error naming ``stages`` when the
+    edited config has no such stage (the checkpoint would have nowhere to go)."""
+    names = [s.get("stage_name") for s in config.get("stages") or [] if isinstance(s, dict)]
+    if not stage:
+        if names:
+            raise ActionError(
+                "the checkpoint is not of a stage, but the config has stages: remove them",
+                errors={"stages": f"the checkpoint has no stage; the config names {names}"},
+            )
+        return []
+    if stage not in names:
+        raise ActionError(
+            f"the checkpoint is of stage {stage!r}, which the config does not have",
+            errors={"stages": f"keep a stage named {stage!r} (the config names {names})"},
+        )
+    return names[: names.index(stage)]
+
+
+def fork_run(actor: Actor, checkpoint: Checkpoint, config_yaml: str) -> Run:
+    """A queued run that starts from ``checkpoint`` with ``config_yaml``; its launch task is
+    enqueued once the row commits. Refused (nothing written) for a user who may not launch
+    runs of the checkpoint's experiment, a checkpoint gone from disk or not a full one, a
+    config with errors (each named by its YAML path), or Redis / Ray not answering."""
+    parent = checkpoint.run
+    experiment = parent.experiment
+    check(actor, experiment, "run.fork")
+    try:
+        check_step_dir(Path(checkpoint.path))
+    except CheckpointError as err:
+        raise ActionError(f"cannot fork from this checkpoint: {err}", status=409) from err
+    checked = check_config(config_yaml=config_yaml)
+    if not checked.config.continue_from_checkpoint:
+        raise ActionError(
+            "a fork resumes from its checkpoint",
+            errors={"continue_from_checkpoint": "must be true in a fork"},
+        )
+    _stages_before(checked.data, checkpoint.stage)
+    claim = actions._claim_launch_paths(actor, experiment, checked)
+    actions._require_services()
+    task_id = str(uuid.uuid4())
+    with transaction.atomic():
+        locked = Experiment.objects.select_for_update().get(pk=experiment.pk)
+        number = (locked.runs.aggregate(top=Max("number"))["top"] or 0) + 1
+        run = Run.objects.create(
+            experiment=locked,
+            number=number,
+            status=RunStatus.QUEUED,
+            config_yaml=checked.canonical_yaml,
+            config=checked.data,
+            experiment_version=parent.experiment_version,
+            launched_by=actor.user,
+            celery_task_id=task_id,
+            parent=parent,
+            fork_stage=checkpoint.stage,
+            fork_step=checkpoint.step,
+            fork_from_path=checkpoint.path,
+        )
+        Experiment.objects.filter(pk=locked.pk).update(last_run=run)
+        record(
+            actor,
+            "run.fork",
+            run,
+            after={
+                "experiment": locked.pk,
+                "number": number,
+                "parent": parent.pk,
+                "checkpoint": checkpoint.pk,
+                "stage": checkpoint.stage,
+                "step": checkpoint.step,
+                "checkpoint_root": str(claim.path),
+            },
+        )
+        transaction.on_commit(lambda: actions._enqueue_launch(run, task_id))
+        publish_run(run)
+    return run
+
+
+def seed_fork(run: Run, job_dir: Path) -> None:
+    """The launch task's part for a fork: the parent's checkpoint linked into the fork's (stage)
+    job dir as its latest, the stages before it marked finished. Nothing for other runs."""
+    if run.parent_id is None and not run.fork_from_path:
+        return
+    before = _stages_before(run.config, run.fork_stage)
+    target = Path(job_dir) / run.fork_stage if run.fork_stage else Path(job_dir)
+    if (target / Path(run.fork_from_path).name).exists():
+        return  # a second delivery of the launch task
+    try:
+        seed_job_dir(
+            target,
+            [Path(run.fork_from_path)],
+            forked_from={"run": run.parent_id, "stage": run.fork_stage, "step": run.fork_step},
+            finished_stages=before,
+        )
+    except CheckpointError as err:
+        raise ActionError(f"the fork's checkpoint could not be linked in: {err}") from err
