@@ -2,7 +2,7 @@
 
     trinity run --config X.yaml [--plugin-dir DIR ...] [--dry-run] [key=value ...]
     trinity convert --checkpoint-dir D [--base-model-dir B] [--step 100,200] [--dtype auto|bf16|fp32] [--force]
-    trinity init-demo [--out DIR] [--force] [--no-judge] [--synthetic qwen2.5-1.5b|smoke]
+    trinity init-demo [--out DIR] [--force] [--judge] [--synthetic qwen2.5-1.5b|smoke]
 
 Each sub-command's work lives in the module named after its concept (``launcher``, ``convert``,
 ``demo``); this file only parses arguments and turns user errors into one line and an exit code.
@@ -90,10 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--seed", type=int, default=0, help="seed of the generated model and data")
     demo.add_argument(
-        "--no-judge",
+        "--judge",
         action="store_true",
-        help="skip training the demo judge (var/demo/judge, a few minutes of CPU) that "
-        "examples/demo/judge_ruler_demo.yaml uses",
+        help="also train the demo judge (var/demo/judge: the tiny model taught on the CPU to "
+        "judge the arithmetic answers; rft_core/demo_judge.py)",
     )
     demo.add_argument(
         "--synthetic",

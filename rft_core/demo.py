@@ -16,8 +16,7 @@ bytes for the same seed::
     DIR/sft/frozen_lake.jsonl                  its multi-turn warmup (``rft_core.demo_frozen_lake``)
     DIR/judge/                                 the demo judge: the demo model trained on the CPU
                                                to judge the arithmetic answers (``rft_core.demo_judge``;
-                                               ``judge=True``, what ``trinity init-demo`` does
-                                               unless ``--no-judge``)
+                                               ``judge=True``: ``trinity init-demo --judge``)
 
 The model is a randomly initialised Qwen2-architecture causal LM of ~3M parameters with a
 byte-level tokenizer that has no merges (one token per ASCII character) and a ChatML chat
@@ -342,8 +341,8 @@ def build_demo(
 ) -> DemoPaths:
     """Write the demo under ``out_dir`` (missing files only, or every demo file with ``force``).
 
-    ``judge``: also train the demo judge (``rft_core.demo_judge``; a few minutes of CPU, so
-    off unless asked for: the other demos and most tests do not need it).
+    ``judge``: also train the demo judge (``rft_core.demo_judge``: 400 training steps on the
+    CPU, so off unless asked for; the other demos and most tests do not need it).
 
     Raises DataError when ``out_dir`` is a non-empty directory that is not a demo directory, or
     a demo directory built with another seed, and ``force`` is not set.
@@ -466,7 +465,9 @@ def _write_model(directory: Path, seed: int) -> None:
     _save_model(directory, build_model(tokenizer, seed), tokenizer)
 
 
-def _save_model(directory: Path, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+def _save_model(
+    directory: Path, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
+) -> None:
     """Save a demo model and its tokenizer as a Hugging Face directory readable by transformers 4."""
     model.save_pretrained(directory, safe_serialization=True)
     tokenizer.save_pretrained(directory)
@@ -525,9 +526,9 @@ def cli_init_demo(args: argparse.Namespace) -> int:
         out = Path(args.out).expanduser() if args.out else default
         return cli_synthetic(out, args.synthetic, args.seed, args.force)
     out = Path(args.out).expanduser() if args.out else default_demo_dir()
-    judge = not getattr(args, "no_judge", False)
+    judge = bool(getattr(args, "judge", False))
     if judge and not (DemoPaths.under(out).judge_dir / "model.safetensors").exists():
-        print("training the demo judge on the CPU (a few minutes; --no-judge skips it) ...")
+        print("training the demo judge on the CPU ...")
     paths = build_demo(out, seed=args.seed, force=args.force, judge=judge)
     print(f"demo ready in {paths.root}")
     print(f"  model:    {paths.model_dir}")

@@ -1,5 +1,7 @@
 """The demo judge: the tiny demo model taught, on the CPU in ``trinity init-demo``, to be the RULER
-judge of the demo's arithmetic task (``examples/demo/judge_ruler_demo.yaml``).
+judge of the demo's arithmetic task (``math_ruler_workflow`` with
+``explorer.auxiliary_models[0].model_path: var/demo/judge``, ``repeat_times: 4`` and
+``workflow_args.judge_prompt`` set to :data:`JUDGE_PROMPT`).
 
 Why a trained judge: the untrained demo model, asked to judge, never writes a score list, so a
 RULER run with it as judge falls back on every group and learns nothing. A real judge has to
@@ -9,8 +11,8 @@ stays a language model that judges from its input: it reads the question and the
 answers, works the sum out digit by digit, then writes one score per answer. Nothing in the run
 looks at the truth to score (``math_reward`` still runs, only as the logged ``gold_reward``).
 
-The judge's conversation is :data:`JUDGE_PROMPT` (the demo config repeats it as
-``workflow_args.judge_prompt``; a test checks they agree) rendered by
+The judge's conversation is :data:`JUDGE_PROMPT` (a config repeats it as
+``workflow_args.judge_prompt``) rendered by
 ``rft_core.workflows.ruler.ruler_messages``, so the rows it is trained on are the prompts the run
 sends it. The template shows each answer's ``{answers}`` field (the text of the response's last
 ``<answer>…</answer>``; ``-`` when there is none) rather than the whole worked response: the demo
@@ -28,8 +30,12 @@ learning rate warmed up then cosine to zero), on the CPU with a fixed seed. The 
 candidate answers are drawn to make the judge compare, not guess: the sum, the sum without the
 carry, the sum off by one in either digit, a random number, the digits swapped, or no answer.
 The data are the same bytes for the same seed; the weights are deterministic for one CPU kernel
-path, and fp32 rounding differs a little across kernel paths (see tests/core/test_judge_demo.py
-for what is checked on each).
+path, and fp32 rounding differs a little across kernel paths.
+
+Status: built by ``trinity init-demo --judge`` (opt-in). How well the trained judge judges (its
+parse rate and agreement with the truth on each CPU kernel path), and a RULER run that learns
+from it, are not measured yet; ``examples/demo/judge_ruler_demo.yaml`` still uses the untrained
+demo model as its judge (plumbing only, README).
 """
 
 from __future__ import annotations
