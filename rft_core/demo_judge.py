@@ -32,10 +32,12 @@ carry, the sum off by one in either digit, a random number, the digits swapped, 
 The data are the same bytes for the same seed; the weights are deterministic for one CPU kernel
 path, and fp32 rounding differs a little across kernel paths.
 
-Status: built by ``trinity init-demo --judge`` (opt-in). How well the trained judge judges (its
-parse rate and agreement with the truth on each CPU kernel path), and a RULER run that learns
-from it, are not measured yet; ``examples/demo/judge_ruler_demo.yaml`` still uses the untrained
-demo model as its judge (plumbing only, README).
+Status: built by ``trinity init-demo --judge`` (opt-in). Measured once (300 steps of 32 at lr
+2e-3, greedy, 200 held-out questions x 4 answers): every reply parsed, but the calls matched the
+truth on only 66% of answers drawn like the training mix and 48% of sloppy-policy-like ones: it
+learns the format, not yet the sum. The step count and recipe are to be tuned (and checked on
+each CPU kernel path) before ``examples/demo/judge_ruler_demo.yaml`` uses it; that config still
+uses the untrained demo model as its judge (plumbing only, README).
 """
 
 from __future__ import annotations
