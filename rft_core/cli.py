@@ -2,7 +2,7 @@
 
     trinity run --config X.yaml [--plugin-dir DIR ...] [--dry-run] [key=value ...]
     trinity convert --checkpoint-dir D [--base-model-dir B] [--step 100,200] [--dtype auto|bf16|fp32] [--force]
-    trinity init-demo [--out DIR] [--force] [--synthetic qwen2.5-1.5b|smoke]
+    trinity init-demo [--out DIR] [--force] [--judge] [--synthetic qwen2.5-1.5b|smoke]
 
 Each sub-command's work lives in the module named after its concept (``launcher``, ``convert``,
 ``demo``); this file only parses arguments and turns user errors into one line and an exit code.
@@ -89,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="write into a non-empty directory that is not a demo dir",
     )
     demo.add_argument("--seed", type=int, default=0, help="seed of the generated model and data")
+    demo.add_argument(
+        "--judge",
+        action="store_true",
+        help="also train the demo judge (var/demo/judge: the tiny model taught on the CPU to "
+        "judge the arithmetic answers; rft_core/demo_judge.py)",
+    )
     demo.add_argument(
         "--synthetic",
         default=None,

@@ -14,6 +14,9 @@ bytes for the same seed::
                                                (JSON {"target", "numbers"}; countdown_reward)
     DIR/frozen_lake/{train,test}.jsonl         3x3 lakes for frozen_lake_workflow, and
     DIR/sft/frozen_lake.jsonl                  its multi-turn warmup (``rft_core.demo_frozen_lake``)
+    DIR/judge/                                 the demo judge: the demo model trained on the CPU
+                                               to judge the arithmetic answers (``rft_core.demo_judge``;
+                                               ``judge=True``: ``trinity init-demo --judge``)
 
 The model is a randomly initialised Qwen2-architecture causal LM of ~3M parameters with a
 byte-level tokenizer that has no merges (one token per ASCII character) and a ChatML chat
@@ -126,6 +129,7 @@ class DemoPaths:
     countdown_test_path: Path
     frozen_lake_dir: Path  # train.jsonl / test.jsonl lakes for frozen_lake_workflow
     frozen_lake_sft_path: Path  # multi-turn messages rows for its SFT warmup
+    judge_dir: Path  # the demo judge (Hugging Face model directory) of judge_ruler_demo.yaml
 
     @classmethod
     def under(cls, root: Path) -> DemoPaths:
@@ -144,6 +148,7 @@ class DemoPaths:
             countdown_test_path=root / "countdown" / "main" / "test-00000-of-00001.parquet",
             frozen_lake_dir=root / "frozen_lake",
             frozen_lake_sft_path=root / "sft" / "frozen_lake.jsonl",
+            judge_dir=root / "judge",
         )
 
 
@@ -331,8 +336,13 @@ def build_model(tokenizer: PreTrainedTokenizerBase, seed: int) -> PreTrainedMode
 # ---------------------------------------------------------------------------------------------
 
 
-def build_demo(out_dir: Path, *, seed: int = 0, force: bool = False) -> DemoPaths:
+def build_demo(
+    out_dir: Path, *, seed: int = 0, force: bool = False, judge: bool = False
+) -> DemoPaths:
     """Write the demo under ``out_dir`` (missing files only, or every demo file with ``force``).
+
+    ``judge``: also train the demo judge (``rft_core.demo_judge``: 400 training steps on the
+    CPU, so off unless asked for; the other demos and most tests do not need it).
 
     Raises DataError when ``out_dir`` is a non-empty directory that is not a demo directory, or
     a demo directory built with another seed, and ``force`` is not set.
@@ -377,6 +387,10 @@ def build_demo(out_dir: Path, *, seed: int = 0, force: bool = False) -> DemoPath
         lambda p: _write_jsonl(p, frozen_lake.sft_rows(seed)),
         rewrite,
     )
+    if judge:
+        from rft_core.demo_judge import train_judge
+
+        _install_dir(paths.judge_dir, MODEL_FILES, lambda d: train_judge(d, train, seed), rewrite)
     # last when rewriting: a rebuild interrupted halfway still carries the old marker, is redone
     _install(paths.marker_path, write_marker, overwrite=rewrite)
     return paths
@@ -448,7 +462,13 @@ def _install_dir(
 
 def _write_model(directory: Path, seed: int) -> None:
     tokenizer = build_tokenizer()
-    model = build_model(tokenizer, seed)
+    _save_model(directory, build_model(tokenizer, seed), tokenizer)
+
+
+def _save_model(
+    directory: Path, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """Save a demo model and its tokenizer as a Hugging Face directory readable by transformers 4."""
     model.save_pretrained(directory, safe_serialization=True)
     tokenizer.save_pretrained(directory)
     # transformers 5 records its own backend class name; 4.x (and vLLM on it) only knows this one
@@ -506,7 +526,10 @@ def cli_init_demo(args: argparse.Namespace) -> int:
         out = Path(args.out).expanduser() if args.out else default
         return cli_synthetic(out, args.synthetic, args.seed, args.force)
     out = Path(args.out).expanduser() if args.out else default_demo_dir()
-    paths = build_demo(out, seed=args.seed, force=args.force)
+    judge = bool(getattr(args, "judge", False))
+    if judge and not (DemoPaths.under(out).judge_dir / "model.safetensors").exists():
+        print("training the demo judge on the CPU ...")
+    paths = build_demo(out, seed=args.seed, force=args.force, judge=judge)
     print(f"demo ready in {paths.root}")
     print(f"  model:    {paths.model_dir}")
     print(f"  taskset:  {paths.dataset_dir} (subset main, splits train/test)")
@@ -515,4 +538,6 @@ def cli_init_demo(args: argparse.Namespace) -> int:
     print(
         f"  frozen lake: {paths.frozen_lake_dir} (splits train/test), sft {paths.frozen_lake_sft_path}"
     )
+    if judge:
+        print(f"  judge:    {paths.judge_dir} (examples/demo/judge_ruler_demo.yaml)")
     return 0

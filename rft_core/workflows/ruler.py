@@ -14,7 +14,10 @@ tiny demo model. RULER itself is OpenPipe ART's ``rewards/ruler.py``.
   list ``[s1, …, sn]``. The task's reward function (``math_reward`` by default) still runs on
   each response, but only as the logged "gold" reward (``gold_reward``, and its parts as
   ``gold_<part>``), as in
-  Trinity; the training reward is the judge's score (part ``ruler_score``).
+  Trinity; the training reward is the judge's score (part ``ruler_score``). Where the gold
+  reward has an ``accuracy`` part and the judge's reply parsed, ``judge_agreement`` logs
+  whether the judge called the answer as the truth does (score >= 0.5 for a right answer,
+  < 0.5 for a wrong one; not in Trinity, logged only).
 - ``medicine_ruler_workflow``: the same, with the row's ``rubric`` column (a list of
   ``{"description", "weight"}``) shown to the judge; no gold reward (Trinity's placeholder
   reward function is not run).
@@ -31,7 +34,10 @@ failed judgement.)
 ``workflow_args``: ``judge_model`` (index into ``explorer.auxiliary_models``, 0),
 ``fallback_score`` (0.0), and for a judge with a short context (the tiny demo model reads one
 token per character) ``judge_prompt``: a template replacing the judge's user turn, with
-``{question}``, ``{solutions}`` (``1: …`` one per line), ``{n}`` and ``{rubric}``, and
+``{question}``, ``{solutions}`` (``1: …`` one per line), ``{answers}`` (the same lines with
+only each response's final answer: the text of its last ``<answer>…</answer>``, ``-`` when it
+has none; for a judge that reads one token per character, as the demo judge of
+``rft_core.demo_judge``), ``{n}`` and ``{rubric}``, and
 ``judge_system_prompt`` (the same fields; "" or unset: no system turn when ``judge_prompt`` is
 given). The judge samples with its entry's settings (greedy by default).
 """
@@ -58,6 +64,7 @@ ANSWER_FORMAT = (
     "answer; the reasoning is enclosed in <think> </think> tags and the answer in <answer> "
     "</answer> tags, i.e. <think> reasoning here </think> <answer> answer here </answer>."
 )
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _NUMBER_RE = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -72,6 +79,14 @@ def parse_ruler_scores(reply: str, n: int) -> list[float] | None:
     if len(items) != n or not all(_NUMBER_RE.fullmatch(item) for item in items):
         return None
     return [min(1.0, max(0.0, float(item))) for item in items]
+
+
+def final_answer(response: str, limit: int = 12) -> str:
+    """The text of the response's last ``<answer>…</answer>`` (stripped, at most ``limit``
+    characters), ``-`` when there is none: the ``{answers}`` field of a ``judge_prompt``."""
+    found = _ANSWER_RE.findall(response)
+    text = " ".join(found[-1].split())[:limit] if found else ""
+    return text or "-"
 
 
 def ruler_messages(
@@ -90,6 +105,7 @@ def ruler_messages(
         fields = {
             "question": question,
             "solutions": solutions,
+            "answers": "\n".join(f"{i + 1}: {final_answer(r)}" for i, r in enumerate(responses)),
             "n": n,
             "rubric": rubric_text(rubric or []),
         }
@@ -227,6 +243,11 @@ class MathRULERWorkflow(MathWorkflow):
                     )
                     parts.update({f"gold_{k}": v for k, v in gold.items()})
                     parts["gold_reward"] = sum(gold.values())
+                    if parsed is not None and "accuracy" in gold:
+                        # did the judge call this answer right (score >= 0.5) as the truth does?
+                        parts["judge_agreement"] = float(
+                            (parsed[i] >= 0.5) == (gold["accuracy"] >= 1.0)
+                        )
                 task_scores.append(parts)
             scores.append(task_scores)
         return scores

@@ -216,6 +216,24 @@ def test_math_ruler_rewards_are_the_judges_scores_and_gold_is_logged(caplog):
     assert "math_ruler_workflow: judge reply for task gsm[1] holds no usable scores" in caplog.text
 
 
+def test_math_ruler_logs_whether_the_judge_called_each_answer_as_the_truth_does():
+    policy = ScriptedEngine(
+        {"q0": ["<answer>72</answer>", "<answer>70</answer>", "<answer>72</answer>"]}
+    )
+    # right answer scored 0.9 (agrees), wrong one 0.6 (disagrees), right one 0.2 (disagrees)
+    judge = aux(lambda conv: "[0.9, 0.6, 0.2]")
+    template = {"judge_prompt": "{question}\n{answers}\nScores:"}
+    workflow = workflows.get("math_ruler_workflow")(template, auxiliary_models=[judge])
+    exps = workflow.run_batch([task(0, "q0", "#### 72")], policy, 3)
+    assert judge.engine.calls[0][0][0] == [
+        {"role": "user", "content": "q0\n1: 72\n2: 70\n3: 72\nScores:"}
+    ]
+    assert [e.metrics["judge_agreement"] for e in exps] == [1.0, 0.0, 0.0]
+    unparsed = workflows.get("math_ruler_workflow")({}, auxiliary_models=[aux(lambda c: "no")])
+    exps = unparsed.run_batch([task(0, "q0", "#### 72")], policy, 3)
+    assert all("judge_agreement" not in e.metrics for e in exps)  # no judgement, no agreement
+
+
 def test_math_ruler_without_a_judge_is_one_clear_error():
     policy = ScriptedEngine({"q0": ["a"]})
     with pytest.raises(ConfigError, match="explorer.auxiliary_models"):

@@ -1,0 +1,152 @@
+"""The demo judge: the tiny demo model taught, on the CPU in ``trinity init-demo``, to be the RULER
+judge of the demo's arithmetic task (``math_ruler_workflow`` with
+``explorer.auxiliary_models[0].model_path: var/demo/judge``, ``repeat_times: 4`` and
+``workflow_args.judge_prompt`` set to :data:`JUDGE_PROMPT`).
+
+Why a trained judge: the untrained demo model, asked to judge, never writes a score list, so a
+RULER run with it as judge falls back on every group and learns nothing. A real judge has to
+*know* the answer; an instruct model of a few billion parameters does, the 3M-parameter demo model
+does not, so it is taught the one skill it needs, in the exact form ``ruler.py`` parses. It
+stays a language model that judges from its input: it reads the question and the group's
+answers, works the sum out digit by digit, then writes one score per answer. Nothing in the run
+looks at the truth to score (``math_reward`` still runs, only as the logged ``gold_reward``).
+
+The judge's conversation is :data:`JUDGE_PROMPT` (a config repeats it as
+``workflow_args.judge_prompt``) rendered by
+``rft_core.workflows.ruler.ruler_messages``, so the rows it is trained on are the prompts the run
+sends it. The template shows each answer's ``{answers}`` field (the text of the response's last
+``<answer>…</answer>``; ``-`` when there is none) rather than the whole worked response: the demo
+model reads one token per character, and four full responses would quadruple the judge's
+training cost. The judge's reply, for ``What is 37 + 48?`` and answers 85, 75, 85, 8::
+
+    7+8=15 3+4+1=8 85 [1, 0, 1, 0]
+
+— the same digit-wise steps the policy's warmup uses (without them the model does not learn
+2-digit addition in minutes), the sum, then the list: 1 for an answer equal to the sum, else 0.
+
+Training (:func:`train_judge`): the demo model's random initialisation (seed of the demo), then
+:data:`JUDGE_STEPS` AdamW steps of :data:`JUDGE_BATCH` generated groups (loss on the reply only,
+learning rate warmed up then cosine to zero), on the CPU with a fixed seed. The groups'
+candidate answers are drawn to make the judge compare, not guess: the sum, the sum without the
+carry, the sum off by one in either digit, a random number, the digits swapped, or no answer.
+The data are the same bytes for the same seed; the weights are deterministic for one CPU kernel
+path, and fp32 rounding differs a little across kernel paths.
+
+Status: built by ``trinity init-demo --judge`` (opt-in). Measured once (300 steps of 32 at lr
+2e-3, greedy, 200 held-out questions x 4 answers): every reply parsed, but the calls matched the
+truth on only 66% of answers drawn like the training mix and 48% of sloppy-policy-like ones: it
+learns the format, not yet the sum. The step count and recipe are to be tuned (and checked on
+each CPU kernel path) before ``examples/demo/judge_ruler_demo.yaml`` uses it; that config still
+uses the untrained demo model as its judge (plumbing only, README).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rft_core.demo import Problem
+
+# `{answers}`: one "i: answer" line per response (rft_core.workflows.ruler). Short on purpose.
+JUDGE_PROMPT = "{question}\n{answers}\nScores:"
+GROUP_SIZE = 4  # the demo config's repeat_times
+JUDGE_STEPS = 400
+JUDGE_BATCH = 32
+JUDGE_LR = 2e-3
+JUDGE_WARMUP = 20
+# the reply is at most 31 characters plus <|im_end|>; the demo config gives the judge 40 tokens
+JUDGE_MAX_RESPONSE_TOKENS = 40
+
+
+def judge_reply(problem: Problem, answers: list[str]) -> str:
+    """What a correct judge writes: the digit-wise sum, the sum, one 0/1 score per answer."""
+    (a1, a0), (b1, b0), c = divmod(problem.a, 10), divmod(problem.b, 10), problem.carry
+    scores = ", ".join("1" if a == str(problem.result) else "0" for a in answers)
+    return f"{a0}+{b0}={a0 + b0} {a1}+{b1}+{c}={a1 + b1 + c} {problem.result} [{scores}]"
+
+
+def candidate_answer(problem: Problem, rng: random.Random) -> str:
+    """One candidate answer for the judge to score (see the module doc for the mix)."""
+    s = problem.result
+    kind = rng.random()
+    if kind < 0.35:
+        return str(s)
+    if kind < 0.50 and problem.carry:
+        return str(s - 10)  # the sloppy teacher's answer: the carry left out
+    if kind < 0.65:
+        return str(max(0, s + rng.choice([-1, 1, -10, 10, -11, 11])))
+    if kind < 0.80:
+        return str(rng.randint(20, 198))
+    if kind < 0.92:
+        swapped = str(s)[::-1].lstrip("0") or "0"
+        return swapped if swapped != str(s) else str(s + 1)
+    return "-"
+
+
+def judge_rows(problems: list[Problem], count: int, seed: int) -> list[dict]:
+    """``count`` judge training rows: messages (the judge's conversation, then its reply)."""
+    from rft_core.workflows.ruler import ruler_messages
+
+    rng = random.Random(f"judge-{seed}")
+    rows = []
+    for _ in range(count):
+        problem = rng.choice(problems)
+        answers = [candidate_answer(problem, rng) for _ in range(GROUP_SIZE)]
+        responses = [f"<answer>{a}</answer>" if a != "-" else "" for a in answers]
+        messages = ruler_messages(problem.question, responses, prompt=JUDGE_PROMPT)
+        reply = judge_reply(problem, answers)
+        rows.append({"messages": [*messages, {"role": "assistant", "content": reply}]})
+    return rows
+
+
+def train_judge(directory: Path, problems: list[Problem], seed: int) -> None:
+    """Train the demo judge (module doc) and save it as a Hugging Face model in ``directory``."""
+    import torch
+
+    from rft_core.demo import _save_model, build_model, build_tokenizer
+
+    tokenizer = build_tokenizer()
+    model = build_model(tokenizer, seed)
+    rows = judge_rows(problems, JUDGE_STEPS * JUDGE_BATCH, seed)
+    pad = tokenizer.pad_token_id
+    examples = [_encode(tokenizer, row["messages"]) for row in rows]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=JUDGE_LR, weight_decay=0.0)
+        model.train()
+        for step in range(JUDGE_STEPS):
+            lr = JUDGE_LR * min(
+                (step + 1) / JUDGE_WARMUP,
+                0.5 * (1 + math.cos(math.pi * step / JUDGE_STEPS)),
+            )
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            batch = examples[step * JUDGE_BATCH : (step + 1) * JUDGE_BATCH]
+            width = max(len(ids) for ids, _ in batch)
+            input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            labels = torch.full((len(batch), width), -100, dtype=torch.long)
+            attention = torch.zeros((len(batch), width), dtype=torch.long)
+            for i, (ids, start) in enumerate(batch):
+                input_ids[i, : len(ids)] = torch.tensor(ids)
+                labels[i, start : len(ids)] = torch.tensor(ids[start:])
+                attention[i, : len(ids)] = 1
+            loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    model.eval()
+    _save_model(directory, model, tokenizer)
+
+
+def _encode(tokenizer, messages: list[dict]) -> tuple[list[int], int]:
+    """Token ids of the whole conversation and where the judge's reply starts."""
+    prompt = tokenizer.apply_chat_template(
+        messages[:-1], tokenize=False, add_generation_prompt=True
+    )
+    start = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    full = prompt + messages[-1]["content"] + "<|im_end|>"
+    return tokenizer(full, add_special_tokens=False)["input_ids"], start

@@ -1,0 +1,42 @@
+"""The demo judge's data and prompt (``rft_core.demo_judge``, ``trinity init-demo --judge``): a
+correct judge's reply is the digit-wise sum and one 0/1 score per answer in the list form
+``ruler.py`` parses, the prompt shows each answer's final ``<answer>`` only, and the rows are the
+same bytes for the same seed."""
+
+from rft_core.demo import Problem
+from rft_core.demo_judge import GROUP_SIZE, JUDGE_PROMPT, judge_reply, judge_rows
+from rft_core.workflows.ruler import final_answer, parse_ruler_scores, ruler_messages
+
+
+def test_a_correct_judge_scores_the_computed_sum_by_hand():
+    # 37 + 48: ones 7+8=15 carry 1, tens 3+4+1=8 -> 85; 75 drops the carry, "-" is no answer
+    reply = judge_reply(Problem(37, 48), ["85", "75", "85", "-"])
+    assert reply == "7+8=15 3+4+1=8 85 [1, 0, 1, 0]"
+    assert parse_ruler_scores(reply, 4) == [1.0, 0.0, 1.0, 0.0]
+    assert judge_reply(Problem(20, 31), ["51", "15"]) == "0+1=1 2+3+0=5 51 [1, 0]"
+
+
+def test_the_judge_reads_only_each_answers_final_answer():
+    assert final_answer("<think>7+8=15 3+4+1=8</think><answer>85</answer>") == "85"
+    assert final_answer("<answer>1</answer> then <answer> 7 5 </answer>") == "7 5"
+    assert final_answer("<think>7+8=15") == "-"  # no answer tag
+    assert final_answer("<answer>" + "9" * 40 + "</answer>") == "9" * 12  # bounded
+    messages = ruler_messages(
+        "What is 37 + 48?", ["<answer>85</answer>", "oops"], prompt=JUDGE_PROMPT
+    )
+    assert messages == [{"role": "user", "content": "What is 37 + 48?\n1: 85\n2: -\nScores:"}]
+
+
+def test_the_judge_rows_are_the_same_for_a_seed_and_hold_right_and_wrong_answers():
+    problems = [Problem(a, b) for a in range(10, 30) for b in range(40, 60)]
+    rows = judge_rows(problems, 200, seed=0)
+    assert rows == judge_rows(problems, 200, seed=0)
+    assert rows != judge_rows(problems, 200, seed=1)
+    scores = []
+    for row in rows:
+        user, reply = row["messages"][0]["content"], row["messages"][-1]["content"]
+        a, b = map(int, user.split("?")[0].removeprefix("What is ").split(" + "))
+        answers = [line.split(": ", 1)[1] for line in user.splitlines()[1 : 1 + GROUP_SIZE]]
+        assert reply == judge_reply(Problem(a, b), answers)  # the truth-free prompt's reply
+        scores += parse_ruler_scores(reply, GROUP_SIZE)
+    assert 0.25 < sum(scores) / len(scores) < 0.5  # both kinds, so the judge must compare
