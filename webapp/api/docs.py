@@ -12,7 +12,14 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import JSONRenderer, TemplateHTMLRenderer
 
 
+class DocsHTMLRenderer(TemplateHTMLRenderer):
+    """Refusals (401, 403 such as a POST without its CSRF token, 405) as a short page that says
+    why (``detail``), not DRF's bare "403 Forbidden"."""
+
+    exception_template_names = ["api/refused.html"]
+
+
 class ApiDocsView(SpectacularSwaggerView):
-    renderer_classes = [TemplateHTMLRenderer, JSONRenderer]
+    renderer_classes = [DocsHTMLRenderer, JSONRenderer]
     permission_classes = [IsAuthenticated]
     url_name = "api:schema"
