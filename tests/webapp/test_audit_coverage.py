@@ -91,6 +91,11 @@ def api(user) -> Client:
     return Client(REMOTE_ADDR=IP, HTTP_USER_AGENT=AGENT, HTTP_AUTHORIZATION=f"Bearer {key}")
 
 
+@pytest.fixture(autouse=True)
+def _demo_paths_exist(roots):
+    """The demo config's model and data directories exist (a save refuses paths that do not)."""
+
+
 def new_experiment(user, name: str = "exp", yaml: str = DEMO_YAML):
     """An experiment created through the API (itself audited; tests look at later rows)."""
     response = api(user).post(
