@@ -441,3 +441,19 @@ def test_the_runs_that_took_a_job_dir_before_the_rule_are_listed(world):
     assert (
         f"run {taken.pk} (bob, import) {world.alice_job / 'sub'}: owned by run " in out.getvalue()
     )
+
+
+def test_a_save_does_not_tell_whether_a_path_in_another_users_area_exists(world):
+    """A save refuses a model path that does not exist here (unless the user says it will on
+    the cluster), but never for a path in another user's runs area: bob could otherwise probe
+    alice's files by saving. Both saves answer the same; the launch refuses both."""
+    answers = []
+    for i, path in enumerate([world.alice_job, world.alice_job / "no-such-dir"]):
+        body = {
+            "name": f"probe-{i}",
+            "config_yaml": DEMO_YAML.replace(MODEL_PATH, f"model_path: {path}"),
+        }
+        answer = _json(token_client(world.bob)[0], "/api/v1/experiments/", body)
+        answers.append((answer.status_code, "missing_paths" in answer.json()))
+    assert world.alice_job.is_dir()
+    assert answers == [(201, False), (201, False)]

@@ -356,11 +356,22 @@ class MissingPaths(ActionError):
         return {**super().as_json(), "missing_paths": self.missing}
 
 
+def _in_runs_areas(real: str) -> bool:
+    """Whether ``real`` lies under ``<RFT_RUNS_DIR>/users/`` (``webapp.runs.claims``' runs
+    areas). Whether such a path exists is never told at save: it would let one user probe
+    another's runs (a launch holds a run to its own area, ``claims.path_refusal``)."""
+    users = os.path.join(os.path.realpath(settings.RFT_RUNS_DIR), "users")
+    return real == users or real.startswith(users + os.sep)
+
+
 def missing_path_errors(cfg: Config) -> dict[str, str]:
-    """YAML path -> why, for every file or directory ``cfg`` reads that does not exist here."""
+    """YAML path -> why, for every file or directory ``cfg`` reads that does not exist here
+    (outside the users' runs areas, see ``_in_runs_areas``)."""
     errors: dict[str, str] = {}
     for path in config_paths(cfg):
         if path.why or not _READ_PATHS.match(path.where) or os.path.exists(path.real):
+            continue
+        if _in_runs_areas(str(path.real)):
             continue
         errors[path.where] = (
             f"{path.value!r} does not exist on this server ({path.real}); if it will exist on "
