@@ -73,16 +73,22 @@ vllm)
     # sync, beside the demo on the vllm engine (its vLLM share lowered to 0.3 so the two fit the
     # GPU together; the demo's figures are accuracy, not speed), then the 1.5B product run on
     # vllm alone (the benchmark's step was measured in the hf product command)
-    step vllm_engine 240 python3 benchmarks/vllm_engine.py --repeats 3 --json "$OUT/vllm_engine.json" &
+    cap=$((${BUDGET:-540} - 20))
+    step vllm_engine $((cap < 240 ? cap : 240)) python3 benchmarks/vllm_engine.py --repeats 2 --json "$OUT/vllm_engine.json" &
     engine_pid=$!
     (step init_demo 90 python3 -m rft_core.cli init-demo --out /tmp/demo &&
-        step demo_vllm 240 "${DEMO[@]}" explorer.rollout_model.engine_type=vllm \
+        step demo_vllm $((cap - SECONDS)) "${DEMO[@]}" explorer.rollout_model.engine_type=vllm \
             explorer.rollout_model.gpu_memory_utilization=0.3 name=grpo_demo_vllm) &
     demo_pid=$!
     wait $engine_pid $demo_pid
     eval_figures
-    step product_vllm $((${BUDGET:-540} - SECONDS)) python3 benchmarks/product_step.py \
-        --engines vllm --steps 10 --workdir /tmp/ps --skip-benchmark
+    left=$((${BUDGET:-540} - SECONDS))
+    if [ "$left" -ge 240 ]; then
+        step product_vllm "$left" python3 benchmarks/product_step.py \
+            --engines vllm --steps 10 --workdir /tmp/ps --skip-benchmark
+    else
+        say "product_vllm not run: ${left}s of the call's budget left (a run takes ~250 s)"
+    fi
     tar czf "$OUT/logs_vllm.tgz" --exclude='global_step_*' --exclude='synthetic' \
         -C /tmp logs ps -C "$PWD" checkpoints/demo
     ;;
