@@ -6,6 +6,7 @@ The reading counterpart of ``sinks.JsonlSink`` and ``actor_log``: for the job di
 stage's job dir below it (``checkpoint.layout.stage_job_dirs``) it reads
 
     monitor/<role>_metrics.jsonl   {"step", "time", <metric>: value, ...}  -> metric events
+    monitor/<role>_system.jsonl    the same for its system/* metrics       -> metric events
     monitor/<role>_events.jsonl    {"kind": status|checkpoint, "step", "time", ...} -> those
     monitor/<role>_samples.jsonl   {"step", "time", prompt, response, ...} -> samples events
                                    (the lines of one step and time make one event)
@@ -56,6 +57,8 @@ def read_job_events(job_dir: str | Path, run_id: str) -> JobRecord:
         monitor_dir = stage_dir / "monitor"
         for path in sorted(monitor_dir.glob("*_metrics.jsonl")):
             _read_metrics(path, run_id, stage, record)
+        for path in sorted(monitor_dir.glob("*_system.jsonl")):
+            _read_metrics(path, run_id, stage, record, suffix="_system.jsonl")
         for path in sorted(monitor_dir.glob("*_events.jsonl")):
             _read_status_and_checkpoints(path, run_id, stage, record)
         for path in sorted(monitor_dir.glob("*_samples.jsonl")):
@@ -95,8 +98,10 @@ def _lines(path: Path, record: JobRecord):
             yield where, ts, step, row
 
 
-def _read_metrics(path: Path, run_id: str, stage: str, record: JobRecord) -> None:
-    role = _role(path, "_metrics.jsonl")
+def _read_metrics(
+    path: Path, run_id: str, stage: str, record: JobRecord, suffix: str = "_metrics.jsonl"
+) -> None:
+    role = _role(path, suffix)
     for where, ts, step, row in _lines(path, record):
         data = {k: v for k, v in row.items() if v is None or isinstance(v, int | float)}
         if len(data) != len(row):

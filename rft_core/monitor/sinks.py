@@ -38,11 +38,18 @@ def _finite_values(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def is_system_metrics(data: dict) -> bool:
+    """A metric event of ``system/*`` metrics only (``rft_core.monitor.system``)."""
+    return bool(data) and all(str(k).startswith("system/") for k in data)
+
+
 class JsonlSink:
     """``monitor/<role>_metrics.jsonl`` (one line per metric event: step, time, metrics),
     ``monitor/<role>_events.jsonl`` (status and checkpoint events) and
     ``monitor/<role>_samples.jsonl`` (one line per sampled rollout: step, time, prompt,
-    response, truth, reward, ...; opened on the first one)."""
+    response, truth, reward, ...; opened on the first one) and ``monitor/<role>_system.jsonl``
+    (the ``system/*`` metrics of ``rft_core.monitor.system``, timed, not one per step: kept out
+    of the metrics file, whose lines readers take as one per step)."""
 
     def __init__(self, monitor_dir: Path, role: str):
         monitor_dir.mkdir(parents=True, exist_ok=True)
@@ -52,12 +59,20 @@ class JsonlSink:
         self._events = self.events_path.open("a", encoding="utf-8")
         self.samples_path = monitor_dir / f"{role}_samples.jsonl"
         self._samples = None
+        self.system_path = monitor_dir / f"{role}_system.jsonl"
+        self._system = None
+
+    def _system_file(self):
+        if self._system is None:
+            self._system = self.system_path.open("a", encoding="utf-8")
+        return self._system
 
     def write(self, event: MonitorEvent) -> None:
         if event.kind == "metric":
             line = {"step": event.step, "time": event.ts, **_finite(event.data)}
-            self._metrics.write(json.dumps(line) + "\n")
-            self._metrics.flush()
+            out = self._system_file() if is_system_metrics(event.data) else self._metrics
+            out.write(json.dumps(line) + "\n")
+            out.flush()
         elif event.kind in ("status", "checkpoint"):
             line = {"kind": event.kind, "step": event.step, "time": event.ts, **event.data}
             self._events.write(json.dumps(line) + "\n")
@@ -75,6 +90,8 @@ class JsonlSink:
         self._events.close()
         if self._samples is not None:
             self._samples.close()
+        if self._system is not None:
+            self._system.close()
 
 
 class TensorBoardSink:

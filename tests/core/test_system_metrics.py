@@ -88,7 +88,7 @@ def test_the_process_tree_memory_counts_an_engine_child(monkeypatch):
     assert sample["cpu_percent"] >= 0 and 0 <= sample["host_cpu_percent"] <= 100
 
 
-def test_system_metrics_reach_the_metrics_file_at_the_actors_step(tmp_path, monkeypatch):
+def test_system_metrics_reach_their_own_file_at_the_actors_step(tmp_path, monkeypatch):
     monkeypatch.delenv("RFT_EVENTS_REDIS_URL", raising=False)
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(util=(55,), used=(8 * GB,)))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -96,15 +96,19 @@ def test_system_metrics_reach_the_metrics_file_at_the_actors_step(tmp_path, monk
         "none", {}, tmp_path, role="explorer", run_name="demo", system_metrics_interval=0.05
     )
     monitor.log({"rollout/reward/mean": 0.5}, step=7)
-    path = tmp_path / "monitor" / "explorer_metrics.jsonl"
+    path = tmp_path / "monitor" / "explorer_system.jsonl"
     deadline = time.monotonic() + 60
     rows = []
     while not rows and time.monotonic() < deadline:
         time.sleep(0.05)
-        rows = [r for r in map(json.loads, path.read_text().splitlines()) if "step" in r
+        text = path.read_text() if path.exists() else ""
+        rows = [r for r in map(json.loads, text.splitlines()) if "step" in r
                 and "system/explorer/cpu_percent" in r]  # fmt: skip
     monitor.close()
     assert rows, "no system metrics in 60 s"
+    # the metrics file keeps one line per logged step: the training metrics only
+    metrics = (tmp_path / "monitor" / "explorer_metrics.jsonl").read_text().splitlines()
+    assert [sorted(json.loads(r)) for r in metrics] == [["rollout/reward/mean", "step", "time"]]
     row = rows[0]
     assert row["step"] == 7
     assert row["system/explorer/gpu0/utilization_percent"] == 55.0
@@ -152,3 +156,20 @@ def test_system_metric_names_carry_the_role(role):
     names = list(got.prefixed())
     got.sampler.close()
     assert names and all(n.startswith(f"system/{role}/") for n in names)
+
+
+def test_a_job_dirs_replay_reads_the_system_file_as_metrics_of_its_role(tmp_path):
+    from rft_core.monitor.replay import read_job_events
+
+    monitor_dir = tmp_path / "monitor"
+    monitor_dir.mkdir()
+    (monitor_dir / "trainer_metrics.jsonl").write_text('{"step": 1, "time": 1.0, "x": 2}\n')
+    (monitor_dir / "trainer_system.jsonl").write_text(
+        '{"step": 1, "time": 1.5, "system/trainer/cpu_percent": 40.0}\n'
+    )
+    record = read_job_events(tmp_path, "run-1")
+    metrics = [(e.role, e.step, e.data) for e in record.events if e.kind == "metric"]
+    assert metrics == [
+        ("trainer", 1, {"x": 2}),
+        ("trainer", 1, {"system/trainer/cpu_percent": 40.0}),
+    ]
