@@ -390,7 +390,17 @@ def build_demo(
     if judge:
         from rft_core.demo_judge import train_judge
 
-        _install_dir(paths.judge_dir, MODEL_FILES, lambda d: train_judge(d, train, seed), rewrite)
+        def train_judge_into(d: Path) -> None:
+            train_judge(
+                d,
+                train,
+                seed,
+                build_tokenizer=build_tokenizer,
+                build_model=build_model,
+                save_model=_save_model,
+            )
+
+        _install_dir(paths.judge_dir, MODEL_FILES, train_judge_into, rewrite)
     # last when rewriting: a rebuild interrupted halfway still carries the old marker, is redone
     _install(paths.marker_path, write_marker, overwrite=rewrite)
     return paths

@@ -44,8 +44,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rft_core.demo import Problem
@@ -102,11 +103,19 @@ def judge_rows(problems: list[Problem], count: int, seed: int) -> list[dict]:
     return rows
 
 
-def train_judge(directory: Path, problems: list[Problem], seed: int) -> None:
-    """Train the demo judge (module doc) and save it as a Hugging Face model in ``directory``."""
+def train_judge(
+    directory: Path,
+    problems: list[Problem],
+    seed: int,
+    *,
+    build_tokenizer: Callable[[], Any],
+    build_model: Callable[[Any, int], Any],
+    save_model: Callable[[Path, Any, Any], None],
+) -> None:
+    """Train the demo judge (module doc) and save it as a Hugging Face model in ``directory``.
+    The demo model's builders come from ``rft_core.demo``, its caller (this module never
+    imports it: no import cycle)."""
     import torch
-
-    from rft_core.demo import _save_model, build_model, build_tokenizer
 
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, seed)
@@ -139,7 +148,7 @@ def train_judge(directory: Path, problems: list[Problem], seed: int) -> None:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
     model.eval()
-    _save_model(directory, model, tokenizer)
+    save_model(directory, model, tokenizer)
 
 
 def _encode(tokenizer, messages: list[dict]) -> tuple[list[int], int]:
