@@ -50,7 +50,9 @@ def _short_demo_yaml() -> str:
     data["model"]["max_response_tokens"] = 8
     data["buffer"].update(batch_size=4, total_steps=3)
     data["explorer"].update(eval_on_startup=False, eval_interval=1000)
-    data["trainer"].update(save_interval=1, save_hf_checkpoint="never")
+    data["trainer"].update(
+        save_interval=1, save_hf_checkpoint="never", max_checkpoints_to_keep=0
+    )  # keep all: it forks from step 2
     return yaml.safe_dump(data, sort_keys=False)
 
 

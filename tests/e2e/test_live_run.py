@@ -149,7 +149,9 @@ def _drive(page, stack, shots: Path) -> None:
     assert page.locator("#log-lines li").count() > 0
 
     # ---- convert a checkpoint: its row turns ready, with model.safetensors in its file list
-    convert = page.locator("#checkpoint-rows button.convert").first
+    convert = page.locator(
+        "#checkpoint-rows button.convert >> visible=true"
+    ).first  # pruned rows have none
     convert.wait_for(state="visible", timeout=STEP_GUARD_S * 1000)
     checkpoint_id = convert.get_attribute("data-id")
     row = page.locator(f"#checkpoint-rows tr[data-checkpoint='{checkpoint_id}']")

@@ -194,7 +194,9 @@ def _watch_and_import(page, stack, run, terminal, terminal_log, checkpoints, sho
         guard_s=STEP_GUARD_S,
     )  # fmt: skip
     assert "#2" in page.locator("h1").inner_text()  # run 2 of the same experiment
-    convert = page.locator("#checkpoint-rows button.convert").first
+    convert = page.locator(
+        "#checkpoint-rows button.convert >> visible=true"
+    ).first  # pruned rows have none
     convert.wait_for(state="visible")
     checkpoint_id = convert.get_attribute("data-id")
     convert.click()

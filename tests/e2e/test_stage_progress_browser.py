@@ -92,6 +92,7 @@ def test_the_run_page_counts_the_grpo_stages_own_steps_with_an_eta_and_the_phase
         page.fill("[name='algorithm.repeat_times']", "4")
         page.fill("[name='trainer.save_interval']", "2")
         page.fill("[name='explorer.eval_interval']", "1000")
+        page.check("#expert-switch")  # eval_on_startup is behind it (the beginner form is short)
         page.select_option("[name='explorer.eval_on_startup']", "true")
         sft_buffer = page.locator("[name='stages[0].buffer']")
         text = sft_buffer.input_value()
