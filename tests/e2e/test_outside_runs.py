@@ -49,6 +49,8 @@ def short_demo_config(path: Path) -> Path:
         ("save_interval: 10", "save_interval: 3"),
         ("eval_interval: 10", "eval_interval: 1000"),
         ("eval_on_startup: true", "eval_on_startup: false"),
+        # keep every checkpoint (the demo keeps one per stage): the test converts an older one
+        ("max_checkpoints_to_keep: 1", "max_checkpoints_to_keep: 0"),
     ]:
         assert old in text, old
         text = text.replace(old, new)
