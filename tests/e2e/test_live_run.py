@@ -90,10 +90,10 @@ def _drive(page, stack, shots: Path) -> None:
     page.fill("[name='buffer.batch_size']", "4")
     page.fill("[name='algorithm.repeat_times']", "4")
     page.fill("[name='trainer.save_interval']", "4")
-    # keep every checkpoint (the demo keeps one per stage): the test converts an older one
-    page.fill("[name='trainer.max_checkpoints_to_keep']", "0")
     page.fill("[name='explorer.eval_interval']", "1000")
     page.check("#expert-switch")  # the fields below are behind it (the beginner form is short)
+    # keep every checkpoint (the demo keeps one per stage): the test converts an older one
+    page.fill("[name='trainer.max_checkpoints_to_keep']", "0")
     page.select_option("[name='explorer.eval_on_startup']", "false")
     sft_buffer = page.locator("[name='stages[0].buffer']")
     text = sft_buffer.input_value()
