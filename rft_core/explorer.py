@@ -32,8 +32,8 @@ from rft_core.checkpoint.layout import write_explorer_meta
 from rft_core.data.task import Task
 from rft_core.data.taskset import ExplorerTasksets
 from rft_core.experience import Experience
-from rft_core.rollout_samples import keeps_step, rollout_samples
 from rft_core.monitor.monitor import step_summary
+from rft_core.rollout_samples import keeps_step, rollout_samples
 from rft_core.sync.schedule import explorer_syncs_after, trainer_version_for_explorer_sync
 
 log = logging.getLogger("rft_core.explorer")
@@ -298,8 +298,8 @@ class Explorer(RunActor):
     def explore_step(self, tasks: list[Task]) -> dict[str, float]:
         from rft_core import workflows
         from rft_core.algorithms.advantages import get_advantage_fn
-        from rft_core.algorithms.presets import STEP_WISE_ADVANTAGE_FNS
         from rft_core.algorithms.settings import AlgorithmSettings
+        from rft_core.config.presets import STEP_WISE_ADVANTAGE_FNS
 
         algo = self.cfg.algorithm
         step = self.step + 1

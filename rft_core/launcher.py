@@ -206,7 +206,7 @@ def check_joined_cluster(cfg: Any, cluster_gpus: float, address: str | None) -> 
 def _experience_buffer_problems(cfg: Any) -> list[tuple[str, str]]:
     eb = cfg.buffer.trainer_input.experience_buffer
     if cfg.mode == "explore" and eb is not None and eb.storage_type == "queue" and not eb.path:
-        from rft_core.buffer import QUEUE_BETWEEN_JOBS_NEEDS_PATH
+        from rft_core.config.buffer_checks import QUEUE_BETWEEN_JOBS_NEEDS_PATH
 
         return [("buffer.trainer_input.experience_buffer.path", QUEUE_BETWEEN_JOBS_NEEDS_PATH)]
     return []
@@ -466,9 +466,10 @@ def run_experiment(cfg: Any, on_job_dir: Callable[[Any], None] | None = None) ->
     dir are final (a renamed run's) and its preflight passed, before Ray starts."""
     from rft_core.config import resolve_stages
     from rft_core.config.registered import check_registered_names
+    from rft_core.plugins import registered_names_table
 
     started = time.perf_counter()
-    check_registered_names(cfg)  # before anything is renamed or started
+    check_registered_names(cfg, registered_names_table())  # before anything is renamed or started
     result = RunResult()
     result.renamed_from = _rename_if_occupied(cfg)
     stages = resolve_stages(cfg)
@@ -531,13 +532,14 @@ def cli_run(args: argparse.Namespace) -> int:
     """``trinity run --config X [--plugin-dir DIR ...] [--dry-run] [key=value ...]``."""
     from rft_core.config import config_to_yaml, load_config
     from rft_core.config.registered import check_registered_names
+    from rft_core.plugins import registered_names_table
 
     own_dirs = list(getattr(args, "plugin_dir", None) or ())
     load_plugins([*own_dirs, *plugin_dirs_from_env()])
     export_plugin_dirs(own_dirs)  # the run's actors load them too
     cfg = load_config(args.config, list(getattr(args, "overrides", None) or ()))
     if getattr(args, "dry_run", False):
-        check_registered_names(cfg)
+        check_registered_names(cfg, registered_names_table())
         for note in dry_run_checks(cfg):  # the data checks of the run's start
             print(
                 f"dry run: not checked here, checked when the run starts: {note}",

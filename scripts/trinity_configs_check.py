@@ -31,6 +31,7 @@ def check(path: Path) -> tuple[str, str]:
     """``(status, line)``: status ``loads`` / ``refused`` / ``crashed`` / ``skipped``."""
     from rft_core.config import check_registered_names, load_config
     from rft_core.errors import RFTError
+    from rft_core.plugins import registered_names_table
 
     text = path.read_text(errors="replace")
     try:
@@ -43,7 +44,7 @@ def check(path: Path) -> tuple[str, str]:
         os.environ.setdefault(var, f"/placeholder/{var}")
     try:
         cfg = load_config(path)
-        check_registered_names(cfg)
+        check_registered_names(cfg, registered_names_table())
     except RFTError as err:
         return "refused", str(err).splitlines()[0]
     except Exception as err:  # noqa: BLE001 - counted as a crash, the measurement goes on

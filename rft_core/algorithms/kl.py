@@ -7,7 +7,7 @@ sampled tokens (Schulman's k1/k2/k3). Used two ways:
   ``coef * KL`` from the token-level rewards before advantages are computed;
   :func:`kl_penalized_rewards` is the same penalty summed over each response, the one reward
   per response that group advantage fns (rloo) take. Which algorithm types apply it:
-  ``rft_core.algorithms.presets`` (``applies_kl_penalty``).
+  ``rft_core.config.presets`` (``applies_kl_penalty``).
 
 With ``d = lp - ref``: k1 = d; k2 = d²/2; k3 = exp(-d) - 1 + d;
 low_var_kl = k3 with ``d`` clamped to ±20 and the result clamped to ±10 (verl's stable form).

@@ -1,5 +1,5 @@
 """What ``algorithm.*`` means at run time: the settings resolved against the ``algorithm_type``
-preset (``rft_core.algorithms.presets``), read by the trainer and the explorer alike, and the
+preset (``rft_core.config.presets``), read by the trainer and the explorer alike, and the
 filter that hands a registered function only the ``*_fn_args`` it takes."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rft_core.algorithms.advantages import get_advantage_fn
-from rft_core.algorithms.presets import get_preset, ignored_kl_penalty
+from rft_core.config.presets import get_preset, ignored_kl_penalty
 
 log = logging.getLogger(__name__)
 

@@ -15,14 +15,10 @@ from rft_core.buffer.base import (
     mirror_storage_type,
     resolve_buffer_path,
 )
+from rft_core.config.buffer_checks import QUEUE_BETWEEN_JOBS_NEEDS_PATH
 from rft_core.errors import ConfigError
 
 _CONFIG_PATH = "buffer.trainer_input.experience_buffer"
-QUEUE_BETWEEN_JOBS_NEEDS_PATH = (
-    "a queue without a path cannot reach another job: the explore job and the train job "
-    "share experiences through the queue's path (e.g. sqlite:///experiences.db, the same in "
-    "both YAMLs), or use storage_type sql / file"
-)
 
 
 @BUFFERS.register("queue")

@@ -24,6 +24,13 @@ from typing import Any
 
 from rft_core.errors import ConfigError
 
+# the one line both the config check and the queue give (rft_core.buffer imports it)
+QUEUE_BETWEEN_JOBS_NEEDS_PATH = (
+    "a queue without a path cannot reach another job: the explore job and the train job "
+    "share experiences through the queue's path (e.g. sqlite:///experiences.db, the same in "
+    "both YAMLs), or use storage_type sql / file"
+)
+
 log = logging.getLogger("rft_core.config")
 
 STEP_WISE_ALGORITHMS = {"multi_step_grpo", "gigpo"}
@@ -48,7 +55,7 @@ def several_experiences_per_run(cfg: Any, need: int, rollout_rows: int) -> bool:
     of ``rollout_rows`` runs because the run is step-wise (module docstring; warns). False when
     the run makes one experience per run; a bound exceeded raises the refusal itself."""
     a, b = cfg.algorithm, cfg.buffer
-    from rft_core.algorithms.presets import get_preset
+    from rft_core.config.presets import get_preset
 
     tasksets = b.explorer_input.all_tasksets
     workflows = {ts.default_workflow_type for ts in tasksets}

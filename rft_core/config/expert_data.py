@@ -20,8 +20,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from rft_core.algorithms.presets import MIX_SAMPLE_STRATEGY_ARGS, mixes_expert_data
 from rft_core.config.buffer_schema import ExperienceBufferConfig
+from rft_core.config.presets import MIX_SAMPLE_STRATEGY_ARGS, mixes_expert_data
 from rft_core.errors import ConfigError
 
 AUX_PATH = "buffer.trainer_input.auxiliary_buffers"

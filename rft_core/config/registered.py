@@ -7,31 +7,27 @@ process should not pay for a form); ``run_experiment`` and ``trinity run --dry-r
 
 The check reads a *table* of what is registered: the workflow, reward, KL fn, buffer
 storage-type, engine-type and monitor-type names, and per advantage fn / policy loss the
-arguments a config may set with their defaults. ``registered_names_table()`` builds it from the live registries
-(imports torch; this is what ``trinity run`` uses, so plug-ins a user registered count).
-``registered_names.json`` beside this file is that table committed, for the web process, which
-checks web-submitted configs against the built-in names without importing torch (a web user
-cannot register code, so the built-ins are the whole truth there), and for the schema: the
-``choices`` of the fields that pick a KL fn, a storage type, an engine type or a monitor type
-are ``committed_names.registered_choices(...)`` of it (a module of its own: the schema imports it,
-and this one imports the validator), so the config loader, the reference YAML and the web forms
-list what the registries hold. A new plug-in point's key goes into the JSON by hand once
-before the schema asks for it (the generator imports the schema).
+arguments a config may set with their defaults. The caller hands it in, so this package imports
+no registry (``rft_core.config`` is a leaf): ``rft_core.plugins.registered_names_table()`` builds
+it from the live registries (imports torch; what ``trinity run`` uses, so plug-ins a user
+registered count), and ``registered_names.json`` beside this file is that table committed, for
+the web process, which checks web-submitted configs against the built-in names without importing
+torch (a web user cannot register code, so the built-ins are the whole truth there), and for the
+schema: the ``choices`` of the fields that pick a KL fn, a storage type, an engine type or a
+monitor type are ``committed_names.registered_choices(...)`` of it, so the config loader, the
+reference YAML and the web forms list what the registries hold. A new plug-in point's key goes
+into the JSON by hand once before the schema asks for it (the generator imports the schema).
 ``tests/core/test_registered_names.py`` fails when it is stale:
 
-    python -m rft_core.config.registered   # rewrites rft_core/config/registered_names.json
+    python -m rft_core.plugins   # rewrites rft_core/config/registered_names.json
 """
 
 from __future__ import annotations
 
 import difflib
-import inspect
-import json
 import logging
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rft_core.config.committed_names import REGISTERED_NAMES_FILE
 from rft_core.errors import ConfigError
 from rft_core.registry import Registry
 
@@ -40,18 +36,6 @@ if TYPE_CHECKING:  # the schema reads this module's table for its choices
 
 log = logging.getLogger(__name__)
 
-# arguments the trainer passes itself, never from the config (mixed losses: also the step and
-# its rollout/expert counts)
-_INTERNAL_ARGS = {
-    "horizon",
-    "loss_agg_mode",
-    "sum_across_ranks",
-    "step",
-    "usual_totals",
-    "expert_totals",
-    "turns",  # step-wise advantage fns: the experiences' places in their episodes
-    "m2po_mask",  # m2po: the step's token mask, computed by the trainer
-}
 # Trinity's KL fn arguments: kl_coef is used; the adaptive controller is not built here
 _KL_ARGS = ["kl_coef"]
 _KL_ARGS_IGNORED = ["adaptive", "target_kl", "horizon"]
@@ -98,51 +82,15 @@ TRINITY_WORKFLOWS_NOT_HERE = {
 }
 
 
-def registered_names_table() -> dict[str, Any]:
-    """What is registered now: ``workflows``, ``reward_fns``, ``kl_fns``, ``storage_types``,
-    ``engine_types``, ``monitor_types`` (names), ``advantage_fns`` and ``policy_loss_fns`` (name -> {settable
-    argument: default}), ``workflow_args`` (per workflow what its ``workflow_args`` may hold,
-    ``rft_core.workflows.workflow_args_table``) and ``reward_fn_args`` (per reward function the
-    ``reward_fn_args`` keys it takes; null: any). Imports the registries (torch)."""
-    from rft_core import rewards, workflows
-    from rft_core.algorithms.advantages import ADVANTAGE_FNS
-    from rft_core.algorithms.kl import KL_FNS
-    from rft_core.algorithms.policy_losses import POLICY_LOSSES
-    from rft_core.buffer import BUFFERS
-    from rft_core.monitor import MONITORS
-    from rft_core.rollout import ENGINES
-
-    return {
-        "workflows": workflows.names(),
-        "reward_fns": rewards.names(),
-        "workflow_args": workflows.workflow_args_table(),
-        "reward_fn_args": {n: _reward_args(rewards.get(n)) for n in rewards.names()},
-        "advantage_fns": {n: _settable(ADVANTAGE_FNS.get(n).fn) for n in ADVANTAGE_FNS.names()},
-        "policy_loss_fns": {n: _settable(POLICY_LOSSES.get(n).fn) for n in POLICY_LOSSES.names()},
-        "kl_fns": KL_FNS.names(),
-        "storage_types": BUFFERS.names(),
-        "engine_types": ENGINES.names(),
-        "monitor_types": MONITORS.names(),
-    }
-
-
-def registered_names_text() -> str:
-    """``registered_names_table()`` as ``registered_names.json`` holds it (order kept: the
-    choices and the web form's argument fields follow it)."""
-    return json.dumps(registered_names_table(), indent=2) + "\n"
-
-
-def write_registered_names_table(path: Path = REGISTERED_NAMES_FILE) -> None:
-    path.write_text(registered_names_text())
-
-
-def check_registered_names(cfg: Config, table: dict[str, Any] | None = None) -> None:
+def check_registered_names(cfg: Config, table: dict[str, Any]) -> None:
     """Every workflow, reward function, advantage function and policy loss the config names is
     registered, and their ``*_fn_args`` hold no misspelt argument. ``table``: what counts as
-    registered (default: the live registries, ``registered_names_table()``)."""
+    registered. ``table``: what counts as registered, the live registries
+    (``rft_core.plugins.registered_names_table()``, what ``trinity run`` checks against) or the
+    committed ``registered_names.json`` (``committed_names.committed_registered_names()``, the
+    web's table)."""
     from rft_core.config.validate import resolve_stages
 
-    table = table if table is not None else registered_names_table()
     advantage_fns = _registry(
         "advantage function", "algorithm.advantage_fn", table["advantage_fns"]
     )
@@ -253,21 +201,6 @@ def _check_workflow_args(ts: Any, where: str, table: dict[str, Any], rewards: An
             )
 
 
-def _reward_args(fn: Any) -> list[str] | None:
-    """The ``reward_fn_args`` keys reward function ``fn`` takes; None when it takes any."""
-    from rft_core.rewards.base import _FILLED_IN
-
-    params = inspect.signature(fn).parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return None
-    return [
-        p.name
-        for p in params
-        if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        and p.name not in _FILLED_IN
-    ]
-
-
 def _check_workflow(workflows: Registry[None], name: str, path: str) -> None:
     if name in SIMULATOR_PACKAGES and name not in workflows:
         package = SIMULATOR_PACKAGES[name]
@@ -314,20 +247,11 @@ def _registry(kind: str, path: str, names: Any) -> Registry[None]:
     return registry
 
 
-def _settable(fn: Any) -> dict[str, Any]:
-    """The keyword arguments of ``fn`` a config may set (those with defaults), with the defaults."""
-    return {
-        name: p.default
-        for name, p in inspect.signature(fn).parameters.items()
-        if p.default is not p.empty and name not in _INTERNAL_ARGS
-    }
-
-
 def _check_fn_args(algorithm: Any, prefix: str, table: dict[str, Any]) -> None:
     """A key of ``*_fn_args`` close to one the function takes is a typo: an error naming it
     (``kl_coeff`` -> ``kl_coef``). Other unknown keys are warned about and ignored (Trinity
     configs carry keys for features this engine does not have)."""
-    from rft_core.algorithms.presets import get_preset
+    from rft_core.config.presets import get_preset
 
     preset = get_preset(getattr(algorithm, "algorithm_type", "grpo"))
     loss = str(algorithm.policy_loss_fn or preset.policy_loss_fn).lower()
@@ -380,8 +304,3 @@ def _check_arg_type(args: dict[str, Any], key: str, default: Any, path: str) -> 
             raise ConfigError(
                 path, f"must be a number (default {default}), got {value!r}", value=value
             ) from None
-
-
-if __name__ == "__main__":
-    write_registered_names_table()
-    print(f"wrote {REGISTERED_NAMES_FILE}")

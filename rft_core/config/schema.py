@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rft_core.algorithms.presets import PRESETS, refused_algorithms
 from rft_core.config.buffer_schema import BufferConfig, TasksetConfig
 from rft_core.config.buffer_schema import DataSelectorConfig as DataSelectorConfig  # re-exported
 from rft_core.config.buffer_schema import ExperienceBufferConfig as ExperienceBufferConfig
@@ -34,6 +33,7 @@ from rft_core.config.buffer_schema import TrainerInput as TrainerInput
 from rft_core.config.committed_names import registered_choices
 from rft_core.config.meta import BEGINNER
 from rft_core.config.meta import config_field as _field
+from rft_core.config.presets import PRESETS, refused_algorithms
 from rft_core.config.rollout_schema import AuxiliaryModelConfig as AuxiliaryModelConfig
 from rft_core.config.rollout_schema import RolloutModelConfig as RolloutModelConfig
 from rft_core.config.trinity_sections import (

@@ -4,7 +4,7 @@
 "derived", and rejects combinations that cannot run, each with a ConfigError naming the YAML
 path. Decisions (where Trinity is silent or where TRINITY_COMPAT.md asks for a fix):
 
-- ``algorithm.*`` unset -> the preset of ``algorithm_type`` (``rft_core.algorithms.presets``):
+- ``algorithm.*`` unset -> the preset of ``algorithm_type`` (``rft_core.config.presets``):
   repeat_times (grpo 8, Trinity's example value; rloo 4), advantage/policy/KL fns and their args.
   A group algorithm with ``repeat_times`` written as 1 -> error (a group of one has no baseline;
   GRPO would train on raw rewards, Trinity's silent failure).
@@ -41,11 +41,14 @@ from contextlib import nullcontext
 from pathlib import PurePosixPath
 from typing import Any
 
-from rft_core.algorithms.presets import get_preset, ignored_kl_penalty, mixes_expert_data
-from rft_core.buffer import QUEUE_BETWEEN_JOBS_NEEDS_PATH
-from rft_core.config.buffer_checks import check_replay_buffer, several_experiences_per_run
+from rft_core.config.buffer_checks import (
+    QUEUE_BETWEEN_JOBS_NEEDS_PATH,
+    check_replay_buffer,
+    several_experiences_per_run,
+)
 from rft_core.config.expert_data import check_expert_data, expert_rows_per_step
 from rft_core.config.gpu_fit import adapt_one_gpu
+from rft_core.config.presets import get_preset, ignored_kl_penalty, mixes_expert_data
 from rft_core.config.problems import collecting, is_collecting, report
 from rft_core.config.resources import check_cluster, check_world_size
 from rft_core.config.schema import (
@@ -232,7 +235,7 @@ def _derive_lengths(cfg: Config) -> None:
 
 
 def _derive_algorithm(cfg: Config) -> None:
-    """Fill unset ``algorithm.*`` from the preset of ``algorithm_type`` (rft_core.algorithms.presets)."""
+    """Fill unset ``algorithm.*`` from the preset of ``algorithm_type`` (rft_core.config.presets)."""
     a = cfg.algorithm
     p = get_preset(a.algorithm_type)
     if a.repeat_times is None:

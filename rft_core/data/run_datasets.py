@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rft_core.algorithms.presets import get_preset, mixes_expert_data
+from rft_core.config.presets import get_preset, mixes_expert_data
 from rft_core.data.sft import check_sft_dataset
 from rft_core.data.source import Rows, missing_dataset
 from rft_core.data.taskset import ExplorerTasksets, read_explorer_tasksets

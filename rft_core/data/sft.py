@@ -8,7 +8,7 @@
 - ``schema="dpo"``: ``{"prompt": str | "messages": list, "chosen": ..., "rejected": ...}``.
 
 ``format.prompt_type: auto`` picks messages when the messages column exists, else plaintext.
-The trainer renders the rows with the chat template (``rft_core.trainer.messages``).
+The trainer renders the rows with the chat template (``rft_core.messages``).
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from rft_core.checkpoint.layout import (
 )
 from rft_core.checkpoint.retention import prune_checkpoints
 from rft_core.errors import ConfigError
+from rft_core.messages import experiences_from_messages
 from rft_core.monitor.monitor import step_summary
 from rft_core.sync.schedule import trainer_syncs_after
 
@@ -102,7 +103,7 @@ class Trainer(RunActor):
     # -- setup -------------------------------------------------------------------------------
 
     def _build(self, model_path: str, resume_step: int | None) -> None:
-        from rft_core.algorithms.presets import get_preset, mixes_expert_data
+        from rft_core.config.presets import get_preset, mixes_expert_data
         from rft_core.config.resources import trainer_world_size
         from rft_core.trainer.policy import PolicyTrainer
         from rft_core.trainer.ranks import PolicyGroup
@@ -235,7 +236,6 @@ class Trainer(RunActor):
 
     def _dataset_source(self, schema: str) -> DatasetExperiences:
         from rft_core.data import load_sft_dataset
-        from rft_core.trainer.messages import experiences_from_messages
 
         cfg = self.cfg
         eb = cfg.buffer.trainer_input.experience_buffer
@@ -257,7 +257,6 @@ class Trainer(RunActor):
         step the checkpoint reached, as the SFT trainer's dataset is."""
         from rft_core.config.expert_data import expert_buffer_config, expert_rows_per_step
         from rft_core.data import load_sft_dataset
-        from rft_core.trainer.messages import experiences_from_messages
 
         cfg = self.cfg
         eb, passes = expert_buffer_config(cfg)

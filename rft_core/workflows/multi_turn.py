@@ -45,6 +45,7 @@ from typing import Any
 from rft_core.data.task import Task
 from rft_core.errors import ConfigError
 from rft_core.experience import Experience
+from rft_core.messages import sft_experience
 from rft_core.rollout.base import Generation, RolloutEngine, SamplingParams
 from rft_core.workflows.base import Workflow, _group_ids, sampling_params
 
@@ -328,8 +329,6 @@ def _rendered(
 ) -> tuple[list[int], list[int], list[float], list[int]]:
     """The final conversation rendered again, assistant turns trained (as Trinity's
     ``convert_messages_to_experience``); no log-probs: the trainer computes the old ones."""
-    from rft_core.trainer.messages import sft_experience
-
     exp = sft_experience(tokenizer, messages, max_len=1 << 30)
     assert exp is not None  # an episode has at least one assistant turn
     return exp.prompt_ids, exp.response_ids, [], exp.action_mask

@@ -21,6 +21,7 @@ from rft_core.data.task import Task
 from rft_core.demo import build_demo
 from rft_core.errors import ConfigError
 from rft_core.in_process import InProcessRun
+from rft_core.plugins import registered_names_table
 from rft_core.rollout.openai_server import stop_endpoint
 from rft_core.workflows import get
 from rft_core.workflows.react_math import calculate, run_tool
@@ -144,7 +145,7 @@ def _trinity_like(workflow: str, **taskset) -> dict:
 )
 def test_agent_workflows_that_need_an_outside_service_are_refused_in_one_line(workflow, service):
     with pytest.raises(ConfigError) as err:
-        check_registered_names(load_config_from_dict(_trinity_like(workflow)))
+        check_registered_names(load_config_from_dict(_trinity_like(workflow)), registered_names_table())
     line = str(err.value)
     assert "\n" not in line
     assert err.value.path == "buffer.explorer_input.taskset.default_workflow_type"
@@ -160,7 +161,7 @@ def test_the_react_names_of_trinitys_examples_load():
         "agentscope_reactv2_math_workflow",
         "agentscope_reactv2_gsm8k_workflow",
     ):
-        check_registered_names(load_config_from_dict(_trinity_like(name)))
+        check_registered_names(load_config_from_dict(_trinity_like(name)), registered_names_table())
     with pytest.raises(ConfigError, match="e-mail corpus"):
         get("as_react_workflow")({"type": "email_search"})
 
@@ -245,9 +246,9 @@ def test_trinitys_agent_examples_reach_their_workflow(stem, refused, monkeypatch
     OmegaConf.save(d, tmp_path / "cfg.yaml")
     cfg = load_config(tmp_path / "cfg.yaml")
     if refused is None:
-        check_registered_names(cfg)
+        check_registered_names(cfg, registered_names_table())
         return
     with pytest.raises(ConfigError) as err:
-        check_registered_names(cfg)
+        check_registered_names(cfg, registered_names_table())
     assert err.value.path == "buffer.explorer_input.taskset.default_workflow_type"
     assert refused in str(err.value) and "\n" not in str(err.value)

@@ -467,8 +467,9 @@ def test_a_pickled_config_still_resolves_its_stages(clean_env):
 
 def test_registered_names_are_checked_with_their_paths():
     from rft_core.config.registered import check_registered_names
+    from rft_core.plugins import registered_names_table
 
-    check_registered_names(load_config_from_dict(MINIMAL))  # math_workflow, grpo: registered
+    check_registered_names(load_config_from_dict(MINIMAL), registered_names_table())  # math_workflow, grpo: registered
     d = dict(MINIMAL)
     d["buffer"] = dict(MINIMAL["buffer"])
     d["buffer"]["explorer_input"] = dict(
@@ -476,12 +477,12 @@ def test_registered_names_are_checked_with_their_paths():
         eval_tasksets=[{"name": "t", "path": "/d", "default_workflow_type": "math_wrokflow"}],
     )
     with pytest.raises(ConfigError) as info:
-        check_registered_names(load_config_from_dict(d))
+        check_registered_names(load_config_from_dict(d), registered_names_table())
     assert info.value.path == "buffer.explorer_input.eval_tasksets[0].default_workflow_type"
     assert "did you mean 'math_workflow'?" in str(info.value)
     d = dict(MINIMAL, algorithm={"advantage_fn": "gae2"})
     with pytest.raises(ConfigError) as info:
-        check_registered_names(load_config_from_dict(d))
+        check_registered_names(load_config_from_dict(d), registered_names_table())
     assert info.value.path == "algorithm.advantage_fn"
     d = dict(
         MINIMAL,
@@ -496,7 +497,7 @@ def test_registered_names_are_checked_with_their_paths():
         ],
     )
     with pytest.raises(ConfigError) as info:
-        check_registered_names(load_config_from_dict(d))
+        check_registered_names(load_config_from_dict(d), registered_names_table())
     assert info.value.path == "stages[0].buffer.explorer_input.taskset.default_reward_fn_type"
 
 
@@ -512,16 +513,17 @@ def test_registered_names_are_checked_with_their_paths():
 )
 def test_a_misspelt_fn_argument_is_an_error_naming_it(section, key, meant, caplog):
     from rft_core.config.registered import check_registered_names
+    from rft_core.plugins import registered_names_table
 
     d = dict(MINIMAL, algorithm={section: {key: 0.1}})
     with pytest.raises(ConfigError) as info:
-        check_registered_names(load_config_from_dict(d))
+        check_registered_names(load_config_from_dict(d), registered_names_table())
     assert info.value.path == f"algorithm.{section}.{key}"
     assert f"did you mean '{meant}'?" in str(info.value)
     # a Trinity argument this engine does not have is accepted with a warning
     d = dict(MINIMAL, algorithm={"kl_loss_fn_args": {"kl_coef": 0.01, "adaptive": True}})
     with caplog.at_level("WARNING"):
-        check_registered_names(load_config_from_dict(d))
+        check_registered_names(load_config_from_dict(d), registered_names_table())
     assert "algorithm.kl_loss_fn_args.adaptive: not used by this engine" in caplog.text
 
 

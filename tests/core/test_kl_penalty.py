@@ -18,9 +18,9 @@ from tiny_lm import build_tiny_model
 from rft_core.actor_setup import setup_actor_logging
 from rft_core.algorithms.advantages import rloo_advantages
 from rft_core.algorithms.kl import kl_penalized_rewards
-from rft_core.algorithms.presets import ALGORITHM_TYPES, get_preset, ignored_kl_penalty
 from rft_core.algorithms.settings import AlgorithmSettings
 from rft_core.config import load_config
+from rft_core.config.presets import ALGORITHM_TYPES, get_preset, ignored_kl_penalty
 from rft_core.trainer.policy import PolicyTrainer
 
 SEED = Path(__file__).parents[2] / "examples" / "grpo_gsm8k" / "gsm8k.yaml"

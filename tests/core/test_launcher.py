@@ -191,11 +191,12 @@ def test_a_staged_config_is_validated_once_per_run(tmp_path, monkeypatch, caplog
     import logging
 
     from rft_core.config import check_registered_names, resolve_stages
+    from rft_core.plugins import registered_names_table
 
     monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path))
     with caplog.at_level(logging.WARNING, logger="rft_core.config"):
         cfg = load_config(DEMO, ["trainer.save_hf_checkpoint=never"])
-        check_registered_names(cfg)
+        check_registered_names(cfg, registered_names_table())
         sft, rft = resolve_stages(cfg)
     fixed = [r for r in caplog.records if "save_hf_checkpoint never -> last" in r.getMessage()]
     assert len(fixed) == 1 and "'sft_warmup'" in fixed[0].getMessage()

@@ -11,10 +11,10 @@ from tiny_lm import build_tiny_model
 
 from rft_core.config.schema import AlgorithmConfig, OptimizerConfig
 from rft_core.experience import Experience
+from rft_core.messages import experiences_from_messages
 from rft_core.rollout import SamplingParams, build_engine
 from rft_core.trainer.batching import response_blocks
 from rft_core.trainer.forward import shares_prefix
-from rft_core.trainer.messages import experiences_from_messages
 from rft_core.trainer.optimizer import lr_factor
 from rft_core.trainer.policy import PolicyTrainer
 

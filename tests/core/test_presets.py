@@ -9,7 +9,7 @@ from rft_core.algorithms.advantages import get_advantage_fn
 from rft_core.algorithms.aggregation import LOSS_AGG_MODES
 from rft_core.algorithms.kl import get_kl_fn
 from rft_core.algorithms.policy_losses import POLICY_LOSSES as POLICY_LOSS_FNS
-from rft_core.algorithms.presets import ALGORITHM_TYPES, get_preset
+from rft_core.config.presets import ALGORITHM_TYPES, get_preset
 from rft_core.errors import ConfigError
 
 

@@ -13,6 +13,7 @@ from rft_core import rewards, workflows
 from rft_core.config import check_registered_names, load_config
 from rft_core.data.task import Task
 from rft_core.errors import DataError
+from rft_core.plugins import registered_names_table
 
 CALLS = [
     {"name": "weather", "arguments": {"city": "Paris", "unit": "C"}},
@@ -107,7 +108,7 @@ def test_trinitys_toolace_config_reads_conversations_and_answer(monkeypatch):
     monkeypatch.delenv("TRINITY_TASKSET_PATH", raising=False)
     path = Path(__file__).parent / "trinity_configs" / "grpo_toolcall.yaml"
     cfg = load_config(path)
-    check_registered_names(cfg)
+    check_registered_names(cfg, registered_names_table())
     fmt = cfg.buffer.explorer_input.taskset.format
     assert (fmt.prompt_key, fmt.response_key) == ("conversations", "answer")
 

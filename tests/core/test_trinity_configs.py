@@ -27,6 +27,7 @@ from rft_core.config import (
 )
 from rft_core.config.fields import iter_fields
 from rft_core.errors import ConfigError
+from rft_core.plugins import registered_names_table
 
 CORPUS = Path(__file__).parent / "trinity_configs"
 FILES = sorted(CORPUS.glob("*.yaml"))
@@ -110,7 +111,7 @@ def trinity_env(monkeypatch, tmp_path):
 
 def _load_and_check(path: Path):
     cfg = load_config(path)
-    check_registered_names(cfg)
+    check_registered_names(cfg, registered_names_table())
     return cfg
 
 
@@ -483,7 +484,7 @@ def test_dapo_is_grpo_with_decoupled_clip_and_dynamic_sampling(trinity_env):
     raw["algorithm"]["advantage_fn_args"] = {"std_threshold": 0.0}
     raw["algorithm"]["loss_agg_mode"] = "token-mean"
     cfg = load_config_from_dict(raw)
-    check_registered_names(cfg)
+    check_registered_names(cfg, registered_names_table())
     algo = AlgorithmSettings.resolve(cfg.algorithm)
     assert (algo.policy_loss_fn, algo.advantage_fn) == ("ppo", "grpo")
     assert algo.policy_loss_args == {

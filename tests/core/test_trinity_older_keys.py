@@ -145,11 +145,12 @@ def test_trinitys_learn2ask_class_path_is_read_as_the_registered_workflow(caplog
 
 def test_another_class_path_is_refused_naming_the_plugin_directory():
     from rft_core.config import check_registered_names
+    from rft_core.plugins import registered_names_table
 
     path = "examples.bots.workflow.bots_math_boxed_workflow.BOTSMathBoxedWorkflow"
     cfg = load_config_from_dict(_with_workflow(path))
     with pytest.raises(ConfigError) as info:
-        check_registered_names(cfg)
+        check_registered_names(cfg, registered_names_table())
     assert info.value.path == "buffer.explorer_input.taskset.default_workflow_type"
     assert f"{path!r} is a Python class path" in str(info.value)
     assert "--plugin-dir" in str(info.value) and "registered:" not in str(info.value)

@@ -15,6 +15,7 @@ from rft_core.config import load_config_from_dict
 from rft_core.config.committed_names import committed_registered_names
 from rft_core.config.registered import check_registered_names
 from rft_core.errors import ConfigError
+from rft_core.plugins import registered_names_table
 
 BASE = {
     "model": {"model_path": "/models/tiny", "max_model_len": 256, "max_response_tokens": 128},
@@ -39,7 +40,7 @@ def config(workflow: str, **taskset):
 
 
 def check(cfg) -> None:
-    check_registered_names(cfg)  # live registries
+    check_registered_names(cfg, registered_names_table())  # live registries
     check_registered_names(cfg, committed_registered_names())  # the web's table
 
 
@@ -61,7 +62,7 @@ def test_a_subclass_that_declares_nothing_is_not_checked(caplog):
     try:
         assert workflows.workflow_args_table()["mine_for_args_test"] is None
         with caplog.at_level("WARNING"):
-            check_registered_names(config("mine_for_args_test", workflow_args={"depth": 3}))
+            check_registered_names(config("mine_for_args_test", workflow_args={"depth": 3}), registered_names_table())
         assert "workflow_args.depth" not in caplog.text
     finally:
         workflows.WORKFLOWS._entries.pop("mine_for_args_test")

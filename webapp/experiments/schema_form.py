@@ -40,9 +40,9 @@ from typing import Any
 
 import yaml
 
-from rft_core.algorithms.presets import PRESETS
 from rft_core.config import json_schema
 from rft_core.config.committed_names import committed_registered_names
+from rft_core.config.presets import PRESETS
 from webapp.errors import ActionError
 from webapp.experiments.config_policy import parse_yaml, resolved_text
 from webapp.experiments.form_levels import BEGINNER_FIELDS
