@@ -19,7 +19,8 @@ from webapp.experiments.models import Experiment
 from webapp.runs.models import MetricPoint, Run
 owner = get_user_model().objects.get(username={username!r})
 e = Experiment.objects.create(owner=owner, name={name!r}, config_yaml='', config={{}})
-runs = [Run.objects.create(experiment=e, number=n, config_yaml='', status={status!r})
+runs = [Run.objects.create(experiment=e, number=n, status={status!r},
+                          config_yaml='algorithm:\\n  optimizer:\\n    lr: %s\\n' % (n * 1e-5))
         for n in (1, 2)]
 e.last_run = runs[-1]
 e.save(update_fields=['last_run'])
@@ -109,6 +110,15 @@ def test_the_compare_page_overlays_two_runs_and_the_slider_smooths_them(logged_i
     page.wait_for_selector(".chart[data-metric='actor/pg_loss'] .main-svg")
     assert len(_smoothed_y(page, ".chart[data-metric='actor/pg_loss']")) == 2
     assert page.locator("table.compare, p.same").count() == 1  # beside the config differences
+    # the summary: run 2 holds the best reward and accuracy (its values are twice run 1's)
+    assert page.locator(f"#compare-summary tr[data-run-id='{two}'] td.best").count() == 2
+    assert page.locator(f"#compare-summary tr[data-run-id='{one}'] td.best").count() == 0
+    # the parallel-coordinates chart: the lr that differs, then the two key metrics
+    page.wait_for_selector("#parallel-coordinates .main-svg")
+    axes = page.evaluate(
+        "() => document.querySelector('#parallel-coordinates').data[0].dimensions.map(d => d.label)"
+    )
+    assert axes == ["algorithm.optimizer.lr", "eval/gsm8k/accuracy/mean@1", "rollout/reward/mean"]
     assert errors == []
 
 

@@ -88,10 +88,15 @@ def _show(value: Any) -> str:
     return json.dumps(value)
 
 
-def config_differences(runs: Sequence[Run]) -> list[Difference]:
-    flats = [
+def config_flats(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """Each run's config snapshot flattened to ``{yaml path: value}``."""
+    return [
         flatten(parse_yaml(run.config_yaml, what=f"run {run.pk}'s config") or {}) for run in runs
     ]
+
+
+def config_differences(flats: list[dict[str, Any]]) -> list[Difference]:
+    """The paths whose values differ between the runs of ``config_flats``."""
     paths = list(dict.fromkeys(path for flat in flats for path in flat))  # schema order
     rows = []
     for path in paths:

@@ -156,11 +156,11 @@ def page_of(user, query: TableQuery):
     for run in page.object_list:
         run.latest_reward = rewards.get(run.pk)
         run.tag_names = tags[run.pk]
-        run.duration = _duration(run)
+        run.duration = run_duration(run)
     return page
 
 
-def _duration(run: Run) -> timedelta | None:
+def run_duration(run: Run) -> timedelta | None:
     from django.utils import timezone
 
     start = run.started_at or run.created

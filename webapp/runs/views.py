@@ -27,9 +27,11 @@ from webapp.runs.compare import (
     MAX_RUNS,
     compare_series,
     config_differences,
+    config_flats,
     parse_ids,
     parse_names,
 )
+from webapp.runs.compare_summary import parallel_coordinates, summary
 from webapp.runs.external import import_job_dir
 from webapp.runs.live import run_state
 from webapp.runs.live_views import authorize_json
@@ -140,10 +142,17 @@ def compare(request: HttpRequest) -> HttpResponse:
         runs = [
             authorize(actor, Run, pk, "run.view") for pk in parse_ids(request.GET.get("ids", ""))
         ]
-        rows = config_differences(runs)
+        flats = config_flats(runs)
     except ActionError as err:
         return _refused(request, err, "/experiments/", "Back to the experiments")
-    context = {"runs": runs, "rows": rows, "max_runs": MAX_RUNS}
+    table = summary(runs)
+    context = {
+        "runs": runs,
+        "rows": config_differences(flats),
+        "summary": table,
+        "parallel": parallel_coordinates(runs, table, flats),
+        "max_runs": MAX_RUNS,
+    }
     return render(request, "runs/compare.html", context)
 
 
