@@ -1,15 +1,12 @@
-"""The Celery app: broker and result backend on REDIS_URL, settings from Django's CELERY_*."""
+"""The worker's entry point: ``celery -A workers.celery_app worker`` (and ``beat``). The app is
+the dashboard's (``webapp/celery.py``: broker and result backend on REDIS_URL, settings from
+Django's CELERY_*, the web apps' tasks); the workers add their own diagnostics tasks
+(``workers/tasks.py``)."""
 
 from __future__ import annotations
 
-import os
+from webapp.celery import app
 
-from celery import Celery
-
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
-
-app = Celery("rft_studio")
-app.config_from_object("django.conf:settings", namespace="CELERY")
-# Tasks live in workers/tasks.py and in each Django app's tasks.py.
 app.autodiscover_tasks(["workers"])
-app.autodiscover_tasks()
+
+__all__ = ["app"]

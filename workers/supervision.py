@@ -31,12 +31,12 @@ What this module owns:
   var/supervisor/restarts.json (written whole and renamed, so a reader never sees half of it),
   and writes ONE line per restart to var/log/restarts.log. The file belongs to one supervisord
   (its pid is in it): a new supervisord starts from zero.
-* ``supervised_processes``: each process's state, pid, uptime and restarts for /health/, read
-  through supervisor's own XML-RPC client on the Unix socket named by ``SUPERVISOR_SERVER_URL``
-  (supervisord sets it in every child's environment); None when the caller does not run under
-  supervisord (tests, a deployment under systemd or Kubernetes).
+* The state for /health/ (each process's state, pid, uptime and restarts) is read by
+  ``webapp.health.supervisor``, which also owns the counter file's format (``Counted``,
+  ``read_counts``) that the listener here writes: the web side never imports ``workers``.
 
-No Django import: this runs before settings exist and inside supervisord's listener.
+No Django import: this runs before settings exist and inside supervisord's listener
+(``webapp.health.supervisor`` is plain Python, no Django either).
 """
 
 from __future__ import annotations
@@ -45,19 +45,18 @@ import json
 import os
 import re
 import shlex
-import socket
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
+
+from webapp.health.supervisor import Counted, counts_path, read_counts
 
 ROOT = Path(__file__).resolve().parent.parent
 PROCFILE_LINE = re.compile(r"^([A-Za-z0-9_-]+):\s*(.+)$")
 SOCKET_NAME = "supervisor.sock"
-COUNTS_NAME = "restarts.json"
 # the longest Unix socket path Linux takes is 107 bytes
 SOCKET_PATH_MAX = 107
-RPC_TIMEOUT_S = 2.0
 # pace: exits within this window count; from PACE_AFTER of them on, sleep 2, 4, 8 ... PACE_MAX_S
 PACE_WINDOW_S = 120.0
 PACE_AFTER = 3
@@ -107,10 +106,6 @@ def read_env_file(path: Path) -> dict[str, str]:
 
 def socket_path(var: Path) -> Path:
     return var / "supervisor" / SOCKET_NAME
-
-
-def counts_path(var: Path) -> Path:
-    return var / "supervisor" / COUNTS_NAME
 
 
 def _escape(text: str) -> str:
@@ -218,13 +213,6 @@ def write_config(procfile: Path, env_file: Path, var: Path) -> Path:
 # ------------------------------------------------------------------ the restart counter
 
 
-@dataclass
-class Counted:
-    restarts: int = 0
-    exits: list[float] = field(default_factory=list)  # the last EXITS_KEPT exit times
-    last_exit: str = ""  # e.g. "EXITED (unexpected) at 12:03:04 after RUNNING"
-
-
 class RestartCounter:
     """Folds PROCESS_STATE events into per-process counts kept in ``path`` (JSON)."""
 
@@ -298,14 +286,6 @@ def listen() -> int:
         childutils.listener.ok(sys.stdout)
 
 
-def read_counts(var: Path) -> dict[str, Counted]:
-    try:
-        saved = json.loads(counts_path(var).read_text())
-    except (OSError, ValueError):
-        return {}
-    return {name: Counted(**c) for name, c in saved.get("processes", {}).items()}
-
-
 def pace_delay(exits: list[float], now: float) -> float:
     """Seconds to wait before a start, given the process's exit times (see the docstring)."""
     recent = sum(1 for t in exits if now - t <= PACE_WINDOW_S)
@@ -327,76 +307,6 @@ def pace(name: str) -> int:
         )
         time.sleep(delay)
     return 0
-
-
-# ------------------------------------------------------------------ the state, for /health/
-
-
-@dataclass
-class SupervisedProcess:
-    name: str
-    state: str  # RUNNING, STARTING, BACKOFF, EXITED, FATAL, STOPPED ...
-    up: bool
-    pid: int
-    description: str  # supervisord's: "pid 123, uptime 0:01:02" or why it is not running
-    restarts: int
-    last_exit: str
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def _rpc(serverurl: str):
-    """supervisor's own XML-RPC client on the Unix socket, with a timeout (it has none)."""
-    import xmlrpc.client
-
-    from supervisor.xmlrpc import SupervisorTransport, UnixStreamHTTPConnection
-
-    class _TimedConnection(UnixStreamHTTPConnection):
-        def connect(self) -> None:
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.sock.settimeout(RPC_TIMEOUT_S)
-            self.sock.connect(self.socketfile)
-
-    transport = SupervisorTransport(None, None, serverurl)
-    if serverurl.startswith("unix://"):
-
-        def connection():
-            conn = _TimedConnection("localhost")
-            conn.socketfile = serverurl[len("unix://") :]
-            return conn
-
-        transport._get_connection = connection
-    return xmlrpc.client.ServerProxy("http://127.0.0.1", transport)
-
-
-def supervised_processes(env: dict[str, str] | None = None) -> list[SupervisedProcess] | None:
-    """Each supervised process (the listener left out); None when not under supervisord.
-    Raises OSError / xmlrpc errors when supervisord does not answer."""
-    env = os.environ if env is None else env
-    serverurl = env.get("SUPERVISOR_SERVER_URL")
-    if not serverurl:
-        return None
-    infos = _rpc(serverurl).supervisor.getAllProcessInfo()
-    var = Path(env.get("RFT_VAR_DIR", ROOT / "var"))
-    counts = read_counts(var)
-    processes = []
-    for info in infos:
-        if info["group"] == "restarts":
-            continue
-        counted = counts.get(info["name"], Counted())
-        processes.append(
-            SupervisedProcess(
-                name=info["name"],
-                state=info["statename"],
-                up=info["statename"] == "RUNNING",
-                pid=info["pid"],
-                description=info["description"],
-                restarts=counted.restarts,
-                last_exit=counted.last_exit,
-            )
-        )
-    return processes
 
 
 def main(argv: list[str]) -> int:

@@ -98,3 +98,20 @@ def test_boxes_collapse_modules_and_name_the_lighter_direction_as_pointing_back_
     figures = ig.figures(graph)
     assert figures["boxes"]["nodes"] == 4 and figures["boxes"]["arrows"] == 3
     assert figures["modules"]["cycles"] == []  # y -> inner -> x: no module cycle
+
+
+def test_webapp_never_imports_workers():
+    graph = ig.import_graph(ROOT, ("rft_core", "webapp", "workers"))
+    assert graph["workers.celery_app"]  # the three packages were read
+    found = sorted(
+        f"{m} (line {line}) -> {target}"
+        for m, targets in graph.items()
+        if m.split(".")[0] == "webapp"
+        for target, line in targets.items()
+        if target.split(".")[0] == "workers"
+    )
+    assert not found, (
+        "webapp imports workers (workers -> webapp is the one direction):\n" + "\n".join(found)
+    )
+    tops = ig.collapse(graph, lambda m: m.split(".")[0])
+    assert "rft_core" not in {t for t in tops["rft_core"]} and not ig.find_cycles(tops)

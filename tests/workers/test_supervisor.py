@@ -37,13 +37,13 @@ import requests
 from redis_claim import CLAIM_KEY, claim_db
 
 from webapp.health.checks import ray_auth_headers
+from webapp.health.supervisor import read_counts
+from webapp.health.supervisor import supervisor_rpc as _rpc
 from workers.services import free_port
 from workers.supervision import (
     RestartCounter,
     SupervisionError,
-    _rpc,
     pace_delay,
-    read_counts,
     render_config,
     socket_path,
     write_config,

@@ -85,7 +85,7 @@ def check_redis(url: str | None = None) -> ServiceStatus:
 
 def check_celery(redis_status: ServiceStatus | None = None) -> ServiceStatus:
     """Ping the workers over the broker; skipped (down) when the broker itself is down."""
-    from workers.celery_app import app
+    from webapp.celery import app
 
     if redis_status is not None and not redis_status.up:
         return ServiceStatus("celery", False, "broker (Redis) is down, so no worker can answer")
@@ -173,11 +173,11 @@ class SupervisorStatus:
     in_use: bool
     up: bool
     detail: str
-    processes: list = field(default_factory=list)  # workers.supervision.SupervisedProcess
+    processes: list = field(default_factory=list)  # webapp.health.supervisor.SupervisedProcess
 
 
 def check_supervisor() -> SupervisorStatus:
-    from workers.supervision import supervised_processes
+    from webapp.health.supervisor import supervised_processes
 
     try:
         processes = supervised_processes()

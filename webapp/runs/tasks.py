@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import logging
 
+from celery import shared_task
 from celery.signals import worker_ready
 from django.conf import settings
 
 from webapp.runs import actions
-from workers.celery_app import app
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ def _same_queue(task) -> str:
     return info.get("routing_key") or settings.RFT_RUNS_QUEUE
 
 
-@app.task(name="runs.launch", bind=True)
+@shared_task(name="runs.launch", bind=True)
 def launch(self, run_id: int) -> str:
     run = actions.start_run(run_id)
     if run.submission_id and run.status in actions.LIVE:
@@ -37,7 +37,7 @@ def launch(self, run_id: int) -> str:
     return run.status
 
 
-@app.task(name="runs.follow", bind=True, ignore_result=True)
+@shared_task(name="runs.follow", bind=True, ignore_result=True)
 def follow(self, run_id: int) -> None:
     if actions.follow_run(run_id):
         follow.apply_async(
@@ -45,12 +45,12 @@ def follow(self, run_id: int) -> None:
         )
 
 
-@app.task(name="runs.cancel")
+@shared_task(name="runs.cancel")
 def cancel(run_id: int) -> str:
     return actions.stop_run(run_id).status
 
 
-@app.task(name="runs.reconcile")
+@shared_task(name="runs.reconcile")
 def reconcile() -> list[int]:
     return [run.pk for run in actions.reconcile_runs()]
 
