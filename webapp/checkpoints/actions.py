@@ -10,6 +10,9 @@ conversion to Hugging Face weights.
 - :func:`convert_checkpoint` is a user's action: access check, the claim of the run's job dir
   (``webapp.runs.claims``: no conversion writes into a job dir another user's run owns), audit ``checkpoint.convert``,
   ``hf_status`` converting, and the Celery task (``checkpoints.tasks``) enqueued on commit.
+- :func:`refuse_if_pruned` is the one refusal of a checkpoint gone from disk, for Convert, Fork
+  (``webapp.runs.forks``) and the API alike: a 409 saying it was pruned by retention
+  (``trainer.max_checkpoints_to_keep``) or, in a run that keeps every checkpoint, deleted.
 
 Every new or changed row is pushed to the run's live page (``webapp.runs.live.publish_checkpoint``,
 sent on commit).

@@ -1,6 +1,7 @@
 """Every change of a run's state: launch, cancel, reconcile, and what the event ingestor observes.
 
 User actions (``launch_run``, ``cancel_run``) check permission, act and write one audit row;
+``queue_run`` is the one way a run is queued (a launch here, a fork in ``webapp.runs.forks``);
 the Celery tasks in ``tasks.py`` call the ``start_run`` / ``stop_run`` / ``follow_run`` halves,
 which talk to Ray through ``ray_jobs`` (never ``ray.init()``).
 

@@ -8,8 +8,8 @@ from k + 1, with the config the user edited (new hyperparameters from a good poi
 
 The engine does the resuming with its one resume path (``rft_core.checkpoint.fork``: weights,
 optimizer state and LR schedule position from the checkpoint; the config's hyperparameters).
-The fork is the user's own run (its own ``run-<pk>`` job dir, launched like any other through
-``webapp.runs.actions``' launch task); ``Run.parent`` / ``fork_step`` link it to its parent,
+The fork is the user's own run (its own ``run-<pk>`` job dir, queued like any other by
+``webapp.runs.actions.queue_run``); ``Run.parent`` / ``fork_step`` link it to its parent,
 whose page lists its forks.
 """
 
