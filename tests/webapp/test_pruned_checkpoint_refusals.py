@@ -165,3 +165,21 @@ def test_a_run_without_retention_says_its_checkpoint_was_deleted_not_pruned(alic
     assert refused.json()["detail"].endswith(
         "its directory was deleted (the run keeps every checkpoint, so not by retention)"
     )
+
+
+def test_an_evaluations_best_checkpoint_pruned_since_shows_pruned_not_convert(alice, pruned_run):
+    run, rows = pruned_run
+    evaluation = Evaluation.objects.create(run=run, tasksets=["arithmetic-eval"])
+    evaluation.checkpoints.set([rows[20], rows[30]])
+    cell = {"metric": "accuracy/mean@1"}
+    evaluation.results = {
+        str(rows[20].pk): {"arithmetic-eval": {**cell, "value": 0.8}},  # the best, pruned since
+        str(rows[30].pk): {"arithmetic-eval": {**cell, "value": 0.6}},
+    }
+    evaluation.save()
+    client = token_client(alice)[0]
+    client.force_login(alice)
+    page = client.get(f"/runs/{run.pk}/evaluations/").content.decode()
+    assert f'data-checkpoint="{rows[20].pk}" data-step="20" class="best"' in page
+    assert '<span class="hf hf-pruned">pruned (trainer.max_checkpoints_to_keep)</span>' in page
+    assert f"/checkpoints/{rows[20].pk}/convert/" not in page
