@@ -5,7 +5,7 @@ pruned (naming ``trainer.max_checkpoints_to_keep``) and offers neither."""
 from __future__ import annotations
 
 import pytest
-from playwright.sync_api import sync_playwright
+from browser_session import signed_in_page
 from test_pruned_checkpoint_refusals import alice, pruned_run  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.browser
@@ -20,19 +20,7 @@ def test_pruned_rows_have_no_convert_or_fork_and_the_rest_have_both(
     run, rows = pruned_run
     alice.set_password("pw-alice-123")
     alice.save()
-    errors = []
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path="/usr/bin/chromium",
-            args=["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking"],
-        )
-        page = b.new_page()
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.route("**/favicon.ico", lambda route: route.fulfill(status=204))
-        page.goto(live_server.url + "/login/")
-        page.fill("input[name=username]", "alice")
-        page.fill("input[name=password]", "pw-alice-123")
-        page.click("button[type=submit]")
+    with signed_in_page(live_server.url, "alice", "pw-alice-123") as (page, errors):
         page.goto(live_server.url + f"/runs/{run.pk}/")
         # live.json's snapshot fills the table (the WebSocket is daphne's, not live_server's)
         page.wait_for_selector(f'tr[data-checkpoint="{rows[30].pk}"]')
@@ -50,5 +38,4 @@ def test_pruned_rows_have_no_convert_or_fork_and_the_rest_have_both(
         assert pruned.get_attribute("data-hf-status") == "pruned"
         assert "pruned (deleted by trainer.max_checkpoints_to_keep)" in pruned.inner_text()
         assert pruned.locator("button, a.fork").count() == 0
-        b.close()
     assert errors == []
