@@ -334,6 +334,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "SWAGGER_UI_SETTINGS": {"persistAuthorization": False, "displayRequestDuration": True},
+    # a run's and an evaluation's "status" are two choice sets: one schema enum each
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "webapp.runs.models.RunStatus",
+        "EvaluationStatusEnum": "webapp.checkpoints.models.EvaluationStatus",
+    },
 }
 
 CELERY_BEAT_SCHEDULE = {

@@ -359,7 +359,7 @@
       if (c.id !== undefined && c.convert_url && (st === "absent" || st === "failed")) {
         action = '<button type="button" class="convert" data-id="' + esc(c.id) + '" data-url="' + esc(c.convert_url) + '">Convert</button>';
       }
-      if (c.id !== undefined && c.fork_url) action += ' <a class="fork button" href="' + esc(c.fork_url) + '">Fork</a>';
+      if (c.id !== undefined && c.fork_url && !c.pruned) action += ' <a class="fork button" href="' + esc(c.fork_url) + '">Fork</a>';
       return '<tr data-checkpoint="' + esc(c.id === undefined ? "" : c.id) + '" data-stage="' + esc(c.stage || "") +
         '" data-step="' + esc(c.step) + '" data-hf-status="' + esc(st) + '"><td>' + esc(c.stage || "—") + "</td><td>" + esc(c.step) +
         "</td><td>" + esc(fmtTime(toUnix(c.created))) + "</td><td>" + esc(fmtSize(c.size_bytes)) + "</td><td>" + hf + "</td><td>" + action + "</td></tr>";

@@ -150,6 +150,7 @@ PAGE = {"anonymous": LOGIN, "owner": ALLOWED, "other": 403, "staff": ALLOWED}
 HIDDEN = {"anonymous": LOGIN, "owner": ALLOWED, "other": 404, "staff": ALLOWED}
 PAGE_ANY_USER = {"anonymous": LOGIN, "owner": ALLOWED, "other": ALLOWED, "staff": ALLOWED}
 API = {"anonymous": 401, "owner": ALLOWED, "other": 403, "staff": ALLOWED}
+API_HIDDEN = {"anonymous": 401, "owner": ALLOWED, "other": 404, "staff": ALLOWED}
 API_ANY_USER = {"anonymous": 401, "owner": ALLOWED, "other": ALLOWED, "staff": ALLOWED}
 ADMIN = {"anonymous": LOGIN, "owner": LOGIN, "other": LOGIN, "staff": ALLOWED}
 
@@ -244,13 +245,15 @@ ROUTE_METHODS: dict[str, tuple[str, ...]] = {
     "api/v1/runs/": ("GET",),
     "api/v1/runs/register/": ("POST",),
     "api/v1/runs/import/": ("POST",),
-    "api/v1/runs/<>/": ("GET",),
+    "api/v1/runs/<>/": ("GET", "PATCH"),
     "api/v1/runs/<>/finish/": ("POST",),
     "api/v1/runs/<>/cancel/": ("POST",),
     "api/v1/runs/<>/metrics/": ("GET",),
     "api/v1/runs/<>/logs/": ("GET",),
     "api/v1/runs/<>/checkpoints/": ("GET",),
+    "api/v1/runs/<>/evaluations/": ("GET", "POST"),
     "api/v1/checkpoints/<>/convert/": ("POST",),
+    "api/v1/checkpoints/<>/fork/": ("POST",),
     "api/v1/schema/": ("GET",),
     "api/v1/docs/": ("GET",),
     "admin/": ("GET",),
@@ -428,6 +431,23 @@ ROWS = [
     Row("api/v1/runs/", "GET", lambda w: "/api/v1/runs/", API_ANY_USER),
     Row("api/v1/runs/<>/", "GET", lambda w: f"/api/v1/runs/{w.run.pk}/", API),
     Row(
+        "api/v1/runs/<>/",
+        "PATCH",
+        lambda w: f"/api/v1/runs/{w.run.pk}/",
+        API_HIDDEN,
+        body=lambda w: {"tags": ["matrix"], "notes": "noted by the matrix"},
+    ),  # fmt: skip
+    Row(
+        "api/v1/runs/<>/evaluations/", "GET", lambda w: f"/api/v1/runs/{w.run.pk}/evaluations/", API
+    ),
+    Row(
+        "api/v1/runs/<>/evaluations/",
+        "POST",
+        lambda w: f"/api/v1/runs/{w.run.pk}/evaluations/",
+        API,
+        body=lambda w: {"checkpoints": [w.checkpoint.pk], "tasksets": ["arithmetic-eval"]},
+    ),  # fmt: skip
+    Row(
         "api/v1/runs/register/",
         "POST",
         lambda w: "/api/v1/runs/register/",
@@ -460,6 +480,13 @@ ROWS = [
         lambda w: f"/api/v1/checkpoints/{w.checkpoint.pk}/convert/",
         API,
     ),
+    Row(
+        "api/v1/checkpoints/<>/fork/",
+        "POST",
+        lambda w: f"/api/v1/checkpoints/{w.checkpoint.pk}/fork/",
+        API,
+        body=lambda w: {"config_yaml": _unstaged_yaml()},
+    ),  # fmt: skip
     Row("api/v1/schema/", "GET", lambda w: "/api/v1/schema/", API_ANY_USER),
     Row("api/v1/docs/", "GET", lambda w: "/api/v1/docs/", API_ANY_USER),
     # the admin index (the admin's own pages: staff with model permissions; test_admin*.py)

@@ -169,7 +169,7 @@ def test_it_launches_a_run_and_enqueues_it_after_commit(
     run = Run.objects.get(pk=body["id"])
     assert body["status"] == "queued" and body["number"] == 1 and body["is_final"] is False
     assert body["config_yaml"] == created["config_yaml"] and run.launched_by == alice
-    assert [cb for cb in callbacks if cb.__qualname__.startswith("launch_run.")]  # on commit
+    assert [cb for cb in callbacks if cb.__qualname__.startswith("queue_run.")]  # on commit
     (row,) = audit("run.launch")
     assert (row.actor_name, row.target_id) == ("alice", str(run.pk))
     listed = api.get(f"/api/v1/runs/?experiment={created['id']}").json()["results"]

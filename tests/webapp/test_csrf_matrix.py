@@ -83,7 +83,8 @@ TOKEN_ROWS = [row for row in ROWS if row.api and row.method in UNSAFE]
 
 @pytest.mark.parametrize("row", TOKEN_ROWS, ids=lambda row: row.id)
 def test_a_token_request_needs_no_csrf_token(world, row, request, settings):
-    if "launch" in row.route:  # launching asks Ray's job server first: a real head's
+    # launching (a fork or an evaluation too) asks Ray's job server first: a real head's
+    if any(word in row.route for word in ("launch", "fork", "evaluations")):
         settings.RAY_ADDRESS = request.getfixturevalue("ray_head").address
     client = client_for(world, "owner", token=True)
     assert "csrftoken" not in client.cookies

@@ -8,8 +8,9 @@ import time
 
 from rest_framework import serializers
 
-from webapp.checkpoints.models import Checkpoint
+from webapp.checkpoints.models import Checkpoint, Evaluation
 from webapp.experiments.models import Experiment
+from webapp.runs.annotations import NOTES_MAX, TAGS_MAX
 from webapp.runs.models import FINAL_STATUSES, Run, RunStatus
 from webapp.runs.progress import progress_of
 
@@ -172,6 +173,73 @@ class CheckpointSerializer(serializers.ModelSerializer):
         fields = [
             "id", "run", "stage", "step", "path", "size_bytes", "hf_status", "hf_path",
             "hf_progress", "hf_error", "pruned", "created", "updated",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class RunUpdateSerializer(serializers.Serializer):
+    """PATCH a run: its ``tags`` (the whole list, replacing the old one) and/or its ``notes``
+    (the whole text); what a tag may be is ``webapp.runs.annotations``' business."""
+
+    tags = serializers.ListField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        help_text=f"the run's tags, replacing its tags (at most {TAGS_MAX}, {TAG_MAX} characters "
+        "each; [] removes them all)",
+    )
+    notes = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text=f'the run\'s notes, replacing them (at most {NOTES_MAX:,} characters; "" '
+        "clears them)",
+    )
+
+    def validate(self, attrs: dict) -> dict:
+        if not attrs:
+            raise serializers.ValidationError("nothing to update: give tags and/or notes")
+        return attrs
+
+
+class ForkSerializer(serializers.Serializer):
+    """The fork's config: ``config_yaml`` (text) or ``config`` (a mapping); neither: the parent
+    run's config as launched, resuming (``continue_from_checkpoint: true``)."""
+
+    config_yaml = serializers.CharField(required=False, trim_whitespace=False)
+    config = serializers.DictField(required=False)
+
+    def validate(self, attrs: dict) -> dict:
+        if "config_yaml" in attrs and "config" in attrs:
+            raise serializers.ValidationError({"config": "give config_yaml or config, not both"})
+        return attrs
+
+
+class EvaluateSerializer(serializers.Serializer):
+    """Checkpoints of the run (ids, one stage) and names of its eval tasksets to bench them on."""
+
+    checkpoints = serializers.ListField(
+        child=serializers.IntegerField(min_value=1), max_length=100, help_text="checkpoint ids"
+    )
+    tasksets = serializers.ListField(
+        child=serializers.CharField(max_length=200),
+        max_length=100,
+        help_text="names of the run's buffer.explorer_input.eval_tasksets",
+    )
+
+
+class EvaluationSerializer(serializers.ModelSerializer):
+    checkpoints = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+    url = serializers.CharField(source="get_absolute_url", read_only=True)
+    results = serializers.JSONField(
+        read_only=True,
+        help_text='{"<checkpoint id>": {"<taskset>": {"metric": "accuracy/mean@k", "value": x}}}',
+    )
+
+    class Meta:
+        model = Evaluation
+        fields = [
+            "id", "run", "checkpoints", "tasksets", "status", "results", "error",
+            "submission_id", "job_dir", "created", "finished_at", "url",
         ]  # fmt: skip
         read_only_fields = fields
 

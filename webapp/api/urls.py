@@ -36,11 +36,13 @@ urlpatterns = [
     path("runs/<int:pk>/metrics/", api(views.RunMetricsView), name="run-metrics"),
     path("runs/<int:pk>/logs/", api(views.RunLogsView), name="run-logs"),
     path("runs/<int:pk>/checkpoints/", api(views.RunCheckpointsView), name="run-checkpoints"),
+    path("runs/<int:pk>/evaluations/", api(views.RunEvaluationsView), name="run-evaluations"),
     path(
         "checkpoints/<int:pk>/convert/",
         api(views.CheckpointConvertView),
         name="checkpoint-convert",
     ),
+    path("checkpoints/<int:pk>/fork/", api(views.CheckpointForkView), name="checkpoint-fork"),
     path(
         "schema/",
         api(SpectacularAPIView, permission_classes=[IsAuthenticated]),

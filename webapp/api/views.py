@@ -3,8 +3,10 @@
 Every object goes through the one access rule (``webapp.accounts.access``): lists are
 ``.visible_to(user)``, single objects ``authorize(...)`` (missing: 404; another user's: 403 and a
 ``permission.denied`` audit row). State changes are the actions' (``create_experiment``,
-``launch_run``, ``cancel_run``, ``convert_checkpoint``, ...), which check, act and audit; errors a
-user can fix come back as ``{"detail", "errors": {yaml_path: message}}`` with a 4xx.
+``launch_run``, ``cancel_run``, ``convert_checkpoint``, ``set_run_tags``, ``fork_run``,
+``evaluate_checkpoints``, ...: the same functions the pages call), which check, act and audit;
+errors a user can fix come back as ``{"detail", "errors": {yaml_path: message}}`` with a 4xx.
+A run's tags and notes are hidden like on the pages: another user's run answers 404.
 
 Metrics and logs page by sequence number (the row id): ``?after=<next_after of the last page>``;
 each page is one range scan of the (run, name, id) / (run, id) index.
@@ -12,7 +14,9 @@ each page is one range scan of the (run, name, id) / (run, id) index.
 
 from __future__ import annotations
 
+import yaml
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Q
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers as drf_serializers
@@ -23,21 +27,25 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from webapp.accounts.access import authorize
+from webapp.accounts.access import authorize, authorize_hidden
 from webapp.api import serializers as s
 from webapp.api.errors import api_exception_handler
 from webapp.audit.record import Actor
 from webapp.checkpoints.actions import convert_checkpoint
+from webapp.checkpoints.evaluation import evaluate_checkpoints
 from webapp.checkpoints.models import Checkpoint
+from webapp.errors import ActionError
 from webapp.experiments.actions import create_experiment, update_experiment
 from webapp.experiments.models import Experiment
 from webapp.runs.actions import cancel_run, launch_run
+from webapp.runs.annotations import set_run_notes, set_run_tags
 from webapp.runs.external import (
     events_redis_url,
     finish_terminal_run,
     import_job_dir,
     register_terminal_run,
 )
+from webapp.runs.forks import fork_config_yaml, fork_run
 from webapp.runs.models import LogLine, MetricPoint, Run
 from webapp.runs.progress import in_stage_order
 
@@ -205,6 +213,25 @@ class RunDetailView(ApiView):
         """One run: status, times, stage and step, exit reason, config snapshot."""
         run = authorize(self.actor(), Run, pk, "run.view")
         return Response(s.RunDetailSerializer(run).data)
+
+    @extend_schema(
+        request=s.RunUpdateSerializer,
+        responses={200: s.RunDetailSerializer, 400: s.ErrorSerializer, 404: s.ErrorSerializer},
+    )
+    def patch(self, request: Request, pk: int) -> Response:
+        """Replace the run's ``tags`` and/or ``notes`` (yours only: another user's run is a
+        404), each audited (``run.tags`` / ``run.notes``) as on the run page; both or neither
+        are written."""
+        actor = self.actor()
+        wants_tags = isinstance(request.data, dict) and "tags" in request.data
+        run = authorize_hidden(actor, Run, pk, "run.tags" if wants_tags else "run.notes")
+        body = self.body(s.RunUpdateSerializer)
+        with transaction.atomic():
+            if "tags" in body:
+                set_run_tags(actor, run, body["tags"])
+            if "notes" in body:
+                set_run_notes(actor, run, body["notes"])
+        return Response(s.RunDetailSerializer(run_queryset(request.user).get(pk=run.pk)).data)
 
 
 class RunCancelView(ApiView):
@@ -382,3 +409,52 @@ class CheckpointConvertView(ApiView):
         checkpoint = authorize(actor, Checkpoint, pk, "checkpoint.convert")
         checkpoint = convert_checkpoint(actor, checkpoint)
         return Response(s.CheckpointSerializer(checkpoint).data, status.HTTP_202_ACCEPTED)
+
+
+class CheckpointForkView(ApiView):
+    @extend_schema(
+        request=s.ForkSerializer,
+        responses={201: s.RunDetailSerializer, **ERRORS, 409: s.ErrorSerializer},
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        """Fork the checkpoint's run from it: a new queued run of the same experiment whose job
+        dir starts with this ``global_step_<N>`` (weights, optimizer, LR schedule) and whose
+        steps go on from N + 1, with the config given (``config_yaml`` or ``config``; neither:
+        the parent's config, resuming). 409 when the checkpoint was pruned by retention
+        (``trainer.max_checkpoints_to_keep``) or Redis / Ray do not answer."""
+        actor = self.actor()
+        checkpoint = authorize(actor, Checkpoint, pk, "run.fork")
+        body = self.body(s.ForkSerializer)
+        if "config" in body:
+            config_yaml = yaml.safe_dump(body["config"], sort_keys=False, allow_unicode=True)
+        else:
+            config_yaml = body.get("config_yaml") or fork_config_yaml(checkpoint)
+        run = fork_run(actor, checkpoint, config_yaml)
+        return Response(s.RunDetailSerializer(run).data, status.HTTP_201_CREATED)
+
+
+class RunEvaluationsView(ApiView):
+    @extend_schema(responses={200: s.EvaluationSerializer(many=True), **ERRORS})
+    def get(self, request: Request, pk: int) -> Response:
+        """The run's evaluations, newest first, with their ``results`` once they succeeded."""
+        run = authorize(self.actor(), Run, pk, "run.view")
+        evaluations = run.evaluations.prefetch_related("checkpoints")
+        return self.paginated(evaluations, s.EvaluationSerializer)
+
+    @extend_schema(
+        request=s.EvaluateSerializer,
+        responses={201: s.EvaluationSerializer, **ERRORS, 409: s.ErrorSerializer},
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        """Evaluate checkpoints of the run (one stage, on disk) on eval tasksets of its config:
+        a ``mode: bench`` Ray job of its own (queued; poll ``status`` and ``results``)."""
+        actor = self.actor()
+        run = authorize(actor, Run, pk, "checkpoint.evaluate")
+        body = self.body(s.EvaluateSerializer)
+        found = {c.pk: c for c in Checkpoint.objects.filter(run=run, pk__in=body["checkpoints"])}
+        if unknown := [i for i in body["checkpoints"] if i not in found]:
+            message = f"not checkpoints of run #{run.number}: {unknown}"
+            raise ActionError(f"checkpoints: {message}", errors={"checkpoints": message})
+        chosen = [found[i] for i in dict.fromkeys(body["checkpoints"])]
+        evaluation = evaluate_checkpoints(actor, run, chosen, body["tasksets"])
+        return Response(s.EvaluationSerializer(evaluation).data, status.HTTP_201_CREATED)

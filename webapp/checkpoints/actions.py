@@ -10,6 +10,9 @@ conversion to Hugging Face weights.
 - :func:`convert_checkpoint` is a user's action: access check, the claim of the run's job dir
   (``webapp.runs.claims``: no conversion writes into a job dir another user's run owns), audit ``checkpoint.convert``,
   ``hf_status`` converting, and the Celery task (``checkpoints.tasks``) enqueued on commit.
+- :func:`refuse_if_pruned` is the one refusal of a checkpoint gone from disk, for Convert, Fork
+  (``webapp.runs.forks``) and the API alike: a 409 saying it was pruned by retention
+  (``trainer.max_checkpoints_to_keep``) or, in a run that keeps every checkpoint, deleted.
 
 Every new or changed row is pushed to the run's live page (``webapp.runs.live.publish_checkpoint``,
 sent on commit).
@@ -127,6 +130,36 @@ def sync_checkpoints(run: Run) -> list[Checkpoint]:
     return rows
 
 
+RETENTION_SETTING = "trainer.max_checkpoints_to_keep"
+
+
+def refuse_if_pruned(checkpoint: Checkpoint, doing: str) -> None:
+    """409 when ``checkpoint``'s step dir is gone from disk, saying it was pruned by the
+    run's retention (naming ``trainer.max_checkpoints_to_keep``) or, in a run without
+    retention, that it was deleted. A row found gone here turns ``pruned`` first (the run page
+    then shows it so). ``doing``: the refused action in words ("convert", "fork from")."""
+    path = Path(checkpoint.path)
+    if not checkpoint.pruned and path.is_dir():
+        return
+    if not checkpoint.pruned:
+        observe_pruned(checkpoint.run, checkpoint.stage)
+    where = f"{checkpoint.stage}/global_step_{checkpoint.step}".lstrip("/")
+    trainer = (checkpoint.run.config or {}).get("trainer") or {}
+    keep = trainer.get("max_checkpoints_to_keep")
+    if isinstance(keep, int) and keep > 0:
+        best = trainer.get("best_checkpoint_metric")
+        kept = f"the newest {keep} of each stage" + (f" and the best by {best}" if best else "")
+        why = (
+            f"it was pruned by checkpoint retention ({RETENTION_SETTING}: {keep} keeps {kept}); "
+            "choose a checkpoint still on disk, or launch with a larger "
+            f"{RETENTION_SETTING} (0 keeps all)"
+        )
+    else:
+        why = "its directory was deleted (the run keeps every checkpoint, so not by retention)"
+    message = f"cannot {doing} {where}: {path} is gone from disk: {why}"
+    raise ActionError(message, errors={"checkpoint": why}, status=409)
+
+
 def _refuse_unless_convertible(checkpoint: Checkpoint) -> Path:
     path = Path(checkpoint.path)
     where = f"{checkpoint.stage}/global_step_{checkpoint.step}".lstrip("/")
@@ -134,12 +167,10 @@ def _refuse_unless_convertible(checkpoint: Checkpoint) -> Path:
         stale = timezone.now() - checkpoint.updated > CONVERT_STALE_AFTER
         if not stale:
             raise ActionError(f"{where} is being converted already", status=409)
+    if not path.is_dir():
+        refuse_if_pruned(checkpoint, "convert")
     if not (path / layout.ACTOR_DIR).is_dir():
-        raise ActionError(
-            f"{where} is gone from disk ({path} has no actor/ directory); "
-            "it may have been pruned by trainer.max_ckpt_to_keep",
-            status=409,
-        )
+        raise ActionError(f"{where}: {path} has no actor/ directory to convert", status=409)
     job_dir = Path(checkpoint.run.job_dir) if checkpoint.run.job_dir else None
     if job_dir is not None and not path.resolve().is_relative_to(job_dir.resolve()):
         raise ActionError(f"{where}: {path} is outside the run's job dir {job_dir}", status=409)
@@ -169,6 +200,7 @@ def convert_checkpoint(actor: Actor, checkpoint: Checkpoint) -> Checkpoint:
     Refused (403) when the actor may not claim the run's job dir, (409) while it is converting
     or when its step dir is gone."""
     check(actor, checkpoint, "checkpoint.convert")
+    refuse_if_pruned(checkpoint, "convert")
     claim = _claim_job_dir_of(actor, checkpoint)
     from webapp.checkpoints.tasks import convert_checkpoint_task
 

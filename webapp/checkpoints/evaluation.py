@@ -37,7 +37,7 @@ from webapp.checkpoints.models import Checkpoint, Evaluation, EvaluationStatus
 from webapp.errors import ActionError
 from webapp.experiments.config_policy import check_config
 from webapp.runs import ray_jobs
-from webapp.runs.actions import _require_services, runtime_env_of
+from webapp.runs.actions import require_services, runtime_env_of
 from webapp.runs.claims import runs_area
 from webapp.runs.models import Run
 from webapp.runs.snapshot import launch_spec
@@ -82,6 +82,11 @@ def evaluate_checkpoints(
         errors["checkpoints"] = f"every checkpoint must be of run #{run.number}"
     elif len({c.stage for c in checkpoints}) > 1:
         errors["checkpoints"] = "choose checkpoints of one stage (their steps are counted apart)"
+    elif pruned := [c for c in checkpoints if c.pruned or not Path(c.path).is_dir()]:
+        errors["checkpoints"] = (
+            "gone from disk, pruned by checkpoint retention (trainer.max_checkpoints_to_keep): "
+            + ", ".join(f"{c.stage or ''}/global_step_{c.step}".lstrip("/") for c in pruned)
+        )
     elif missing := [c for c in checkpoints if not is_full_checkpoint(Path(c.path))]:
         errors["checkpoints"] = "not on disk as full checkpoints: " + ", ".join(
             f"{c.stage or ''}/global_step_{c.step}".lstrip("/") for c in missing
@@ -100,7 +105,7 @@ def evaluate_checkpoints(
             "the evaluation cannot start: " + "; ".join(errors.values()), errors=errors
         )
     check_config(config=bench_config(run, tasksets))  # what the job will read passes the checks
-    _require_services()
+    require_services()
     with transaction.atomic():
         evaluation = Evaluation.objects.create(
             run=run, tasksets=list(tasksets), launched_by=actor.user

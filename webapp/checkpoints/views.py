@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from webapp.accounts.access import authorize
 from webapp.audit.record import Actor
-from webapp.checkpoints.actions import convert_checkpoint, job_dir_usage
+from webapp.checkpoints.actions import convert_checkpoint, job_dir_usage, refuse_if_pruned
 from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.errors import ActionError
 from webapp.refusals import wants_json
@@ -106,6 +106,11 @@ def fork(request: HttpRequest, pk: int) -> HttpResponse:
     context = {"checkpoint": checkpoint, "parent": checkpoint.run, "message": "", "errors": {}}
     if request.method == "GET":
         context["config_yaml"] = fork_config_yaml(checkpoint)
+        try:
+            refuse_if_pruned(checkpoint, "fork from")
+        except ActionError as err:  # a bookmarked link to a checkpoint retention deleted since
+            context.update(message=err.message, errors=err.errors)
+            return render(request, "runs/fork.html", context, status=err.status)
         return render(request, "runs/fork.html", context)
     context["config_yaml"] = request.POST.get("config_yaml", "")
     try:

@@ -1,6 +1,7 @@
 """Every change of a run's state: launch, cancel, reconcile, and what the event ingestor observes.
 
 User actions (``launch_run``, ``cancel_run``) check permission, act and write one audit row;
+``queue_run`` is the one way a run is queued (a launch here, a fork in ``webapp.runs.forks``);
 the Celery tasks in ``tasks.py`` call the ``start_run`` / ``stop_run`` / ``follow_run`` halves,
 which talk to Ray through ``ray_jobs`` (never ``ray.init()``).
 
@@ -60,38 +61,51 @@ def launch_run(actor: Actor, experiment: Experiment) -> Run:
     checks, or when Redis or Ray's job server does not answer."""
     check(actor, experiment, "run.launch")
     checked = check_config(config_yaml=experiment.config_yaml)
+    run = queue_run(actor, experiment, checked, action="run.launch")
+    experiment.last_run = run
+    return run
+
+
+def queue_run(
+    actor: Actor,
+    experiment: Experiment,
+    checked: CheckedConfig,
+    *,
+    action: str,
+    version: int | None = None,
+    audit: dict | None = None,
+    **fields,
+) -> Run:
+    """The one way a run is queued (a launch, a fork): its paths claimed, Redis and Ray asked,
+    then in one transaction Run(queued) numbered after the experiment's last run, the
+    experiment's ``last_run``, the ``action`` audit row (``audit`` added to its ``after``) and the
+    launch task enqueued on commit. ``version``: the experiment version the config is of (the
+    current one when None); ``fields``: more columns of the row (a fork's parent and step).
+    The caller has checked the actor's permission."""
     claim = _claim_launch_paths(actor, experiment, checked)
-    _require_services()
+    require_services()
     task_id = str(uuid.uuid4())
     with transaction.atomic():
         locked = Experiment.objects.select_for_update().get(pk=experiment.pk)
         number = (locked.runs.aggregate(top=Max("number"))["top"] or 0) + 1
+        version = locked.version if version is None else version
         run = Run.objects.create(
             experiment=locked,
             number=number,
             status=RunStatus.QUEUED,
             config_yaml=checked.canonical_yaml,
             config=checked.data,
-            experiment_version=locked.version,
+            experiment_version=version,
             launched_by=actor.user,
             celery_task_id=task_id,
+            **fields,
         )
         Experiment.objects.filter(pk=locked.pk).update(last_run=run)
-        record(
-            actor,
-            "run.launch",
-            run,
-            after={
-                "experiment": locked.pk,
-                "number": number,
-                "version": locked.version,
-                "checkpoint_root": str(claim.path),
-                "claim": claim.basis,
-            },
-        )
+        after = {"experiment": locked.pk, "number": number, "version": version, **(audit or {})}
+        after |= {"checkpoint_root": str(claim.path), "claim": claim.basis}
+        record(actor, action, run, after=after)
         transaction.on_commit(lambda: _enqueue_launch(run, task_id))
         publish_run(run)
-    experiment.last_run = run
     return run
 
 
@@ -132,7 +146,7 @@ def _start_refusal(run: Run, spec: LaunchSpec) -> str:
     return rule
 
 
-def _require_services() -> None:
+def require_services() -> None:
     """409 naming the service that does not answer (the run would never start)."""
     redis_status = check_redis()
     if not redis_status.up:
@@ -152,7 +166,7 @@ def _enqueue_launch(run: Run, task_id: str) -> None:
 
     try:
         launch.apply_async((run.pk,), task_id=task_id, queue=settings.RFT_RUNS_QUEUE)
-    except OperationalError as err:  # the broker went away since _require_services
+    except OperationalError as err:  # the broker went away since require_services
         _finish(run, RunStatus.FAILED, f"could not enqueue the launch (Redis: {err})")
 
 

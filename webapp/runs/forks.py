@@ -8,31 +8,27 @@ from k + 1, with the config the user edited (new hyperparameters from a good poi
 
 The engine does the resuming with its one resume path (``rft_core.checkpoint.fork``: weights,
 optimizer state and LR schedule position from the checkpoint; the config's hyperparameters).
-The fork is the user's own run (its own ``run-<pk>`` job dir, launched like any other through
-``webapp.runs.actions``' launch task); ``Run.parent`` / ``fork_step`` link it to its parent,
+The fork is the user's own run (its own ``run-<pk>`` job dir, queued like any other by
+``webapp.runs.actions.queue_run``); ``Run.parent`` / ``fork_step`` link it to its parent,
 whose page lists its forks.
 """
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import yaml
-from django.db import transaction
-from django.db.models import Max
 
 from rft_core.checkpoint.fork import check_step_dir, seed_job_dir
 from rft_core.errors import CheckpointError
 from webapp.accounts.access import check
-from webapp.audit.record import Actor, record
+from webapp.audit.record import Actor
+from webapp.checkpoints.actions import refuse_if_pruned
 from webapp.checkpoints.models import Checkpoint
 from webapp.errors import ActionError
 from webapp.experiments.config_policy import check_config, parse_yaml
-from webapp.experiments.models import Experiment
 from webapp.runs import actions
-from webapp.runs.live import publish_run
-from webapp.runs.models import Run, RunStatus
+from webapp.runs.models import Run
 
 
 def fork_config_yaml(checkpoint: Checkpoint) -> str:
@@ -70,6 +66,7 @@ def fork_run(actor: Actor, checkpoint: Checkpoint, config_yaml: str) -> Run:
     parent = checkpoint.run
     experiment = parent.experiment
     check(actor, experiment, "run.fork")
+    refuse_if_pruned(checkpoint, "fork from")
     try:
         check_step_dir(Path(checkpoint.path))
     except CheckpointError as err:
@@ -81,44 +78,23 @@ def fork_run(actor: Actor, checkpoint: Checkpoint, config_yaml: str) -> Run:
             errors={"continue_from_checkpoint": "must be true in a fork"},
         )
     _stages_before(checked.data, checkpoint.stage)
-    claim = actions._claim_launch_paths(actor, experiment, checked)
-    actions._require_services()
-    task_id = str(uuid.uuid4())
-    with transaction.atomic():
-        locked = Experiment.objects.select_for_update().get(pk=experiment.pk)
-        number = (locked.runs.aggregate(top=Max("number"))["top"] or 0) + 1
-        run = Run.objects.create(
-            experiment=locked,
-            number=number,
-            status=RunStatus.QUEUED,
-            config_yaml=checked.canonical_yaml,
-            config=checked.data,
-            experiment_version=parent.experiment_version,
-            launched_by=actor.user,
-            celery_task_id=task_id,
-            parent=parent,
-            fork_stage=checkpoint.stage,
-            fork_step=checkpoint.step,
-            fork_from_path=checkpoint.path,
-        )
-        Experiment.objects.filter(pk=locked.pk).update(last_run=run)
-        record(
-            actor,
-            "run.fork",
-            run,
-            after={
-                "experiment": locked.pk,
-                "number": number,
-                "parent": parent.pk,
-                "checkpoint": checkpoint.pk,
-                "stage": checkpoint.stage,
-                "step": checkpoint.step,
-                "checkpoint_root": str(claim.path),
-            },
-        )
-        transaction.on_commit(lambda: actions._enqueue_launch(run, task_id))
-        publish_run(run)
-    return run
+    return actions.queue_run(
+        actor,
+        experiment,
+        checked,
+        action="run.fork",
+        version=parent.experiment_version,
+        audit={
+            "parent": parent.pk,
+            "checkpoint": checkpoint.pk,
+            "stage": checkpoint.stage,
+            "step": checkpoint.step,
+        },
+        parent=parent,
+        fork_stage=checkpoint.stage,
+        fork_step=checkpoint.step,
+        fork_from_path=checkpoint.path,
+    )
 
 
 def seed_fork(run: Run, job_dir: Path) -> None:
