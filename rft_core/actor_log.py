@@ -3,14 +3,34 @@ file handler to the ``rft_core`` loggers of the process an actor runs in.
 
 Files: explorer.log, trainer.log, synchronizer.log (set up by their actors), and for the
 helpers ``trainer_rank<R>.log``, ``explorer_engine_<I>.log``, ``queue_<buffer name>.log``.
+
+What an actor prints goes there too (:func:`capture_output`): its ``sys.stdout`` and
+``sys.stderr`` (still written through, so Ray's own log and the driver's console keep them)
+and the records of other libraries' loggers at WARNING and up (the root logger's, Python
+``warnings``, and ``transformers``', which does not propagate to the root) become records of
+the role's logger (``<logger>.stdout`` INFO, ``<logger>.stderr`` WARNING, ``<logger>.library``
+at the record's level), so its log file and its monitor (the run page's log) hold them. In one
+process holding two roles (``InProcessRun``) the role that is running (:func:`activate`) gets
+them. Bounded: at most ``RFT_ACTOR_OUTPUT_MAX_LINES`` captured lines per role (default
+20,000), each cut at ``MAX_LINE_CHARS``; beyond the cap lines are counted, not kept, and
+:func:`release_output` ends the role's log with "… N lines dropped". Only Python-level writes
+are seen: a C extension writing to file descriptor 1 or 2 directly reaches Ray's log only.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+ENV_MAX_LINES = "RFT_ACTOR_OUTPUT_MAX_LINES"
+DEFAULT_MAX_LINES = 20_000
+MAX_LINE_CHARS = 2_000
+LIBRARY_LOGGERS = ("", "transformers")  # the root, and the ones that do not propagate to it
 
 
 def log_to_file(path: str | Path | None, logger_name: str = "rft_core") -> None:
@@ -29,3 +49,201 @@ def log_to_file(path: str | Path | None, logger_name: str = "rft_core") -> None:
     handler.setFormatter(logging.Formatter(FORMAT))
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
+
+
+def max_lines() -> int:
+    """The cap on captured lines per role (``RFT_ACTOR_OUTPUT_MAX_LINES``), checked."""
+    raw = os.environ.get(ENV_MAX_LINES, str(DEFAULT_MAX_LINES))
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"{ENV_MAX_LINES}={raw!r} must be a whole number of lines (0 or more)")
+    return value
+
+
+@dataclass
+class _Role:
+    logger_name: str
+    max_lines: int
+    kept: int = 0
+    dropped: int = 0
+
+
+class _Busy(threading.local):
+    on = False
+
+
+class _ActorOutput:
+    """The process's captured output, routed to the active role's logger (module docstring)."""
+
+    def __init__(self) -> None:
+        self.roles: dict[str, _Role] = {}
+        self.active: str | None = None
+        self._lock = threading.Lock()
+        self._partial: dict[str, str] = {}
+        self._busy = _Busy()  # a line being logged that comes back through stderr: not again
+        self._streams: dict[str, _Tee] = {}
+        self._library: _LibraryHandler | None = None
+
+    # -- roles --------------------------------------------------------------------------------
+
+    def add(self, role: str, logger_name: str) -> None:
+        with self._lock:
+            self.roles[role] = _Role(logger_name, max_lines())
+            self.active = role
+        for name in ("stdout", "stderr"):
+            current = getattr(sys, name)
+            if not (isinstance(current, _Tee) and current.output is self):
+                tee = _Tee(current, name, self)
+                self._streams[name] = tee
+                setattr(sys, name, tee)
+        if self._library is None:
+            self._library = _LibraryHandler(self)
+            for name in LIBRARY_LOGGERS:
+                logging.getLogger(name).addHandler(self._library)
+            logging.captureWarnings(True)
+
+    def release(self, role: str) -> None:
+        self.flush()
+        with self._lock:
+            state = self.roles.pop(role, None)
+            if self.active == role:
+                self.active = next(iter(self.roles), None)
+            last = not self.roles
+        if state is not None and state.dropped:
+            logging.getLogger(f"{state.logger_name}.output").warning(
+                "… %d lines dropped (the output cap of %d lines per actor, %s)",
+                state.dropped,
+                state.max_lines,
+                ENV_MAX_LINES,
+            )
+        if last:
+            for name, tee in self._streams.items():
+                if getattr(sys, name) is tee:
+                    setattr(sys, name, tee.original)
+            self._streams.clear()
+            if self._library is not None:
+                for name in LIBRARY_LOGGERS:
+                    logging.getLogger(name).removeHandler(self._library)
+                self._library = None
+
+    # -- lines --------------------------------------------------------------------------------
+
+    def feed(self, stream: str, text: str) -> None:
+        if self._busy.on or not text:
+            return
+        with self._lock:
+            pending = self._partial.get(stream, "") + text
+            *lines, rest = pending.split("\n")
+            if len(rest) > MAX_LINE_CHARS:  # a line without an end (a progress bar) still goes
+                lines.append(rest)
+                rest = ""
+            self._partial[stream] = rest
+        for line in lines:
+            self.emit(logging.WARNING if stream == "stderr" else logging.INFO, line, stream)
+
+    def flush(self) -> None:
+        with self._lock:
+            partial, self._partial = self._partial, {}
+        for stream, line in partial.items():
+            if line:
+                self.emit(logging.WARNING if stream == "stderr" else logging.INFO, line, stream)
+
+    def emit(self, level: int, text: str, source: str) -> None:
+        """One captured line into the active role's log, within the role's cap."""
+        text = text.rsplit("\r", 1)[-1] if "\r" in text.rstrip("\r") else text.rstrip("\r")
+        if not text.strip():
+            return
+        with self._lock:
+            state = self.roles.get(self.active) if self.active is not None else None
+            if state is None:
+                return
+            keep = state.kept < state.max_lines
+            if keep:
+                state.kept += 1
+            else:
+                state.dropped += 1
+            notice = state.dropped == 1 and not keep
+            cap = state.max_lines
+            logger_name = state.logger_name
+        if len(text) > MAX_LINE_CHARS:
+            text = f"{text[:MAX_LINE_CHARS]}… ({len(text) - MAX_LINE_CHARS} more characters)"
+        self._busy.on = True
+        try:
+            if notice:
+                logging.getLogger(f"{logger_name}.output").warning(
+                    "output cap of %d lines reached (%s): later lines are counted, not kept",
+                    cap,
+                    ENV_MAX_LINES,
+                )
+            elif keep:
+                logging.getLogger(f"{logger_name}.{source}").log(level, "%s", text)
+        finally:
+            self._busy.on = False
+
+
+class _Tee:
+    """A text stream that writes through to ``original`` and hands the text to the capture."""
+
+    def __init__(self, original, name: str, output: _ActorOutput):
+        self.original = original
+        self.name = name
+        self.output = output
+
+    def write(self, text: str) -> int:
+        written = self.original.write(text)
+        try:
+            self.output.feed(self.name, text)
+        except Exception:  # noqa: BLE001 - a print must never fail because of its capture
+            pass
+        return written if written is not None else len(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        self.original.flush()
+
+    def __getattr__(self, name: str):  # fileno, isatty, encoding, buffer, ...
+        return getattr(self.original, name)
+
+
+class _LibraryHandler(logging.Handler):
+    """Other libraries' WARNING+ records (not ``rft_core``'s: those have their own handlers)."""
+
+    def __init__(self, output: _ActorOutput):
+        super().__init__(logging.WARNING)
+        self.output = output
+        self.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name == "rft_core" or record.name.startswith("rft_core."):
+            return
+        try:
+            self.output.emit(record.levelno, self.format(record), "library")
+        except Exception:  # noqa: BLE001 - logging must never raise into the caller
+            self.handleError(record)
+
+
+_OUTPUT = _ActorOutput()
+
+
+def capture_output(role: str, logger_name: str = "rft_core") -> None:
+    """From now on this process's prints and library warnings are records of ``logger_name``'s
+    children while ``role`` is active (the latest role captured is)."""
+    _OUTPUT.add(role, logger_name)
+
+
+def activate(role: str) -> None:
+    """``role`` (captured in this process) gets the output from now on."""
+    if role in _OUTPUT.roles:
+        _OUTPUT.active = role
+
+
+def release_output(role: str) -> None:
+    """Ends ``role``'s capture: its last partial line, then "… N lines dropped" when the cap
+    dropped some; the streams and handlers go back once no role is captured."""
+    _OUTPUT.release(role)

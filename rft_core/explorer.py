@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from rft_core.actor_log import release_output
 from rft_core.actor_setup import RunActor
 from rft_core.checkpoint.layout import write_explorer_meta
 from rft_core.data.task import Task
@@ -569,4 +570,5 @@ class Explorer(RunActor):
         }
 
     def close(self) -> None:
+        release_output(self.role)  # its last captured line and the dropped count, then the monitor
         self.monitor.close()

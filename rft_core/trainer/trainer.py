@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from rft_core.actor_log import release_output
 from rft_core.actor_setup import RunActor
 from rft_core.checkpoint.layout import (
     read_trainer_meta,
@@ -471,4 +472,5 @@ class Trainer(RunActor):
 
     def close(self) -> None:
         self._close_ranks()
+        release_output(self.role)  # its last captured line and the dropped count, then the monitor
         self.monitor.close()
