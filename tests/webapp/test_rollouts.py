@@ -182,3 +182,25 @@ def test_another_users_rollouts_are_refused_and_staff_sees_them(client, owner_ru
     assert status == 200 and body["items"][0]["response"] == "secret-of-alice"
     page = client.get(f"/runs/{run.pk}/rollouts/")
     assert page.status_code == 200 and b'id="rollout-explorer"' in page.content
+
+
+def test_a_stored_samples_event_keeps_its_token_arrays_once_in_the_rollout_rows(owner_run):
+    from rft_core.monitor import MonitorEvent
+    from webapp.events.store import rows_of, store_events
+
+    _, run = owner_run
+    entry = _sample(1, 1.0, 0.5, "2 ok", trainer_logprobs=[-0.4, -0.3, -0.1, -0.2])
+    event = MonitorEvent(run.key, "samples", "explorer", 3, {"samples": [entry]}, stage="rft")
+    _, stored = store_events(run.key, rows_of(run.key, [("5-0", event)]))
+
+    sample = RolloutSample.objects.get(run=run)
+    assert sample.tokens == {
+        "tokens": ["2", " ", "o", "k"],
+        "logprobs": [-0.5] * 4,
+        "trainer_logprobs": [-0.4, -0.3, -0.1, -0.2],
+    }
+    row = RunEvent.objects.get(run_key=run.key, stream_id="5-0")
+    (kept,) = row.payload["samples"]
+    assert not {"tokens", "logprobs", "trainer_logprobs"} & set(kept)
+    assert (kept["response"], kept["reward"], kept["advantage"]) == ("2 ok", 1.0, 0.5)
+    assert stored[0].payload == row.payload  # the live message carries what was stored
