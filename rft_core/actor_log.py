@@ -13,7 +13,8 @@ at the record's level), so its log file and its monitor (the run page's log) hol
 process holding two roles (``InProcessRun``) the role that is running (:func:`activate`) gets
 them. Bounded: at most ``RFT_ACTOR_OUTPUT_MAX_LINES`` captured lines per role (default
 20,000), each cut at ``MAX_LINE_CHARS``; beyond the cap lines are counted, not kept, and
-:func:`release_output` ends the role's log with "… N lines dropped". Only Python-level writes
+:func:`report_dropped` (an actor's finish or failure) and :func:`release_output` write
+"… N lines dropped" into the role's log. Only Python-level writes
 are seen: a C extension writing to file descriptor 1 or 2 directly reaches Ray's log only.
 """
 
@@ -30,6 +31,8 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 ENV_MAX_LINES = "RFT_ACTOR_OUTPUT_MAX_LINES"
 DEFAULT_MAX_LINES = 20_000
 MAX_LINE_CHARS = 2_000
+CAP_REACHED = f"output cap of %d lines reached ({ENV_MAX_LINES}): later lines are counted, not kept"
+DROPPED = f"… %d lines dropped (the output cap of %d lines per actor, {ENV_MAX_LINES})"
 LIBRARY_LOGGERS = ("", "transformers")  # the root, and the ones that do not propagate to it
 
 
@@ -69,6 +72,7 @@ class _Role:
     max_lines: int
     kept: int = 0
     dropped: int = 0
+    reported: int = 0  # of ``dropped``, the lines a "… N lines dropped" line counted already
 
 
 class _Busy(threading.local):
@@ -105,20 +109,23 @@ class _ActorOutput:
                 logging.getLogger(name).addHandler(self._library)
             logging.captureWarnings(True)
 
-    def release(self, role: str) -> None:
+    def report_dropped(self, role: str) -> None:
+        """ "… N lines dropped" into ``role``'s log for the lines dropped since the last report."""
         self.flush()
         with self._lock:
-            state = self.roles.pop(role, None)
+            state = self.roles.get(role)
+            if state is None or state.dropped == state.reported:
+                return
+            count, state.reported = state.dropped - state.reported, state.dropped
+        self._log(f"{state.logger_name}.output", logging.WARNING, DROPPED, count, state.max_lines)
+
+    def release(self, role: str) -> None:
+        self.report_dropped(role)
+        with self._lock:
+            self.roles.pop(role, None)
             if self.active == role:
                 self.active = next(iter(self.roles), None)
             last = not self.roles
-        if state is not None and state.dropped:
-            logging.getLogger(f"{state.logger_name}.output").warning(
-                "… %d lines dropped (the output cap of %d lines per actor, %s)",
-                state.dropped,
-                state.max_lines,
-                ENV_MAX_LINES,
-            )
         if last:
             for name, tee in self._streams.items():
                 if getattr(sys, name) is tee:
@@ -170,16 +177,16 @@ class _ActorOutput:
             logger_name = state.logger_name
         if len(text) > MAX_LINE_CHARS:
             text = f"{text[:MAX_LINE_CHARS]}… ({len(text) - MAX_LINE_CHARS} more characters)"
+        if notice:
+            self._log(f"{logger_name}.output", logging.WARNING, CAP_REACHED, cap)
+        elif keep:
+            self._log(f"{logger_name}.{source}", level, "%s", text)
+
+    def _log(self, logger_name: str, level: int, message: str, *args: object) -> None:
+        # a handler that writes to stderr (a root StreamHandler) must not feed the line back
         self._busy.on = True
         try:
-            if notice:
-                logging.getLogger(f"{logger_name}.output").warning(
-                    "output cap of %d lines reached (%s): later lines are counted, not kept",
-                    cap,
-                    ENV_MAX_LINES,
-                )
-            elif keep:
-                logging.getLogger(f"{logger_name}.{source}").log(level, "%s", text)
+            logging.getLogger(logger_name).log(level, message, *args)
         finally:
             self._busy.on = False
 
@@ -241,6 +248,13 @@ def activate(role: str) -> None:
     """``role`` (captured in this process) gets the output from now on."""
     if role in _OUTPUT.roles:
         _OUTPUT.active = role
+
+
+def report_dropped(role: str) -> None:
+    """ "… N lines dropped" in ``role``'s log when its cap dropped lines since the last report
+    (an actor's ``finish`` and ``failed`` call it before their status: a Ray actor is killed
+    after its run, not closed)."""
+    _OUTPUT.report_dropped(role)
 
 
 def release_output(role: str) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from rft_core.actor_log import release_output
+from rft_core.actor_log import release_output, report_dropped
 from rft_core.actor_setup import RunActor
 from rft_core.checkpoint.layout import write_explorer_meta
 from rft_core.data.task import Task
@@ -553,9 +553,11 @@ class Explorer(RunActor):
         elif self._pending_eval and has_eval:
             self.evaluate(self.step)
         self._save_meta()
+        report_dropped(self.role)
         self.monitor.status("finished", f"{self.role} finished at step {self.step}")
 
     def failed(self, err: BaseException) -> None:
+        report_dropped(self.role)
         self.monitor.status("failed", f"{self.role}: {err}")
         log.exception("%s failed", self.role)
         if self._buffer is not None:

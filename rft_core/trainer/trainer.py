@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rft_core.actor_log import release_output
+from rft_core.actor_log import release_output, report_dropped
 from rft_core.actor_setup import RunActor
 from rft_core.checkpoint.layout import (
     read_trainer_meta,
@@ -436,10 +436,12 @@ class Trainer(RunActor):
         if self._sender is not None:
             self._sender.send_final(self.step, self._weights_for_sync())
         self._close_ranks()
+        report_dropped(self.role)
         self.monitor.status("finished", f"{self.role} finished at step {self.step}")
         return self.summary()
 
     def failed(self, err: BaseException) -> None:
+        report_dropped(self.role)
         self.monitor.status("failed", f"{self.role}: {err}")
         log.exception("%s failed", self.role)
         if self.synchronizer is not None:

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CAP = 40
 RUNAWAY = 300  # lines the explorer's workflow prints on its first task: far over the cap
 
-PLUGIN = f'''
+PLUGIN = f"""
 import logging
 import sys
 import warnings
@@ -64,7 +64,7 @@ def noisy_ppo(*args, **kwargs):
     warnings.warn("a deprecated argument, said by a library")
     logging.getLogger("transformers.noisy").warning("transformers warned the trainer")
     return ppo_clip_loss(*args, **kwargs)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +129,9 @@ def _check_the_record(job_dir: Path, logs: list[MonitorEvent]) -> None:
     runaway = [e for e in logs if e.data["text"].startswith("runaway line ")]
     assert 0 < len(runaway) < CAP
     assert f"runaway line {RUNAWAY - 1}" not in explorer_log
-    dropped = [e for e in logs if e.data["text"].startswith("… ") and "lines dropped" in e.data["text"]]
+    dropped = [
+        e for e in logs if e.data["text"].startswith("… ") and "lines dropped" in e.data["text"]
+    ]
     assert [e.role for e in dropped] == ["explorer"]
     count = int(dropped[0].data["text"].split()[1])
     assert count >= RUNAWAY - CAP  # the loop's lines beyond the cap (and any later output)

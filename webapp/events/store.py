@@ -132,7 +132,9 @@ def without_token_arrays(payload):
     if not isinstance(payload, dict) or not isinstance(payload.get("samples"), list):
         return payload
     samples = [
-        {k: v for k, v in entry.items() if k not in TOKEN_FIELDS} if isinstance(entry, dict) else entry
+        {k: v for k, v in entry.items() if k not in TOKEN_FIELDS}
+        if isinstance(entry, dict)
+        else entry
         for entry in payload["samples"]
     ]
     return {**payload, "samples": samples}
