@@ -33,8 +33,8 @@ from rft_core.checkpoint.layout import write_explorer_meta
 from rft_core.data.task import Task
 from rft_core.data.taskset import ExplorerTasksets
 from rft_core.experience import Experience
-from rft_core.rollout_samples import keeps_step, rollout_samples
 from rft_core.monitor.monitor import step_summary
+from rft_core.rollout_samples import keeps_step, rollout_samples
 from rft_core.sync.schedule import explorer_syncs_after, trainer_version_for_explorer_sync
 
 log = logging.getLogger("rft_core.explorer")
@@ -337,6 +337,8 @@ class Explorer(RunActor):
         samples = self._rollout_samples(tasks, episodes, step)  # with the advantages
         trained = [e for e in experiences if not e.action_mask or any(e.action_mask)]
         metrics["experience_pipeline/experience_count"] = float(len(trained))
+        # the kept rollouts reach the dashboard before the trainer can send its log-probs of them
+        self.monitor.samples(samples, step)
         if self._buffer is not None:
             self._buffer.put(experiences)
         metrics["time/explore_step"] = time.perf_counter() - start
@@ -345,7 +347,6 @@ class Explorer(RunActor):
         self.model_versions.append((step, version))
         self.monitor.log(metrics, step)
         log.info("explorer step %d: %s", step, step_summary(metrics))
-        self.monitor.samples(samples, step)
         return metrics
 
     def _rollout_samples(self, tasks: list[Task], episodes: list[Experience], step: int) -> list:

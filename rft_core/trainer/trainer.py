@@ -31,6 +31,7 @@ from rft_core.checkpoint.layout import (
 from rft_core.checkpoint.retention import prune_checkpoints
 from rft_core.errors import ConfigError
 from rft_core.monitor.monitor import step_summary
+from rft_core.rollout_samples import trainer_samples
 from rft_core.sync.schedule import trainer_syncs_after
 
 if TYPE_CHECKING:
@@ -355,6 +356,8 @@ class Trainer(RunActor):
         self.last_metrics = {k: float(v) for k, v in metrics.items()}
         self.monitor.log(metrics, self.step)
         log.info("trainer step %d: %s", self.step, step_summary(self.last_metrics))
+        # the trainer's log-probs of the rollouts the explorer kept, beside their tokens
+        self.monitor.samples(trainer_samples(experiences, self.step), self.step)
         return metrics
 
     def progress(self) -> dict[str, Any]:

@@ -163,6 +163,8 @@ def record_samples(run: Run, events: Iterable[EventLike]) -> list[RolloutSample]
     mappings are skipped. Returns the samples written."""
     samples = []
     for event in events:
+        if event.role == "trainer":  # log-probs of the explorer's rows: record_trainer_logprobs
+            continue
         payload = event.payload if isinstance(event.payload, dict) else {}
         entries = payload.get("samples")
         for entry in entries if isinstance(entries, list) else []:
@@ -188,3 +190,41 @@ def record_samples(run: Run, events: Iterable[EventLike]) -> list[RolloutSample]
             )
     RolloutSample.objects.bulk_create(samples)
     return samples
+
+
+def record_trainer_logprobs(run: Run, events: Iterable[EventLike]) -> int:
+    """The trainer's ``samples`` events (``rft_core.rollout_samples.trainer_samples``: entries
+    ``{explorer_step, sample_index, trainer_step, trainer_logprobs}``) put beside the tokens of
+    the RolloutSample they name (the run's row of that stage, explorer step and
+    ``sample_index``) as ``tokens["trainer_logprobs"]``; a list whose length is not the tokens'
+    is dropped (as ``_token_view`` does). An entry whose row is not stored (the explorer's
+    event is sent before the buffer hands the rollouts to the trainer, so it comes first) is
+    skipped. Returns the rows updated."""
+    updated = 0
+    for event in events:
+        if event.role != "trainer":
+            continue
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        entries = payload.get("samples")
+        for entry in entries if isinstance(entries, list) else []:
+            if not isinstance(entry, dict):
+                continue
+            step, index = _count(entry.get("explorer_step")), _count(entry.get("sample_index"))
+            values = entry.get("trainer_logprobs")
+            if step is None or index is None or not isinstance(values, list):
+                continue
+            row = (
+                RolloutSample.objects.filter(
+                    run=run, stage=event.stage, step=step, extra__sample_index=index
+                )
+                .order_by("-id")
+                .first()
+            )
+            tokens = row.tokens.get("tokens") if row is not None else None
+            if not isinstance(tokens, list) or len(tokens) != len(values):
+                continue
+            row.tokens = {**row.tokens, "trainer_logprobs": [finite_or_none(v) for v in values]}
+            row.extra = {**row.extra, "trainer_step": _count(entry.get("trainer_step"))}
+            row.save(update_fields=["tokens", "extra"])
+            updated += 1
+    return updated
