@@ -444,6 +444,7 @@
         case "metric": metrics.push(ev); break;
         case "log": logs.push(logFromEvent(ev)); break;
         case "samples":
+          if (ev.role === "trainer") break; // its log-probs of kept rollouts: the rollout explorer's
           ((ev.data || {}).samples || []).forEach(function (s) {
             samples.push(Object.assign({ stage: ev.stage || "", step: ev.step }, s));
           });

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
 from django.db.models import F, Value
@@ -156,38 +156,44 @@ def _token_view(entry: dict[str, Any]) -> dict[str, list]:
     return view
 
 
+def _sample_entries(events: Iterable[EventLike], role_ok) -> Iterator[tuple[EventLike, dict]]:
+    """(event, entry) for each mapping entry of the ``samples`` events whose role passes."""
+    for event in events:
+        if not role_ok(event.role):
+            continue
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        entries = payload.get("samples")
+        for entry in entries if isinstance(entries, list) else []:
+            if isinstance(entry, dict):
+                yield event, entry
+
+
 def record_samples(run: Run, events: Iterable[EventLike]) -> list[RolloutSample]:
     """One RolloutSample per entry of each ``samples`` event (``{"samples": [{prompt,
     response, truth, reward, group, advantage, response_length, truncated, tokens, logprobs,
     ...}]}``, ``rft_core.rollout_samples``); other fields go to ``extra``. Entries that are not
     mappings are skipped. Returns the samples written."""
     samples = []
-    for event in events:
-        if event.role == "trainer":  # log-probs of the explorer's rows: record_trainer_logprobs
-            continue
-        payload = event.payload if isinstance(event.payload, dict) else {}
-        entries = payload.get("samples")
-        for entry in entries if isinstance(entries, list) else []:
-            if not isinstance(entry, dict):
-                continue
-            samples.append(
-                RolloutSample(
-                    run=run,
-                    stage=event.stage,
-                    step=event.step,
-                    seq=getattr(event, "seq", None) or 0,
-                    prompt=_text(entry.get("prompt")),
-                    response=_text(entry.get("response")),
-                    truth=_text(entry.get("truth")),
-                    reward=finite_or_none(entry.get("reward")),
-                    group=_count(entry.get("group")),
-                    advantage=finite_or_none(entry.get("advantage")),
-                    response_length=_count(entry.get("response_length")),
-                    truncated=entry.get("truncated") is True,
-                    tokens=_token_view(entry),
-                    extra={k: v for k, v in entry.items() if k not in SAMPLE_FIELDS},
-                )
+    # the trainer's events hold log-probs of these rows: record_trainer_logprobs
+    for event, entry in _sample_entries(events, lambda role: role != "trainer"):
+        samples.append(
+            RolloutSample(
+                run=run,
+                stage=event.stage,
+                step=event.step,
+                seq=getattr(event, "seq", None) or 0,
+                prompt=_text(entry.get("prompt")),
+                response=_text(entry.get("response")),
+                truth=_text(entry.get("truth")),
+                reward=finite_or_none(entry.get("reward")),
+                group=_count(entry.get("group")),
+                advantage=finite_or_none(entry.get("advantage")),
+                response_length=_count(entry.get("response_length")),
+                truncated=entry.get("truncated") is True,
+                tokens=_token_view(entry),
+                extra={k: v for k, v in entry.items() if k not in SAMPLE_FIELDS},
             )
+        )
     RolloutSample.objects.bulk_create(samples)
     return samples
 
@@ -201,30 +207,23 @@ def record_trainer_logprobs(run: Run, events: Iterable[EventLike]) -> int:
     event is sent before the buffer hands the rollouts to the trainer, so it comes first) is
     skipped. Returns the rows updated."""
     updated = 0
-    for event in events:
-        if event.role != "trainer":
+    for event, entry in _sample_entries(events, lambda role: role == "trainer"):
+        step, index = _count(entry.get("explorer_step")), _count(entry.get("sample_index"))
+        values = entry.get("trainer_logprobs")
+        if step is None or index is None or not isinstance(values, list):
             continue
-        payload = event.payload if isinstance(event.payload, dict) else {}
-        entries = payload.get("samples")
-        for entry in entries if isinstance(entries, list) else []:
-            if not isinstance(entry, dict):
-                continue
-            step, index = _count(entry.get("explorer_step")), _count(entry.get("sample_index"))
-            values = entry.get("trainer_logprobs")
-            if step is None or index is None or not isinstance(values, list):
-                continue
-            row = (
-                RolloutSample.objects.filter(
-                    run=run, stage=event.stage, step=step, extra__sample_index=index
-                )
-                .order_by("-id")
-                .first()
+        row = (
+            RolloutSample.objects.filter(
+                run=run, stage=event.stage, step=step, extra__sample_index=index
             )
-            tokens = row.tokens.get("tokens") if row is not None else None
-            if not isinstance(tokens, list) or len(tokens) != len(values):
-                continue
-            row.tokens = {**row.tokens, "trainer_logprobs": [finite_or_none(v) for v in values]}
-            row.extra = {**row.extra, "trainer_step": _count(entry.get("trainer_step"))}
-            row.save(update_fields=["tokens", "extra"])
-            updated += 1
+            .order_by("-id")
+            .first()
+        )
+        tokens = row.tokens.get("tokens") if row is not None else None
+        if not isinstance(tokens, list) or len(tokens) != len(values):
+            continue
+        row.tokens = {**row.tokens, "trainer_logprobs": [finite_or_none(v) for v in values]}
+        row.extra = {**row.extra, "trainer_step": _count(entry.get("trainer_step"))}
+        row.save(update_fields=["tokens", "extra"])
+        updated += 1
     return updated
