@@ -444,8 +444,9 @@
         case "metric": metrics.push(ev); break;
         case "log": logs.push(logFromEvent(ev)); break;
         case "samples":
-          if (ev.role === "trainer") break; // its log-probs of kept rollouts: the rollout explorer's
           ((ev.data || {}).samples || []).forEach(function (s) {
+            // the trainer's log-probs of a kept rollout (stored beside its tokens): not a rollout
+            if (s.explorer_step !== undefined && s.prompt === undefined) return;
             samples.push(Object.assign({ stage: ev.stage || "", step: ev.step }, s));
           });
           break;

@@ -156,15 +156,20 @@ def _token_view(entry: dict[str, Any]) -> dict[str, list]:
     return view
 
 
-def _sample_entries(events: Iterable[EventLike], role_ok) -> Iterator[tuple[EventLike, dict]]:
-    """(event, entry) for each mapping entry of the ``samples`` events whose role passes."""
+def is_trainer_entry(entry: dict) -> bool:
+    """A trainer's entry (log-probs of a kept rollout, ``rft_core.rollout_samples``), not a
+    rollout of its own."""
+    return "explorer_step" in entry and "trainer_logprobs" in entry and "prompt" not in entry
+
+
+def _sample_entries(events: Iterable[EventLike], trainer: bool) -> Iterator[tuple[EventLike, dict]]:
+    """(event, entry) for each mapping entry of the ``samples`` events: the trainer's entries
+    (``trainer``) or the rollouts."""
     for event in events:
-        if not role_ok(event.role):
-            continue
         payload = event.payload if isinstance(event.payload, dict) else {}
         entries = payload.get("samples")
         for entry in entries if isinstance(entries, list) else []:
-            if isinstance(entry, dict):
+            if isinstance(entry, dict) and is_trainer_entry(entry) == trainer:
                 yield event, entry
 
 
@@ -174,8 +179,8 @@ def record_samples(run: Run, events: Iterable[EventLike]) -> list[RolloutSample]
     ...}]}``, ``rft_core.rollout_samples``); other fields go to ``extra``. Entries that are not
     mappings are skipped. Returns the samples written."""
     samples = []
-    # the trainer's events hold log-probs of these rows: record_trainer_logprobs
-    for event, entry in _sample_entries(events, lambda role: role != "trainer"):
+    # the trainer's entries hold log-probs of these rows: record_trainer_logprobs
+    for event, entry in _sample_entries(events, trainer=False):
         samples.append(
             RolloutSample(
                 run=run,
@@ -199,7 +204,7 @@ def record_samples(run: Run, events: Iterable[EventLike]) -> list[RolloutSample]
 
 
 def record_trainer_logprobs(run: Run, events: Iterable[EventLike]) -> int:
-    """The trainer's ``samples`` events (``rft_core.rollout_samples.trainer_samples``: entries
+    """The trainer's ``samples`` entries (``rft_core.rollout_samples.trainer_samples``:
     ``{explorer_step, sample_index, trainer_step, trainer_logprobs}``) put beside the tokens of
     the RolloutSample they name (the run's row of that stage, explorer step and
     ``sample_index``) as ``tokens["trainer_logprobs"]``; a list whose length is not the tokens'
@@ -207,7 +212,7 @@ def record_trainer_logprobs(run: Run, events: Iterable[EventLike]) -> int:
     event is sent before the buffer hands the rollouts to the trainer, so it comes first) is
     skipped. Returns the rows updated."""
     updated = 0
-    for event, entry in _sample_entries(events, lambda role: role == "trainer"):
+    for event, entry in _sample_entries(events, trainer=True):
         step, index = _count(entry.get("explorer_step")), _count(entry.get("sample_index"))
         values = entry.get("trainer_logprobs")
         if step is None or index is None or not isinstance(values, list):
