@@ -4,8 +4,9 @@ file handler to the ``rft_core`` loggers of the process an actor runs in.
 Files: explorer.log, trainer.log, synchronizer.log (set up by their actors), and for the
 helpers ``trainer_rank<R>.log``, ``explorer_engine_<I>.log``, ``queue_<buffer name>.log``.
 
-What an actor prints goes there too (:func:`capture_output`): its ``sys.stdout`` and
-``sys.stderr`` (still written through, so Ray's own log and the driver's console keep them)
+What an actor prints goes there too (:func:`capture_output`): what is written to its
+``sys.stdout`` and ``sys.stderr`` (their ``write`` wrapped in place and still writing, so Ray's
+own log and the driver's console keep it)
 and the records of other libraries' loggers at WARNING and up (the root logger's, Python
 ``warnings``, and ``transformers``', which does not propagate to the root) become records of
 the role's logger (``<logger>.stdout`` INFO, ``<logger>.stderr`` WARNING, ``<logger>.library``
@@ -88,7 +89,7 @@ class _ActorOutput:
         self._lock = threading.Lock()
         self._partial: dict[str, str] = {}
         self._busy = _Busy()  # a line being logged that comes back through stderr: not again
-        self._streams: dict[str, _Tee] = {}
+        self._hooks: dict[str, _WriteHook] = {}
         self._library: _LibraryHandler | None = None
 
     # -- roles --------------------------------------------------------------------------------
@@ -98,11 +99,10 @@ class _ActorOutput:
             self.roles[role] = _Role(logger_name, max_lines())
             self.active = role
         for name in ("stdout", "stderr"):
-            current = getattr(sys, name)
-            if not (isinstance(current, _Tee) and current.output is self):
-                tee = _Tee(current, name, self)
-                self._streams[name] = tee
-                setattr(sys, name, tee)
+            stream = getattr(sys, name)
+            hook = self._hooks.get(name)
+            if hook is None or hook.stream is not stream or not hook.on:
+                self._hooks[name] = _WriteHook(stream, name, self)
         if self._library is None:
             self._library = _LibraryHandler(self)
             for name in LIBRARY_LOGGERS:
@@ -127,10 +127,9 @@ class _ActorOutput:
                 self.active = next(iter(self.roles), None)
             last = not self.roles
         if last:
-            for name, tee in self._streams.items():
-                if getattr(sys, name) is tee:
-                    setattr(sys, name, tee.original)
-            self._streams.clear()
+            for hook in self._hooks.values():
+                hook.remove()
+            self._hooks.clear()
             if self._library is not None:
                 for name in LIBRARY_LOGGERS:
                     logging.getLogger(name).removeHandler(self._library)
@@ -191,31 +190,38 @@ class _ActorOutput:
             self._busy.on = False
 
 
-class _Tee:
-    """A text stream that writes through to ``original`` and hands the text to the capture."""
+class _WriteHook:
+    """``stream.write`` wrapped in place (the stream object stays the same, as W&B's console
+    capture does it; a wrapper object in ``sys.stdout`` broke a W&B run started after it): the
+    text goes to the stream, then to the capture."""
 
-    def __init__(self, original, name: str, output: _ActorOutput):
-        self.original = original
-        self.name = name
-        self.output = output
+    def __init__(self, stream, name: str, output: _ActorOutput):
+        self.stream = stream
+        self.on = True
+        self._original = stream.write
+        self._own = vars(stream).get("write")  # an instance's own write (another hook), or None
 
-    def write(self, text: str) -> int:
-        written = self.original.write(text)
-        try:
-            self.output.feed(self.name, text)
-        except Exception:  # noqa: BLE001 - a print must never fail because of its capture
-            pass
-        return written if written is not None else len(text)
+        def write(text, /):
+            written = self._original(text)
+            if self.on:
+                try:
+                    output.feed(name, text)
+                except Exception:  # noqa: BLE001 - a print must never fail because of its capture
+                    pass
+            return written
 
-    def writelines(self, lines) -> None:
-        for line in lines:
-            self.write(line)
+        self._write = write
+        stream.write = write
 
-    def flush(self) -> None:
-        self.original.flush()
-
-    def __getattr__(self, name: str):  # fileno, isatty, encoding, buffer, ...
-        return getattr(self.original, name)
+    def remove(self) -> None:
+        """The stream's own ``write`` back; when another hook wrapped ours since (W&B), ours
+        stays in its chain but only passes the text on."""
+        self.on = False
+        if vars(self.stream).get("write") is self._write:
+            if self._own is None:
+                del self.stream.write  # the class's write again
+            else:
+                self.stream.write = self._own
 
 
 class _LibraryHandler(logging.Handler):
@@ -257,7 +263,12 @@ def report_dropped(role: str) -> None:
     _OUTPUT.report_dropped(role)
 
 
+def captured_roles() -> list[str]:
+    """The roles whose output this process captures now."""
+    return list(_OUTPUT.roles)
+
+
 def release_output(role: str) -> None:
     """Ends ``role``'s capture: its last partial line, then "… N lines dropped" when the cap
-    dropped some; the streams and handlers go back once no role is captured."""
+    dropped some; the streams' ``write`` and the handlers go back once no role is captured."""
     _OUTPUT.release(role)

@@ -157,10 +157,10 @@ def test_an_in_process_runs_prints_go_to_the_role_that_printed_them(
     load_plugins([plugin_dir])
     cfg = _noisy_config(demo, tmp_path, "in_process", synchronizer={"sync_method": "memory"})
     cfg["mode"] = "colocate"
-    stdout_before, stderr_before = sys.stdout, sys.stderr
+    writes = [vars(stream).get("write") for stream in (sys.stdout, sys.stderr)]
     InProcessRun(load_config_from_dict(cfg)).run()
-    # the capture is gone with the run: the process's streams are its own again
-    assert sys.stdout is stdout_before and sys.stderr is stderr_before
+    # the capture is gone with the run: the process's streams write as before
+    assert [vars(stream).get("write") for stream in (sys.stdout, sys.stderr)] == writes
 
     job_dir = tmp_path / "orchestration" / "in_process"
     _check_the_record(job_dir, _log_events(redis_url, run_id, prefix))
