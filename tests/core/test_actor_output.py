@@ -194,3 +194,49 @@ def test_a_ray_runs_actors_prints_reach_the_run_log(demo, tmp_path, plugin_dir):
     assert done.returncode == 0, done.stderr[-3000:]
     job_dir = tmp_path / "orchestration" / "ray_run"
     _check_the_record(job_dir, _log_events(redis_url, run_id, prefix))
+
+
+def test_the_capture_cuts_long_lines_keeps_a_progress_bars_last_state_and_counts_drops(
+    tmp_path, monkeypatch
+):
+    from rft_core.actor_log import (
+        MAX_LINE_CHARS,
+        capture_output,
+        log_to_file,
+        release_output,
+        report_dropped,
+    )
+
+    monkeypatch.setenv("RFT_ACTOR_OUTPUT_MAX_LINES", "4")
+    log_path = tmp_path / "explorer.log"
+    log_to_file(log_path, "rft_core.capture_test")
+    capture_output("explorer", "rft_core.capture_test")
+    try:
+        print("x" * (MAX_LINE_CHARS + 10))  # 1: cut, the rest counted
+        print("step 1/3\rstep 2/3\rstep 3/3")  # 2: a progress bar's last state only
+        sys.stdout.write("no end yet, ")  # 4: a line is whole at its end
+        print("err", file=sys.stderr)  # 3: stderr's lines are its own
+        for i in range(7):  # the first ends line 4; the others are over the cap: counted
+            print(f"late {i}")
+        report_dropped("explorer")
+        print("later still")
+        print("and once more")
+    finally:
+        release_output("explorer")
+        logger = __import__("logging").getLogger("rft_core.capture_test")
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+            handler.close()
+    lines = [line.split(" ", 3)[2:] for line in log_path.read_text().splitlines()]
+    assert lines == [
+        ["INFO", f"rft_core.capture_test.stdout: {'x' * MAX_LINE_CHARS}… (10 more characters)"],
+        ["INFO", "rft_core.capture_test.stdout: step 3/3"],
+        ["WARNING", "rft_core.capture_test.stderr: err"],
+        ["INFO", "rft_core.capture_test.stdout: no end yet, late 0"],
+        ["WARNING", "rft_core.capture_test.output: output cap of 4 lines reached "
+         "(RFT_ACTOR_OUTPUT_MAX_LINES): later lines are counted, not kept"],
+        ["WARNING", "rft_core.capture_test.output: … 6 lines dropped (the output cap of 4 lines "
+         "per actor, RFT_ACTOR_OUTPUT_MAX_LINES)"],
+        ["WARNING", "rft_core.capture_test.output: … 2 lines dropped (the output cap of 4 lines "
+         "per actor, RFT_ACTOR_OUTPUT_MAX_LINES)"],
+    ]  # fmt: skip
