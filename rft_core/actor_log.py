@@ -15,7 +15,9 @@ process holding two roles (``InProcessRun``) the role that is running (:func:`ac
 them. Bounded: at most ``RFT_ACTOR_OUTPUT_MAX_LINES`` captured lines per role (default
 20,000), each cut at ``MAX_LINE_CHARS``; beyond the cap lines are counted, not kept, and
 :func:`report_dropped` (an actor's finish or failure) and :func:`release_output` write
-"… N lines dropped" into the role's log. Only Python-level writes
+"… N lines dropped" into the role's log. A line a logging
+``StreamHandler`` writes for a record that reaches the log by its own way (``rft_core``'s, or a
+library's WARNING and up) is not taken from the stream again. Only Python-level writes
 are seen: a C extension writing to file descriptor 1 or 2 directly reaches Ray's log only.
 """
 
@@ -34,6 +36,7 @@ DEFAULT_MAX_LINES = 20_000
 MAX_LINE_CHARS = 2_000
 CAP_REACHED = f"output cap of %d lines reached ({ENV_MAX_LINES}): later lines are counted, not kept"
 DROPPED = f"… %d lines dropped (the output cap of %d lines per actor, {ENV_MAX_LINES})"
+_STREAM_EMIT = logging.StreamHandler.emit.__code__
 LIBRARY_LOGGERS = ("", "transformers")  # the root, and the ones that do not propagate to it
 
 
@@ -137,6 +140,34 @@ class _ActorOutput:
 
     # -- lines --------------------------------------------------------------------------------
 
+    def logged_elsewhere(self, frame) -> bool:
+        """A write by a logging ``StreamHandler`` (a few frames up: another hook may wrap
+        ours) of a record that reaches the run's log by its own way: an ``rft_core`` record
+        (its role's handlers) or one that reaches the library handler; such a line is not
+        captured a second time from the stream."""
+        for _ in range(3):
+            if frame is None:
+                return False
+            if frame.f_code is _STREAM_EMIT:
+                record = frame.f_locals.get("record")
+                return isinstance(record, logging.LogRecord) and self._reaches_log(record)
+            frame = frame.f_back
+        return False
+
+    def _reaches_log(self, record: logging.LogRecord) -> bool:
+        if record.name == "rft_core" or record.name.startswith("rft_core."):
+            return True
+        if self._library is None or record.levelno < self._library.level:
+            return False
+        logger: logging.Logger | None = logging.getLogger(record.name)
+        while logger is not None:
+            if self._library in logger.handlers:
+                return True
+            if not logger.propagate:
+                return False
+            logger = logger.parent  # type: ignore[assignment]
+        return False
+
     def feed(self, stream: str, text: str) -> None:
         if self._busy.on or not text:
             return
@@ -203,7 +234,7 @@ class _WriteHook:
 
         def write(text, /):
             written = self._original(text)
-            if self.on:
+            if self.on and not output.logged_elsewhere(sys._getframe(1)):
                 try:
                     output.feed(name, text)
                 except Exception:  # noqa: BLE001 - a print must never fail because of its capture
@@ -235,6 +266,9 @@ class _LibraryHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if record.name == "rft_core" or record.name.startswith("rft_core."):
             return
+        if getattr(record, "_rft_captured", False):  # met on "transformers", then on the root
+            return
+        record._rft_captured = True
         try:
             self.output.emit(record.levelno, self.format(record), "library")
         except Exception:  # noqa: BLE001 - logging must never raise into the caller
