@@ -9,8 +9,7 @@ import logging
 import sys
 
 import pytest
-import redis
-from api_helpers import make_experiment, make_run, make_user, session_client
+from api_helpers import ingest_stream, make_experiment, make_run, make_user, session_client
 
 from rft_core.actor_log import capture_output, log_to_file, release_output
 from rft_core.monitor import (
@@ -18,10 +17,8 @@ from rft_core.monitor import (
     ENV_RUN_ID,
     MonitorLogHandler,
     build_monitor,
-    runs_set,
     stream_key,
 )
-from workers.ingestor import Ingestor
 
 LOGGER = "rft_core.output_logs_test"
 
@@ -52,14 +49,7 @@ def test_a_trainers_prints_reach_logs_txt_with_role_and_level(
             logger.removeHandler(h)
             h.close()
         monitor.close()
-    ingestor = Ingestor(
-        redis.Redis.from_url(redis_url), "c", group=f"g-{run.key}", only_runs={run.key}
-    )
-    try:
-        while ingestor.poll(block_ms=100):
-            pass
-    finally:
-        redis_client.srem(runs_set(), run.key)
+    ingest_stream(redis_url, redis_client, run.key)
 
     client = session_client(alice)
     response = client.get(f"/runs/{run.pk}/logs.txt")
