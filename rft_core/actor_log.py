@@ -113,7 +113,7 @@ class _ActorOutput:
             logging.captureWarnings(True)
 
     def report_dropped(self, role: str) -> None:
-        """ "… N lines dropped" into ``role``'s log for the lines dropped since the last report."""
+        """Writes "… N lines dropped" into the role's log for the lines dropped since the last report."""
         self.flush()
         with self._lock:
             state = self.roles.get(role)
@@ -291,7 +291,7 @@ def activate(role: str) -> None:
 
 
 def report_dropped(role: str) -> None:
-    """ "… N lines dropped" in ``role``'s log when its cap dropped lines since the last report
+    """Writes "… N lines dropped" in ``role``'s log when its cap dropped lines since the last report
     (an actor's ``finish`` and ``failed`` call it before their status: a Ray actor is killed
     after its run, not closed)."""
     _OUTPUT.report_dropped(role)
