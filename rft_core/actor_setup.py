@@ -2,7 +2,7 @@
 
 ``RunActor.__init__`` holds the attributes both share (config, role, job dir, monitor,
 synchronizer, step) and calls :func:`setup_actor_logging`: the actor's log file
-``job_dir/log/<role>.log`` (``rft_core.actor_log``), its monitor (metrics, status and log lines
+``job_dir/log/<role>.log`` with what the actor prints (``rft_core.actor_log``), its monitor (metrics, status and log lines
 for the dashboard), the Trinity keys the run ignores said again in that log, the user's plugins
 (``TRINITY_PLUGIN_DIRS``, exported by ``trinity run``: an actor is a process of its own), torch
 on every core of a CPU run, and no download progress bars. Actors import this module, never the launcher that
@@ -41,7 +41,7 @@ def setup_actor_logging(
     log lines for the dashboard). Returns the monitor. ``exclude_logger``: records of that
     logger stay out of both (an explorer sharing its process with a trainer leaves the
     ``rft_core.trainer`` lines to the trainer's log)."""
-    from rft_core.actor_log import log_to_file
+    from rft_core.actor_log import capture_output, log_to_file
     from rft_core.monitor import build_monitor
     from rft_core.monitor.monitor import MonitorLogHandler
 
@@ -60,14 +60,9 @@ def setup_actor_logging(
     )
     handler = MonitorLogHandler(monitor)
     logger.addHandler(handler)
-    # the libraries' warnings and errors (transformers, torch, ray, Python warnings) too: the run
-    # page's log is the actor's log, not only rft_core's lines (those reach the root logger as
-    # well, so they are left out of this handler: no line twice)
-    logging.captureWarnings(True)
-    others = MonitorLogHandler(monitor, logging.WARNING)
-    others.addFilter(_NotUnder(logger_name))
-    others.setFormatter(logging.Formatter("%(name)s: %(message)s"))
-    logging.getLogger().addHandler(others)
+    # what the actor prints and the libraries' warnings and errors (transformers, torch, ray,
+    # Python warnings) too: the run page's log is the actor's log, not only rft_core's lines
+    capture_output(role, logger_name)
     if exclude_logger is not None:
         for h in logger.handlers:
             mine = isinstance(h, logging.FileHandler) and Path(h.baseFilename) == path.resolve()

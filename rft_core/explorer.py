@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from rft_core.actor_log import release_output, report_dropped
 from rft_core.actor_setup import RunActor
 from rft_core.checkpoint.layout import write_explorer_meta
 from rft_core.data.task import Task
@@ -336,6 +337,8 @@ class Explorer(RunActor):
         samples = self._rollout_samples(tasks, episodes, step)  # with the advantages
         trained = [e for e in experiences if not e.action_mask or any(e.action_mask)]
         metrics["experience_pipeline/experience_count"] = float(len(trained))
+        # the kept rollouts reach the dashboard before the trainer can send its log-probs of them
+        self.monitor.samples(samples, step)
         if self._buffer is not None:
             self._buffer.put(experiences)
         metrics["time/explore_step"] = time.perf_counter() - start
@@ -344,7 +347,6 @@ class Explorer(RunActor):
         self.model_versions.append((step, version))
         self.monitor.log(metrics, step)
         log.info("explorer step %d: %s", step, step_summary(metrics))
-        self.monitor.samples(samples, step)
         return metrics
 
     def _rollout_samples(self, tasks: list[Task], episodes: list[Experience], step: int) -> list:
@@ -552,9 +554,11 @@ class Explorer(RunActor):
         elif self._pending_eval and has_eval:
             self.evaluate(self.step)
         self._save_meta()
+        report_dropped(self.role)
         self.monitor.status("finished", f"{self.role} finished at step {self.step}")
 
     def failed(self, err: BaseException) -> None:
+        report_dropped(self.role)
         self.monitor.status("failed", f"{self.role}: {err}")
         log.exception("%s failed", self.role)
         if self._buffer is not None:
@@ -569,4 +573,5 @@ class Explorer(RunActor):
         }
 
     def close(self) -> None:
+        release_output(self.role)  # its last captured line and the dropped count, then the monitor
         self.monitor.close()

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from rft_core.actor_log import activate
 from rft_core.errors import ConfigError
 from rft_core.explorer import Explorer
 from rft_core.sync.schedule import explorer_resume_step
@@ -116,7 +117,17 @@ class InProcessRun:
         self.cuda = False
         self._trainer_done = False
         self._offloaded = False
-        self._active: Explorer | Trainer = self.trainer  # the side a failure comes from
+        self._active = self.trainer  # the side a failure comes from
+
+    @property
+    def _active(self) -> Explorer | Trainer:
+        return self._running
+
+    @_active.setter
+    def _active(self, side: Explorer | Trainer) -> None:
+        # the side that runs gets what the process prints (``rft_core.actor_log``)
+        self._running = side
+        activate(side.role)
 
     # -- the parts ---------------------------------------------------------------------------
 

@@ -13,8 +13,14 @@ becomes one entry of the monitor's ``samples`` event:
     tokens + logprobs (with ``monitor.rollout_token_logprobs``: each response token as text and
     its log-prob under the policy that sampled it, rounded to 4 decimals)
 
-The dashboard also shows a ``trainer_logprobs`` list beside the tokens when an entry carries
-one; the trainer does not send its recomputed log-probs yet, so today's entries have none.
+    sample_index (the entry's place in the step's list)
+
+With the tokens, each kept experience is marked (``info[SAMPLE_INFO_KEY]`` = its
+``sample_index``): the trainer that trains it records the log-prob its own forward gives each
+response token in its step (``trainer_logprobs``, the same weights' view of the same tokens:
+the train/inference mismatch) and sends ``trainer_samples`` entries
+``{explorer_step, sample_index, trainer_step, trainer_logprobs}`` that the dashboard puts
+beside the entry's tokens. Only the marked experiences are recorded, so the cost stays bounded.
 
 Only the kept rollouts are decoded token by token, so the cost is bounded by the setting, not by
 the batch. This module imports no torch and nothing of Django.
@@ -29,6 +35,8 @@ from rft_core.data.task import Task
 from rft_core.experience import Experience
 
 LOGPROB_DECIMALS = 4
+SAMPLE_INFO_KEY = "rollout_sample"  # Experience.info: the sample_index of a kept rollout
+TRAINER_LOGPROBS_KEY = "trainer_logprobs"  # Experience.info: the trainer's, once computed
 
 
 def keeps_step(step: int, interval: int) -> bool:
@@ -78,7 +86,7 @@ def rollout_samples(
     no tokens)."""
     truths = {(t.taskset, t.index): t.truth for t in tasks}
     samples = []
-    for group, exp in kept_groups(experiences, limit):
+    for index, (group, exp) in enumerate(kept_groups(experiences, limit)):
         key = (exp.info.get("taskset"), exp.info.get("task_index"))
         sample = {
             "prompt": exp.prompt_text,
@@ -94,12 +102,36 @@ def rollout_samples(
             "response_length": len(exp.response_ids),
             "truncated": bool(exp.truncated),
             "model_version": exp.model_version,
+            "sample_index": index,
         }
         if token_logprobs and tokenizer is not None:
             sample["tokens"] = token_texts(tokenizer, exp.response_ids)
-            sample["logprobs"] = [
-                None if (v := _number(lp)) is None else round(v, LOGPROB_DECIMALS)
-                for lp in exp.logprobs
-            ]
+            sample["logprobs"] = rounded_logprobs(exp.logprobs)
+            exp.info[SAMPLE_INFO_KEY] = index
         samples.append(sample)
     return samples
+
+
+def rounded_logprobs(values: list[float]) -> list[float | None]:
+    """Log-probs as the samples carry them: finite ones rounded to ``LOGPROB_DECIMALS``."""
+    return [None if (v := _number(lp)) is None else round(v, LOGPROB_DECIMALS) for lp in values]
+
+
+def trainer_samples(experiences: list[Experience], trainer_step: int) -> list[dict[str, Any]]:
+    """The trainer's entries for the marked experiences of its step that it recorded
+    log-probs for (taken out of their ``info``): ``{explorer_step, sample_index,
+    trainer_step, trainer_logprobs}``."""
+    entries = []
+    for exp in experiences:
+        values = exp.info.pop(TRAINER_LOGPROBS_KEY, None)
+        if values is None or SAMPLE_INFO_KEY not in exp.info:
+            continue
+        entries.append(
+            {
+                "explorer_step": exp.explorer_step,
+                "sample_index": exp.info[SAMPLE_INFO_KEY],
+                "trainer_step": trainer_step,
+                "trainer_logprobs": rounded_logprobs(values),
+            }
+        )
+    return entries

@@ -300,3 +300,16 @@ def ray_head():
     finally:
         head.stop()
         shutil.rmtree(head.temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _actor_output_released():
+    """An actor built in a test and never closed (its run not driven to the end) leaves its
+    output capture (``rft_core.actor_log``) on the process's streams: released after each test,
+    so that no later test writes through it (a W&B run started under a leftover ``write`` wrapper
+    of pytest's capture stream records no history)."""
+    yield
+    from rft_core.actor_log import captured_roles, release_output
+
+    for role in captured_roles():
+        release_output(role)

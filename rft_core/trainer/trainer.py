@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from rft_core.actor_log import release_output, report_dropped
 from rft_core.actor_setup import RunActor
 from rft_core.checkpoint.layout import (
     read_trainer_meta,
@@ -31,6 +32,7 @@ from rft_core.checkpoint.retention import prune_checkpoints
 from rft_core.errors import ConfigError
 from rft_core.messages import experiences_from_messages
 from rft_core.monitor.monitor import step_summary
+from rft_core.rollout_samples import trainer_samples
 from rft_core.sync.schedule import trainer_syncs_after
 
 if TYPE_CHECKING:
@@ -353,6 +355,8 @@ class Trainer(RunActor):
         self.last_metrics = {k: float(v) for k, v in metrics.items()}
         self.monitor.log(metrics, self.step)
         log.info("trainer step %d: %s", self.step, step_summary(self.last_metrics))
+        # the trainer's log-probs of the rollouts the explorer kept, beside their tokens
+        self.monitor.samples(trainer_samples(experiences, self.step), self.step)
         return metrics
 
     def progress(self) -> dict[str, Any]:
@@ -434,10 +438,12 @@ class Trainer(RunActor):
         if self._sender is not None:
             self._sender.send_final(self.step, self._weights_for_sync())
         self._close_ranks()
+        report_dropped(self.role)
         self.monitor.status("finished", f"{self.role} finished at step {self.step}")
         return self.summary()
 
     def failed(self, err: BaseException) -> None:
+        report_dropped(self.role)
         self.monitor.status("failed", f"{self.role}: {err}")
         log.exception("%s failed", self.role)
         if self.synchronizer is not None:
@@ -470,4 +476,5 @@ class Trainer(RunActor):
 
     def close(self) -> None:
         self._close_ranks()
+        release_output(self.role)  # its last captured line and the dropped count, then the monitor
         self.monitor.close()

@@ -2,7 +2,8 @@
    for the chosen step, sort, search and page, and shows the rollouts by task group (or in the
    chosen order), each with its reward parts, advantage, length, cut flag and a token view that
    colours every response token by the log-prob it was sampled with (red: unlikely, green:
-   likely; the trainer's log-prob in the tooltip where recorded). The query lives in the URL so
+   likely), or where the trainer recorded its own log-prob of the token by that one or by their
+   difference (trainer − rollout: the train/inference mismatch), all three in the tooltip. The query lives in the URL so
    a view can be linked. */
 (function () {
   "use strict";
@@ -10,7 +11,7 @@
   if (!root) return;
   var URL_ = root.dataset.url;
   var $ = function (id) { return document.getElementById(id); };
-  var S = { stage: null, step: "", sort: "group", q: "", page: 1, steps: [], pages: 1 };
+  var S = { stage: null, step: "", sort: "group", q: "", page: 1, steps: [], pages: 1, colour: "rollout", body: null };
 
   function esc(v) {
     return String(v === null || v === undefined ? "" : v).replace(/[&<>"']/g, function (c) {
@@ -97,22 +98,49 @@
     var prob = Math.exp(lp);
     return "hsl(" + Math.round(120 * prob) + "," + (prob > 0.5 ? 55 : 75) + "%,82%)";
   }
+  // trainer − rollout log-prob: white at 0, blue where the trainer finds the token likelier,
+  // orange where it finds it less likely; full colour at |Δ| >= DIFF_FULL
+  var DIFF_FULL = 0.5;
+  function diffColour(d) {
+    if (typeof d !== "number") return "transparent";
+    var share = Math.min(Math.abs(d) / DIFF_FULL, 1);
+    return "hsl(" + (d >= 0 ? 210 : 25) + ",80%," + Math.round(97 - 25 * share) + "%)";
+  }
+  function isNum(v) { return typeof v === "number" && isFinite(v); }
+  function mean(values) {
+    var xs = values.filter(isNum);
+    return xs.length ? xs.reduce(function (a, b) { return a + b; }, 0) / xs.length : null;
+  }
+  var COLOUR_BY = {
+    rollout: "the log-prob it was sampled with",
+    trainer: "the trainer's log-prob",
+    diff: "trainer − rollout log-prob",
+  };
   function tokenView(r) {
     var t = r.tokens || {};
     if (!t.tokens || !t.tokens.length) return '<p class="hint">No tokens recorded for this rollout (monitor.rollout_token_logprobs).</p>';
-    var trainer = t.trainer_logprobs;
+    var trainer = t.trainer_logprobs, rollout = t.logprobs || [];
+    var by = trainer ? S.colour : "rollout";
+    var diffs = t.tokens.map(function (tok, i) {
+      return trainer && isNum(trainer[i]) && isNum(rollout[i]) ? trainer[i] - rollout[i] : null;
+    });
     var spans = t.tokens.map(function (tok, i) {
-      var lp = t.logprobs ? t.logprobs[i] : null;
-      var title = JSON.stringify(tok) + "  log-prob " + num(lp, 4) + (typeof lp === "number" ? "  (p " + Math.exp(lp).toFixed(3) + ")" : "");
-      if (trainer) title += "  trainer " + num(trainer[i], 4);
-      return '<span class="token" data-logprob="' + esc(lp) + '"' + (trainer ? ' data-trainer-logprob="' + esc(trainer[i]) + '"' : "") +
-        ' style="background:' + tokenColour(lp) + '" title="' + esc(title) + '">' + esc(tok) + "</span>";
+      var lp = rollout[i], tl = trainer ? trainer[i] : null, d = diffs[i];
+      var title = JSON.stringify(tok) + "  rollout log-prob " + num(lp, 4) + (isNum(lp) ? " (p " + Math.exp(lp).toFixed(3) + ")" : "");
+      if (trainer) title += "  trainer " + num(tl, 4) + (isNum(tl) ? " (p " + Math.exp(tl).toFixed(3) + ")" : "") + "  Δ " + num(d, 4);
+      var colour = by === "diff" ? diffColour(d) : tokenColour(by === "trainer" ? tl : lp);
+      return '<span class="token" data-logprob="' + esc(lp) + '"' +
+        (trainer ? ' data-trainer-logprob="' + esc(tl) + '" data-diff="' + esc(d === null ? "" : d.toFixed(4)) + '"' : "") +
+        ' style="background:' + colour + '" title="' + esc(title) + '">' + esc(tok) + "</span>";
     }).join("");
-    var lps = (t.logprobs || []).filter(function (v) { return typeof v === "number"; });
-    var mean = lps.length ? lps.reduce(function (a, b) { return a + b; }, 0) / lps.length : null;
-    return '<div class="token-view" aria-label="response tokens coloured by log-prob">' + spans + "</div>" +
-      '<p class="token-legend">p 0 <span class="scale"></span> 1 · ' + t.tokens.length + " tokens, mean log-prob " + num(mean, 3) +
-      (trainer ? " · the trainer's log-prob in each token's tooltip" : "") + "</p>";
+    var scale = by === "diff"
+      ? "Δ −" + DIFF_FULL + ' <span class="scale diff"></span> +' + DIFF_FULL
+      : 'p 0 <span class="scale"></span> 1';
+    var absDiffs = diffs.filter(isNum).map(Math.abs);
+    return '<div class="token-view" data-colour="' + by + '" aria-label="response tokens coloured by ' + esc(COLOUR_BY[by]) + '">' + spans + "</div>" +
+      '<p class="token-legend">' + esc(COLOUR_BY[by]) + ": " + scale + " · " + t.tokens.length + " tokens, mean log-prob " + num(mean(rollout), 3) +
+      (trainer ? " (trainer " + num(mean(trainer), 3) + "), mean Δ " + num(mean(diffs), 4) + ", max |Δ| " + num(absDiffs.length ? Math.max.apply(null, absDiffs) : null, 4) +
+        (r.trainer_step !== undefined && r.trainer_step !== null ? " at trainer step " + esc(r.trainer_step) : "") : " · no trainer log-probs recorded") + "</p>";
   }
 
   function rolloutHtml(r) {
@@ -131,6 +159,7 @@
   }
 
   function render(body) {
+    S.body = body; // kept: a new colouring re-renders it without a request
     renderSteps(body);
     S.stage = body.stage; S.page = body.page; S.pages = body.pages;
     S.step = body.step === null || body.step === undefined ? "" : String(body.step);
@@ -171,6 +200,18 @@
     load();
   });
   $("rollout-sort").addEventListener("change", function () { S.sort = this.value; S.page = 1; load(); });
+  $("rollout-colour").addEventListener("change", function () {
+    S.colour = this.value;
+    if (!S.body) return;
+    var open = Array.from(document.querySelectorAll("#rollout-list .rollout")).filter(function (a) {
+      return a.querySelector("details.tokens").open;
+    }).map(function (a) { return a.dataset.id; });
+    render(S.body);
+    open.forEach(function (id) { // the token views that were open stay open
+      var a = document.querySelector('#rollout-list .rollout[data-id="' + id + '"] details.tokens');
+      if (a) a.open = true;
+    });
+  });
   $("rollout-controls").addEventListener("submit", function (e) {
     e.preventDefault();
     S.q = $("rollout-q").value.trim(); S.page = 1;

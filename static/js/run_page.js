@@ -445,6 +445,8 @@
         case "log": logs.push(logFromEvent(ev)); break;
         case "samples":
           ((ev.data || {}).samples || []).forEach(function (s) {
+            // the trainer's log-probs of a kept rollout (stored beside its tokens): not a rollout
+            if (s.explorer_step !== undefined && s.prompt === undefined) return;
             samples.push(Object.assign({ stage: ev.stage || "", step: ev.step }, s));
           });
           break;

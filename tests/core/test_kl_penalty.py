@@ -15,6 +15,7 @@ import torch
 from test_policy_update import algorithm, rollout
 from tiny_lm import build_tiny_model
 
+from rft_core.actor_log import release_output
 from rft_core.actor_setup import setup_actor_logging
 from rft_core.algorithms.advantages import rloo_advantages
 from rft_core.algorithms.kl import kl_penalized_rewards
@@ -90,6 +91,7 @@ def test_grpo_config_warns_at_load_and_in_the_trainer_log(tmp_path, monkeypatch,
         for handler in [h for h in logger.handlers if h not in before]:
             logger.removeHandler(handler)
             handler.close()
+        release_output("trainer")
         monitor.close()
     run_log = (Path(cfg.job_dir) / "log" / "trainer.log").read_text()
     assert "WARNING" in run_log and "use algorithm.kl_loss_fn" in run_log

@@ -445,6 +445,7 @@ def test_a_stage_section_trinity_accepts_is_warned_about_with_its_stage_path(tri
 def test_unimplemented_keys_are_in_the_run_log_of_each_actor(trinity_env, monkeypatch, tmp_path):
     """The actors' logs (job_dir/log/<role>.log, also streamed to the dashboard) say which keys
     of the config this run ignores, not only the terminal that loaded it."""
+    from rft_core.actor_log import release_output
     from rft_core.actor_setup import setup_actor_logging
 
     monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path))
@@ -455,6 +456,7 @@ def test_unimplemented_keys_are_in_the_run_log_of_each_actor(trinity_env, monkey
     for handler in [h for h in logger.handlers if h not in before]:
         logger.removeHandler(handler)
         handler.close()
+    release_output("explorer")
     monitor.close()
     run_log = (Path(cfg.job_dir) / "log" / "explorer.log").read_text()
     assert "WARNING" in run_log and "model.lora_configs = [{'name': 'lora'" in run_log

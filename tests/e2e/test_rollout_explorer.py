@@ -8,7 +8,8 @@ right, and the penalty (length beyond 4 tokens) makes the rewards differ, so tha
 reward or advantage has something to order.
 Once the run has succeeded, the explorer (opened from the run page's link) lists every GRPO step
 with its 8 rollouts, shows a step by task group, sorts by reward and by advantage, searches, and
-opens a rollout's token view: one span per response token, coloured by its sampling log-prob.
+opens a rollout's token view: one span per response token, coloured by its sampling log-prob,
+with the trainer's log-prob of it and their difference (coloured by it on request).
 
 Every request to another host is aborted and fails the test, as does a browser console error.
 Screenshots go to the test's tmp dir and ``$RFT_ARTIFACTS_DIR`` when it is set.
@@ -151,6 +152,32 @@ def _explore(page, stack, shots: Path) -> None:
     first.scroll_into_view_if_needed()
     keep_screenshot(page, shots, "rollouts-token-view")
 
+    # the trainer's log-prob of each token beside the rollout's, and their difference; the
+    # trainer trained each step on the weights that sampled it (sync_interval 1, offset 0),
+    # so on CPU the two agree up to their rounding to 4 decimals
+    spans = tokens.evaluate_all(
+        """(spans) => spans.map((s) => ({
+          logprob: Number(s.dataset.logprob), trainer: s.dataset.trainerLogprob,
+          diff: s.dataset.diff, title: s.title }))"""
+    )
+    assert all(s["trainer"] not in (None, "") for s in spans), spans
+    for s in spans:
+        assert float(s["diff"]) == pytest.approx(float(s["trainer"]) - s["logprob"], abs=2e-4)
+        assert abs(float(s["diff"])) < 2e-3, spans
+        assert "trainer" in s["title"] and "Δ" in s["title"]
+    page.select_option("#rollout-colour", "diff")
+    view = first.locator(".token-view")
+    assert view.get_attribute("data-colour") == "diff"
+    assert first.locator("details.tokens").evaluate("(d) => d.open")  # kept open on re-colour
+    assert "trainer − rollout" in first.locator(".token-legend").inner_text()
+    colours = view.locator(".token").evaluate_all(
+        "(spans) => spans.map((s) => getComputedStyle(s).backgroundColor)"
+    )
+    # |Δ| < 2e-3 is next to no mismatch: every token near white, none in the log-prob hues
+    assert all(_lightness(c) > 0.9 for c in colours), colours
+    keep_screenshot(page, shots, "rollouts-token-view-difference")
+    page.select_option("#rollout-colour", "rollout")
+
     # search every step: the first rollout's question (its task's rollouts match, not the
     # other tasks'), then text that is nowhere
     question = page.locator("#rollout-list .rollout dd pre").first.inner_text()
@@ -178,6 +205,12 @@ def _wait_loaded(page, part: str) -> None:
         "(part) => (document.getElementById('rollout-explorer').dataset.loaded || '').includes(part)",
         arg=part,
     )
+
+
+def _lightness(colour: str) -> float:
+    """The HSL lightness (0-1) of an ``rgb(r, g, b)`` colour."""
+    rgb = [float(x) / 255 for x in colour[colour.index("(") + 1 : colour.index(")")].split(",")[:3]]
+    return (max(rgb) + min(rgb)) / 2
 
 
 def _green(colour: str) -> float:

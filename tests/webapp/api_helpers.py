@@ -79,3 +79,21 @@ def task_callbacks(callbacks: list) -> list:
     """The on-commit callbacks that enqueue a Celery task, without the live pages' pushes
     (``webapp.runs.live.publish_run`` / ``publish_checkpoint`` register one each)."""
     return [cb for cb in callbacks if not cb.__qualname__.startswith("publish_")]
+
+
+def ingest_stream(redis_url: str, redis_client, run_key: str) -> None:
+    """Everything on ``run_key``'s event stream stored by a real ingestor (a consumer group of
+    its own, only that run), then the run forgotten by the deployment's run set."""
+    import redis
+
+    from rft_core.monitor import runs_set
+    from workers.ingestor import Ingestor
+
+    ingestor = Ingestor(
+        redis.Redis.from_url(redis_url), "c", group=f"g-{run_key}", only_runs={run_key}
+    )
+    try:
+        while ingestor.poll(block_ms=100):
+            pass
+    finally:
+        redis_client.srem(runs_set(), run_key)

@@ -182,3 +182,60 @@ def test_another_users_rollouts_are_refused_and_staff_sees_them(client, owner_ru
     assert status == 200 and body["items"][0]["response"] == "secret-of-alice"
     page = client.get(f"/runs/{run.pk}/rollouts/")
     assert page.status_code == 200 and b'id="rollout-explorer"' in page.content
+
+
+def test_a_stored_samples_event_keeps_its_token_arrays_once_in_the_rollout_rows(owner_run):
+    from rft_core.monitor import MonitorEvent
+    from webapp.events.store import rows_of, store_events
+
+    _, run = owner_run
+    entry = _sample(1, 1.0, 0.5, "2 ok", trainer_logprobs=[-0.4, -0.3, -0.1, -0.2])
+    event = MonitorEvent(run.key, "samples", "explorer", 3, {"samples": [entry]}, stage="rft")
+    _, stored = store_events(run.key, rows_of(run.key, [("5-0", event)]))
+
+    sample = RolloutSample.objects.get(run=run)
+    assert sample.tokens == {
+        "tokens": ["2", " ", "o", "k"],
+        "logprobs": [-0.5] * 4,
+        "trainer_logprobs": [-0.4, -0.3, -0.1, -0.2],
+    }
+    row = RunEvent.objects.get(run_key=run.key, stream_id="5-0")
+    (kept,) = row.payload["samples"]
+    assert not {"tokens", "logprobs", "trainer_logprobs"} & set(kept)
+    assert (kept["response"], kept["reward"], kept["advantage"]) == ("2 ok", 1.0, 0.5)
+    assert stored[0].payload == row.payload  # the live message carries what was stored
+
+
+def test_the_trainers_logprobs_go_beside_the_tokens_of_the_sample_they_name(client, owner_run):
+    from rft_core.monitor import MonitorEvent
+    from webapp.events.store import rows_of, store_events
+
+    alice, run = owner_run
+    kept = [
+        {**_sample(0, 1.0, 0.5, "ab"), "sample_index": 0},
+        {**_sample(0, 0.0, -0.5, "xyz"), "sample_index": 1},
+    ]
+    trainer = [  # index 1 only; a list of the wrong length for index 0 is dropped
+        {
+            "explorer_step": 3,
+            "sample_index": 1,
+            "trainer_step": 2,
+            "trainer_logprobs": [-0.25, -1.5, -0.5],
+        },
+        {"explorer_step": 3, "sample_index": 0, "trainer_step": 2, "trainer_logprobs": [-0.1]},
+    ]
+    events = [
+        ("1-0", MonitorEvent(run.key, "samples", "explorer", 3, {"samples": kept}, stage="rft")),
+        ("2-0", MonitorEvent(run.key, "samples", "trainer", 2, {"samples": trainer}, stage="rft")),
+    ]
+    store_events(run.key, rows_of(run.key, events))
+
+    first, second = RolloutSample.objects.filter(run=run).order_by("id")  # no trainer rows
+    assert "trainer_logprobs" not in first.tokens
+    assert second.tokens["trainer_logprobs"] == [-0.25, -1.5, -0.5]
+    assert second.tokens["logprobs"] == [-0.5, -0.5, -0.5]
+    client.force_login(alice)
+    _, body = _get(client, run, step=3)
+    by_index = {item["sample_index"]: item for item in body["items"]}
+    assert by_index[1]["tokens"]["trainer_logprobs"] == [-0.25, -1.5, -0.5]
+    assert by_index[1]["trainer_step"] == 2

@@ -4,7 +4,8 @@ them (the events app never writes a Run itself):
     metric      -> webapp.runs.telemetry.record_metrics (MetricPoint rows, eval accuracy)
                    and webapp.runs.actions.observe_progress (the latest stage, its top step)
     log         -> webapp.runs.telemetry.record_logs (LogLine rows)
-    samples     -> webapp.runs.telemetry.record_samples (RolloutSample rows)
+    samples     -> webapp.runs.telemetry.record_samples (RolloutSample rows; the trainer's:
+                   record_trainer_logprobs, its log-probs beside those rows' tokens)
     checkpoint  -> webapp.checkpoints.actions.observe_checkpoint (Checkpoint row; for a run
                    started outside the dashboard only inside its job dir)
     status      -> webapp.runs.actions.observe_status, in stream order
@@ -26,7 +27,12 @@ from webapp.checkpoints.actions import observe_checkpoint
 from webapp.events.models import RunEvent
 from webapp.runs import actions as run_actions
 from webapp.runs.models import Run, RunOrigin
-from webapp.runs.telemetry import record_logs, record_metrics, record_samples
+from webapp.runs.telemetry import (
+    record_logs,
+    record_metrics,
+    record_samples,
+    record_trainer_logprobs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +55,9 @@ def project(run: Run, events: Sequence[RunEvent]) -> None:
     metrics = [e for e in events if e.kind == "metric"]
     record_metrics(run, metrics)
     record_logs(run, [e for e in events if e.kind == "log"])
-    record_samples(run, [e for e in events if e.kind == "samples"])
+    samples = [e for e in events if e.kind == "samples"]
+    record_samples(run, samples)
+    record_trainer_logprobs(run, samples)
     for event in events:
         if event.kind == "checkpoint":
             path = event.payload.get("path") if isinstance(event.payload, dict) else None

@@ -4,7 +4,9 @@ import of a job dir's record).
 
 One batch (``store_events``) runs under the run's row lock (PostgreSQL: an advisory lock on the
 key when no Run has it): every event not stored yet becomes a ``RunEvent`` with the next seq
-of its key (1, 2, 3, ... in the given order) and is projected (``webapp.events.projection``).
+of its key (1, 2, 3, ... in the given order) and is projected (``webapp.events.projection``);
+a ``samples`` event's token arrays are stored once, in its ``RolloutSample`` rows, not in
+its ``RunEvent.payload`` (``without_token_arrays`` says why).
 An event already stored (a replay, or a claimed stream entry whose first consumer was only
 slow) is recognised by its stream id and writes nothing again.
 """
@@ -23,6 +25,7 @@ from rft_core.monitor.events import MonitorEvent
 from webapp.events.models import RunEvent
 from webapp.events.projection import project
 from webapp.runs.models import Run
+from webapp.runs.telemetry import TOKEN_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -106,10 +109,32 @@ def store_events(run_key: str, rows: list[RunEvent]) -> tuple[Run | None, list[R
         top = RunEvent.objects.filter(run_key=run_key).aggregate(top=Max("seq"))["top"] or 0
         for offset, row in enumerate(fresh, start=1):
             row.seq = top + offset
-        # no ignore_conflicts: a conflict means a broken invariant, and the whole batch fails;
-        # the rows keep their seqs (what the projection and the live message need), so they
-        # are not read back
-        RunEvent.objects.bulk_create(fresh)
+        # projected before they are written: the samples' token arrays go to their
+        # RolloutSample rows only (``without_token_arrays``); nothing the projection writes
+        # reads RunEvent rows back
         if run is not None:
             project(run, fresh)
+        for row in fresh:
+            if row.kind == "samples":
+                row.payload = without_token_arrays(row.payload)
+        # no ignore_conflicts: a conflict means a broken invariant, and the whole batch fails;
+        # the rows keep their seqs (what the live message needs), so they are not read back
+        RunEvent.objects.bulk_create(fresh)
     return run, fresh
+
+
+def without_token_arrays(payload):
+    """A ``samples`` payload without each entry's token view (``tokens``, ``logprobs``,
+    ``trainer_logprobs``): one copy of those arrays is kept, ``RolloutSample.tokens``, the one
+    the token view reads per rollout (paged, filtered, its lists checked against the tokens'
+    length); the event log is re-read whole by every live page (``live.json``, the WebSocket
+    message), which shows no tokens, so there they only weighed."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("samples"), list):
+        return payload
+    samples = [
+        {k: v for k, v in entry.items() if k not in TOKEN_FIELDS}
+        if isinstance(entry, dict)
+        else entry
+        for entry in payload["samples"]
+    ]
+    return {**payload, "samples": samples}

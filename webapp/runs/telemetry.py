@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
 from django.db.models import F, Value
@@ -156,35 +156,79 @@ def _token_view(entry: dict[str, Any]) -> dict[str, list]:
     return view
 
 
+def is_trainer_entry(entry: dict) -> bool:
+    """A trainer's entry (log-probs of a kept rollout, ``rft_core.rollout_samples``), not a
+    rollout of its own."""
+    return "explorer_step" in entry and "trainer_logprobs" in entry and "prompt" not in entry
+
+
+def _sample_entries(events: Iterable[EventLike], trainer: bool) -> Iterator[tuple[EventLike, dict]]:
+    """(event, entry) for each mapping entry of the ``samples`` events: the trainer's entries
+    (``trainer``) or the rollouts."""
+    for event in events:
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        entries = payload.get("samples")
+        for entry in entries if isinstance(entries, list) else []:
+            if isinstance(entry, dict) and is_trainer_entry(entry) == trainer:
+                yield event, entry
+
+
 def record_samples(run: Run, events: Iterable[EventLike]) -> list[RolloutSample]:
     """One RolloutSample per entry of each ``samples`` event (``{"samples": [{prompt,
     response, truth, reward, group, advantage, response_length, truncated, tokens, logprobs,
     ...}]}``, ``rft_core.rollout_samples``); other fields go to ``extra``. Entries that are not
     mappings are skipped. Returns the samples written."""
     samples = []
-    for event in events:
-        payload = event.payload if isinstance(event.payload, dict) else {}
-        entries = payload.get("samples")
-        for entry in entries if isinstance(entries, list) else []:
-            if not isinstance(entry, dict):
-                continue
-            samples.append(
-                RolloutSample(
-                    run=run,
-                    stage=event.stage,
-                    step=event.step,
-                    seq=getattr(event, "seq", None) or 0,
-                    prompt=_text(entry.get("prompt")),
-                    response=_text(entry.get("response")),
-                    truth=_text(entry.get("truth")),
-                    reward=finite_or_none(entry.get("reward")),
-                    group=_count(entry.get("group")),
-                    advantage=finite_or_none(entry.get("advantage")),
-                    response_length=_count(entry.get("response_length")),
-                    truncated=entry.get("truncated") is True,
-                    tokens=_token_view(entry),
-                    extra={k: v for k, v in entry.items() if k not in SAMPLE_FIELDS},
-                )
+    # the trainer's entries hold log-probs of these rows: record_trainer_logprobs
+    for event, entry in _sample_entries(events, trainer=False):
+        samples.append(
+            RolloutSample(
+                run=run,
+                stage=event.stage,
+                step=event.step,
+                seq=getattr(event, "seq", None) or 0,
+                prompt=_text(entry.get("prompt")),
+                response=_text(entry.get("response")),
+                truth=_text(entry.get("truth")),
+                reward=finite_or_none(entry.get("reward")),
+                group=_count(entry.get("group")),
+                advantage=finite_or_none(entry.get("advantage")),
+                response_length=_count(entry.get("response_length")),
+                truncated=entry.get("truncated") is True,
+                tokens=_token_view(entry),
+                extra={k: v for k, v in entry.items() if k not in SAMPLE_FIELDS},
             )
+        )
     RolloutSample.objects.bulk_create(samples)
     return samples
+
+
+def record_trainer_logprobs(run: Run, events: Iterable[EventLike]) -> int:
+    """The trainer's ``samples`` entries (``rft_core.rollout_samples.trainer_samples``:
+    ``{explorer_step, sample_index, trainer_step, trainer_logprobs}``) put beside the tokens of
+    the RolloutSample they name (the run's row of that stage, explorer step and
+    ``sample_index``) as ``tokens["trainer_logprobs"]``; a list whose length is not the tokens'
+    is dropped (as ``_token_view`` does). An entry whose row is not stored (the explorer's
+    event is sent before the buffer hands the rollouts to the trainer, so it comes first) is
+    skipped. Returns the rows updated."""
+    updated = 0
+    for event, entry in _sample_entries(events, trainer=True):
+        step, index = _count(entry.get("explorer_step")), _count(entry.get("sample_index"))
+        values = entry.get("trainer_logprobs")
+        if step is None or index is None or not isinstance(values, list):
+            continue
+        row = (
+            RolloutSample.objects.filter(
+                run=run, stage=event.stage, step=step, extra__sample_index=index
+            )
+            .order_by("-id")
+            .first()
+        )
+        tokens = row.tokens.get("tokens") if row is not None else None
+        if not isinstance(tokens, list) or len(tokens) != len(values):
+            continue
+        row.tokens = {**row.tokens, "trainer_logprobs": [finite_or_none(v) for v in values]}
+        row.extra = {**row.extra, "trainer_step": _count(entry.get("trainer_step"))}
+        row.save(update_fields=["tokens", "extra"])
+        updated += 1
+    return updated
