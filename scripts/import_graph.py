@@ -4,6 +4,7 @@ source with ``ast``: its figures, its cycles, and a picture of which box imports
     python scripts/import_graph.py                 # figures and cycles, per level
     python scripts/import_graph.py --mermaid       # the package picture (docs/ARCHITECTURE.md)
     python scripts/import_graph.py --json          # the same figures, machine-readable
+    python scripts/import_graph.py --write-docs    # redraws the pictures in docs/ARCHITECTURE.md
 
 What counts as an edge ``a -> b``: an ``import`` / ``from ... import`` statement in module ``a``
 that names module ``b`` of the scanned packages, at module level AND inside functions or classes
@@ -20,7 +21,9 @@ Levels: *modules*; *boxes*, where a box is a package directly under a top packag
 Where two boxes import each other, the direction with fewer module arrows (ties: the
 later name) is counted as *pointing back up*: the layering would be clean without it.
 
-``tests/core/test_import_cycles.py`` asserts on these figures.
+``tests/core/test_import_cycles.py`` asserts on these figures, and fails when the pictures in
+``docs/ARCHITECTURE.md`` (between its ``<!-- import-graph:TOP -->`` markers) are not what
+``--write-docs`` draws from the code now.
 """
 
 from __future__ import annotations
@@ -225,21 +228,49 @@ def figures(graph: Graph) -> dict:
 
 
 def mermaid(graph: Graph, top: str | None = None) -> str:
-    """The box picture as a Mermaid flowchart (``top`` keeps one top package's boxes)."""
-    boxes = collapse(graph, lambda m: box_of(m, graph))
+    """The box picture as a Mermaid flowchart. With ``top``: that package's boxes, and each
+    other top package as one node (so ``webapp``'s picture shows what it takes from
+    ``rft_core``, and ``workers``'s what it takes from ``webapp``)."""
+
+    def key(module: str) -> str:
+        if top is None or module.split(".")[0] == top:
+            return box_of(module, graph)
+        return module.split(".")[0]
+
+    boxes = collapse(graph, key)
     back = {(a, b) for a, b, _ in back_arrows(boxes)}
-    lines = ["flowchart TD"]
     ident = {name: name.replace(".", "_") for name in boxes}
+    lines = ["flowchart LR"]
     for name in boxes:
         if top is None or name.split(".")[0] == top:
             lines.append(f'    {ident[name]}["{name}"]')
+    targets_here = {b for a, t in boxes.items() if top is None or a.split(".")[0] == top for b in t}
+    for name in boxes:
+        if top is not None and name.split(".")[0] != top and name in targets_here:
+            lines.append(f'    {ident[name]}[("{name}")]')  # another top package, drawn whole
     for a, targets in boxes.items():
+        if top is not None and a.split(".")[0] != top:
+            continue  # only what this package imports
         for b in targets:
-            if top is not None and (a.split(".")[0] != top or b.split(".")[0] != top):
-                continue
             arrow = "-.->|back up|" if (a, b) in back else "-->"
             lines.append(f"    {ident[a]} {arrow} {ident[b]}")
     return "\n".join(lines) + "\n"
+
+
+DOCS = ROOT / "docs" / "ARCHITECTURE.md"
+
+
+def docs_text(text: str, graph: Graph) -> str:
+    """``text`` (docs/ARCHITECTURE.md) with each ``<!-- import-graph:TOP -->`` ...
+    ``<!-- /import-graph:TOP -->`` block redrawn: TOP's boxes as a Mermaid chart."""
+    for top in PACKAGES:
+        start, end = f"<!-- import-graph:{top} -->", f"<!-- /import-graph:{top} -->"
+        if start not in text:
+            continue
+        head, rest = text.split(start, 1)
+        _, tail = rest.split(end, 1)
+        text = f"{head}{start}\n```mermaid\n{mermaid(graph, top)}```\n{end}{tail}"
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,8 +278,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--mermaid", action="store_true", help="print the box picture (Mermaid)")
     parser.add_argument("--top", choices=PACKAGES, help="with --mermaid: one top package's boxes")
+    parser.add_argument("--write-docs", action="store_true", help=f"redraw the pictures in {DOCS}")
     args = parser.parse_args(argv)
     graph = import_graph()
+    if args.write_docs:
+        DOCS.write_text(docs_text(DOCS.read_text(), graph))
+        print(f"wrote {DOCS}")
+        return 0
     if args.mermaid:
         sys.stdout.write(mermaid(graph, args.top))
         return 0

@@ -116,3 +116,12 @@ def test_webapp_never_imports_workers():
     tops = ig.collapse(graph, lambda m: m.split(".")[0])
     assert tops["rft_core"] == {}  # the engine imports neither web package
     assert not ig.find_cycles(tops)
+
+
+def test_the_pictures_in_docs_are_drawn_from_the_code_now():
+    graph = ig.import_graph(ROOT)
+    text = ig.DOCS.read_text()
+    assert "<!-- import-graph:rft_core -->" in text
+    assert text == ig.docs_text(text, graph), (
+        "docs/ARCHITECTURE.md is stale: run `python scripts/import_graph.py --write-docs`"
+    )

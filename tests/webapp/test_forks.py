@@ -17,7 +17,7 @@ from test_runs import DEMO_YAML, audit, bob, make_experiment, make_run  # noqa: 
 from rft_core.checkpoint.fork import FORK_META
 from webapp.checkpoints.models import Checkpoint
 from webapp.experiments.config_policy import parse_yaml
-from webapp.runs.forks import seed_fork
+from webapp.runs.fork_seed import seed_fork
 from webapp.runs.models import Run, RunStatus
 
 pytestmark = pytest.mark.django_db

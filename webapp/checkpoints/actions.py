@@ -30,6 +30,7 @@ from django.utils import timezone
 from rft_core.checkpoint import layout
 from webapp.accounts.access import check
 from webapp.audit.record import Actor, record
+from webapp.celery import app as celery_app
 from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.errors import ActionError
 from webapp.runs.claims import claim_job_dir
@@ -202,8 +203,6 @@ def convert_checkpoint(actor: Actor, checkpoint: Checkpoint) -> Checkpoint:
     check(actor, checkpoint, "checkpoint.convert")
     refuse_if_pruned(checkpoint, "convert")
     claim = _claim_job_dir_of(actor, checkpoint)
-    from webapp.checkpoints.tasks import convert_checkpoint_task
-
     with transaction.atomic():
         checkpoint = (
             Checkpoint.objects.select_for_update().select_related("run").get(pk=checkpoint.pk)
@@ -226,5 +225,7 @@ def convert_checkpoint(actor: Actor, checkpoint: Checkpoint) -> Checkpoint:
         queue = getattr(settings, "RFT_CONVERT_QUEUE", None)
         pk = checkpoint.pk
         publish_checkpoint(checkpoint)
-        transaction.on_commit(lambda: convert_checkpoint_task.apply_async((pk,), queue=queue))
+        transaction.on_commit(
+            lambda: celery_app.send_task("checkpoints.convert", args=(pk,), queue=queue)
+        )
     return checkpoint

@@ -33,6 +33,7 @@ from rft_core.errors import CheckpointError
 from rft_core.monitor import ENV_REDIS_PREFIX, ENV_REDIS_URL, ENV_RUN_ID
 from webapp.accounts.access import check
 from webapp.audit.record import Actor, record
+from webapp.celery import app as celery_app
 from webapp.checkpoints.models import Checkpoint, Evaluation, EvaluationStatus
 from webapp.errors import ActionError
 from webapp.experiments.config_policy import check_config
@@ -126,9 +127,7 @@ def evaluate_checkpoints(
 
 
 def _enqueue(pk: int) -> None:
-    from webapp.checkpoints.tasks import evaluate
-
-    evaluate.apply_async((pk,), queue=settings.RFT_RUNS_QUEUE)
+    celery_app.send_task("checkpoints.evaluate", args=(pk,), queue=settings.RFT_RUNS_QUEUE)
 
 
 def _fail(evaluation: Evaluation, error: str) -> Evaluation:

@@ -35,6 +35,7 @@ from rft_core.monitor import ENV_REDIS_PREFIX, ENV_REDIS_URL, ENV_RUN_ID
 from rft_core.plugins import ENV_PLUGIN_DIRS
 from webapp.accounts.access import check
 from webapp.audit.record import Actor, record
+from webapp.celery import app as celery_app
 from webapp.checkpoints.actions import sync_checkpoints
 from webapp.errors import ActionError
 from webapp.experiments.config_policy import CheckedConfig, check_config, config_paths
@@ -42,6 +43,7 @@ from webapp.experiments.models import Experiment
 from webapp.health.checks import check_ray, check_redis
 from webapp.runs import ray_jobs
 from webapp.runs.claims import Claim, claim_job_dir, path_refusal, refusal, refuse, runs_area
+from webapp.runs.fork_seed import seed_fork
 from webapp.runs.live import publish_run
 from webapp.runs.models import ACTIVE_STATUSES, FINAL_STATUSES, Run, RunOrigin, RunStatus
 from webapp.runs.snapshot import LaunchSpec, checkpoint_root, launch_spec
@@ -162,10 +164,10 @@ def require_services() -> None:
 def _enqueue_launch(run: Run, task_id: str) -> None:
     from kombu.exceptions import OperationalError
 
-    from webapp.runs.tasks import launch
-
     try:
-        launch.apply_async((run.pk,), task_id=task_id, queue=settings.RFT_RUNS_QUEUE)
+        celery_app.send_task(
+            "runs.launch", args=(run.pk,), task_id=task_id, queue=settings.RFT_RUNS_QUEUE
+        )
     except OperationalError as err:  # the broker went away since require_services
         _finish(run, RunStatus.FAILED, f"could not enqueue the launch (Redis: {err})")
 
@@ -178,8 +180,6 @@ def start_run(run_id: int) -> Run:
     """The launch task: write the run's launch config into its own directory and submit
     ``trinity run --config <it>`` as a Ray job. A run cancelled while queued is left alone; a
     run whose config or submission fails becomes failed with the reason."""
-    from webapp.runs.forks import seed_fork  # it launches through this module
-
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
         if run.status != RunStatus.QUEUED:
@@ -288,9 +288,7 @@ def cancel_run(actor: Actor, run: Run) -> Run:
 
 
 def _enqueue_cancel(run: Run) -> None:
-    from webapp.runs.tasks import cancel
-
-    cancel.apply_async((run.pk,), queue=settings.RFT_RUNS_QUEUE)
+    celery_app.send_task("runs.cancel", args=(run.pk,), queue=settings.RFT_RUNS_QUEUE)
 
 
 def stop_run(run_id: int) -> Run:

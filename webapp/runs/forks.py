@@ -4,13 +4,13 @@ from k + 1, with the config the user edited (new hyperparameters from a good poi
 
     fork_config_yaml(checkpoint)                 # the parent's config, resuming, for the form
     fork_run(actor, checkpoint, config_yaml)     # the user's action: Run(queued), audited
-    seed_fork(run, job_dir)                      # the launch task, before the Ray job starts
 
 The engine does the resuming with its one resume path (``rft_core.checkpoint.fork``: weights,
 optimizer state and LR schedule position from the checkpoint; the config's hyperparameters).
 The fork is the user's own run (its own ``run-<pk>`` job dir, queued like any other by
 ``webapp.runs.actions.queue_run``); ``Run.parent`` / ``fork_step`` link it to its parent,
-whose page lists its forks.
+whose page lists its forks. The launch task's part, linking the checkpoint into the fork's job
+dir, is ``webapp.runs.fork_seed``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from rft_core.checkpoint.fork import check_step_dir, seed_job_dir
+from rft_core.checkpoint.fork import check_step_dir
 from rft_core.errors import CheckpointError
 from webapp.accounts.access import check
 from webapp.audit.record import Actor
@@ -28,6 +28,7 @@ from webapp.checkpoints.models import Checkpoint
 from webapp.errors import ActionError
 from webapp.experiments.config_policy import check_config, parse_yaml
 from webapp.runs import actions
+from webapp.runs.fork_seed import stages_before
 from webapp.runs.models import Run
 
 
@@ -37,25 +38,6 @@ def fork_config_yaml(checkpoint: Checkpoint) -> str:
     data = parse_yaml(checkpoint.run.config_yaml) or {}
     data["continue_from_checkpoint"] = True
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
-
-
-def _stages_before(config: dict, stage: str) -> list[str]:
-    """Names of the stages that run before ``stage``; an error naming ``stages`` when the
-    edited config has no such stage (the checkpoint would have nowhere to go)."""
-    names = [s.get("stage_name") for s in config.get("stages") or [] if isinstance(s, dict)]
-    if not stage:
-        if names:
-            raise ActionError(
-                "the checkpoint is not of a stage, but the config has stages: remove them",
-                errors={"stages": f"the checkpoint has no stage; the config names {names}"},
-            )
-        return []
-    if stage not in names:
-        raise ActionError(
-            f"the checkpoint is of stage {stage!r}, which the config does not have",
-            errors={"stages": f"keep a stage named {stage!r} (the config names {names})"},
-        )
-    return names[: names.index(stage)]
 
 
 def fork_run(actor: Actor, checkpoint: Checkpoint, config_yaml: str) -> Run:
@@ -77,7 +59,7 @@ def fork_run(actor: Actor, checkpoint: Checkpoint, config_yaml: str) -> Run:
             "a fork resumes from its checkpoint",
             errors={"continue_from_checkpoint": "must be true in a fork"},
         )
-    _stages_before(checked.data, checkpoint.stage)
+    stages_before(checked.data, checkpoint.stage)
     return actions.queue_run(
         actor,
         experiment,
@@ -95,23 +77,3 @@ def fork_run(actor: Actor, checkpoint: Checkpoint, config_yaml: str) -> Run:
         fork_step=checkpoint.step,
         fork_from_path=checkpoint.path,
     )
-
-
-def seed_fork(run: Run, job_dir: Path) -> None:
-    """The launch task's part for a fork: the parent's checkpoint linked into the fork's (stage)
-    job dir as its latest, the stages before it marked finished. Nothing for other runs."""
-    if run.parent_id is None and not run.fork_from_path:
-        return
-    before = _stages_before(run.config, run.fork_stage)
-    target = Path(job_dir) / run.fork_stage if run.fork_stage else Path(job_dir)
-    if (target / Path(run.fork_from_path).name).exists():
-        return  # a second delivery of the launch task
-    try:
-        seed_job_dir(
-            target,
-            [Path(run.fork_from_path)],
-            forked_from={"run": run.parent_id, "stage": run.fork_stage, "step": run.fork_step},
-            finished_stages=before,
-        )
-    except CheckpointError as err:
-        raise ActionError(f"the fork's checkpoint could not be linked in: {err}") from err
