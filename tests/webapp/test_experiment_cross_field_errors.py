@@ -25,9 +25,7 @@ DUPLICATE = (
     "duplicate eval taskset name 'arithmetic-eval' (also eval_tasksets[0]); metric names "
     "eval/<name>/... would collide (inherited by stage 'rft')"
 )
-QUEUE = (
-    "queue has no writer in mode train with algorithm_type sft; use file (a dataset) or sql"
-)
+QUEUE = "queue has no writer in mode train with algorithm_type sft; use file (a dataset) or sql"
 GROUP = (
     "grpo compares the rollouts of one task, so it needs a group of at least 2 (got 1); set "
     "repeat_times to e.g. 8"
@@ -77,9 +75,7 @@ def test_the_yaml_tab_lists_four_cross_field_errors(client, roots):
     assert response.status_code == 400
     page = response.content.decode()
     box = page[page.index('id="save-errors"') : page.index('id="experiment-form"')]
-    lengths = (
-        f"{LENGTHS} (inherited by stage 'sft_warmup'); {LENGTHS} (inherited by stage 'rft')"
-    )
+    lengths = f"{LENGTHS} (inherited by stage 'sft_warmup'); {LENGTHS} (inherited by stage 'rft')"
     for path, message in [("model.max_model_len", lengths), *EXPECTED]:
         line = f'<li data-path="{path}">{path}: {escape(message)}'
         assert line in box, line
