@@ -1,7 +1,7 @@
 """Cross-field rules and derived values.
 
-``validate(cfg)`` fills every field whose schema default is ``None`` and whose help says
-"derived", and rejects combinations that cannot run, each with a ConfigError naming the YAML
+``validate(cfg)`` fills every field declared with ``derived_from`` (``rft_core.config.meta``)
+and rejects combinations that cannot run, each with a ConfigError naming the YAML
 path. Every rule reports its error (``rft_core.config.problems.refuse``) and goes on, so a load
 shows all the independent problems at once, with a stand-in value where a later rule reads the
 one refused (the preset's ``repeat_times``, ``batch_size x repeat_times`` for a missing

@@ -15,12 +15,14 @@ control holding the value as text (numbers as text, so ``${oc.env:...}`` fits an
 - stages: each stage's ``stage_name``, ``mode`` and its section overrides as YAML
   (``stages[0].buffer``; a stage section replaces the global one wholesale).
 
-Left out of the form but preserved in the YAML: ``x-unimplemented`` fields, deprecated spellings,
-``stage_name`` (set per stage by the engine), ``project`` and ``name`` (the experiment's own
-fields; the view writes them into the config). The beginner level is ``BEGINNER_FIELDS``; a
-``${oc.env:...}`` value shows what it reads on this server beside the raw text. Conditional fields carry ``show_when``
+Left out of the form but preserved in the YAML: ``x-unimplemented`` fields, ``x-deprecated``
+spellings, ``stage_name`` (set per stage by the engine), ``project`` and ``name`` (the
+experiment's own fields; the view writes them into the config). A field's level is the schema's
+``x-level``; a ``${oc.env:...}`` value shows what it reads on this server beside the raw text.
+Conditional fields carry the schema's ``x-show-when`` with the field's own list indices
 (``{"explorer.rollout_model.engine_type": ["vllm"]}``; ``@advantage_fn`` / ``@policy_loss_fn``
 mean the effective function, the preset's when the field is empty); the page's JS hides them.
+The form decides from those keys only; help texts are shown, never read.
 
 Merging (``merge_form``): the result starts as the original mapping; a field whose posted text
 equals the text it was rendered with is unchanged (its original value, ``${oc.env:...}`` included,
@@ -45,7 +47,6 @@ from rft_core.config import json_schema
 from rft_core.config.committed_names import committed_registered_names
 from webapp.errors import ActionError
 from webapp.experiments.config_policy import parse_yaml, resolved_text
-from webapp.experiments.form_levels import BEGINNER_FIELDS
 
 # (title, top-level keys); the keys of "general" are the root's scalars. ``project`` and ``name``
 # are the experiment's own Project and Name fields (the view writes them into the config).
@@ -287,12 +288,8 @@ def _kind(prop: dict[str, Any]) -> tuple[str, bool]:
 
 
 def _skipped(name: str, prop: dict[str, Any], top: bool) -> bool:
-    help_text = prop.get("description", "")
     return bool(
-        prop.get("x-unimplemented")
-        or "deprecated" in help_text
-        or help_text.startswith("old ")
-        or (top and name == "stage_name")
+        prop.get("x-unimplemented") or prop.get("x-deprecated") or (top and name == "stage_name")
     )
 
 
@@ -304,14 +301,23 @@ def _is_section_list(prop: dict[str, Any]) -> bool:
     return "items" in prop and "properties" in prop["items"]
 
 
-def _show_when(path: str, prop: dict[str, Any]) -> dict[str, list[str]] | None:
-    help_text = prop.get("description", "")
-    vllm_only = help_text.startswith("vLLM") or "vLLM's" in help_text  # not engine_type itself
-    if path.startswith("explorer.rollout_model.") and vllm_only:
-        return {"explorer.rollout_model.engine_type": ["vllm"]}
-    if path == "model.critic_model_path":
-        return {"algorithm.algorithm_type": ["ppo"]}
-    return None
+def _show_when(name: str, prop: dict[str, Any]) -> dict[str, list[str]] | None:
+    """The schema's ``x-show-when`` for field ``name``: a condition inside the field's own list
+    item names that item's field (``explorer.auxiliary_models[2].engine_type``)."""
+    rule = prop.get("x-show-when")
+    if not rule:
+        return None
+    return {_with_indices(path, name): list(values) for path, values in rule.items()}
+
+
+def _with_indices(path: str, name: str) -> str:
+    """Schema ``path`` with each ``[]`` that ``name`` shares the prefix of filled by name's index."""
+    for index in re.findall(r"\[(\d+|__i__)\]", name):
+        head, sep, _ = path.partition("[]")
+        if not sep or not name.startswith(head + f"[{index}]"):
+            break
+        path = path.replace("[]", f"[{index}]", 1)
+    return path
 
 
 def _scalar_field(name: str, prop: dict[str, Any], value: Any, schema_path: str) -> Field:
@@ -325,12 +331,12 @@ def _scalar_field(name: str, prop: dict[str, Any], value: Any, schema_path: str)
         label=prop.get("title", leaf),
         help=prop.get("description", ""),
         kind=kind,
-        level="beginner" if schema_path in BEGINNER_FIELDS else "expert",
+        level=prop.get("x-level", "expert"),
         default_text=default_text,
         choices=[c for c in prop.get("enum", []) if c is not None],
         optional=optional,
         multiline=leaf in MULTILINE or "\n" in text,
-        show_when=_show_when(schema_path, prop),
+        show_when=_show_when(name, prop),
         text=text,
         resolved=resolved_text(text) or "",
     )
