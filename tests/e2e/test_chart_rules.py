@@ -17,9 +17,10 @@ ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_800_000_000
 
 
-@pytest.fixture
-def chart_page(page):
-    page.set_content('<html><body><div id="charts" style="width:900px"></div></body></html>')
+PAGE = '<html><body><div id="charts" style="width:900px"></div></body></html>'
+
+
+def _with_chart_scripts(page):
     for script in (
         "static/vendor/plotly.min.js",
         "static/js/chart_rules.js",
@@ -27,6 +28,12 @@ def chart_page(page):
     ):
         page.add_script_tag(path=str(ROOT / script))
     return page
+
+
+@pytest.fixture
+def chart_page(page):
+    page.set_content(PAGE)
+    return _with_chart_scripts(page)
 
 
 def test_tick_formats_and_flat_series(chart_page):
@@ -164,18 +171,10 @@ def test_a_pinned_group_moves_to_the_top_with_its_charts_and_is_remembered(page)
     # an origin of its own, so that localStorage (where pins are remembered) exists
     page.route(
         "http://charts.test/",
-        lambda route: route.fulfill(
-            content_type="text/html",
-            body='<html><body><div id="charts" style="width:900px"></div></body></html>',
-        ),
+        lambda route: route.fulfill(content_type="text/html", body=PAGE),
     )
     page.goto("http://charts.test/")
-    for script in (
-        "static/vendor/plotly.min.js",
-        "static/js/chart_rules.js",
-        "static/js/charts.js",
-    ):
-        page.add_script_tag(path=str(ROOT / script))
+    _with_chart_scripts(page)
     board = """(el) => {
       const s = (v) => [{id: "r", step: [1, 2], value: v, wall_time: [1, 2], stage: ["", ""]}];
       const b = new window.RFTCharts.Board(el, {xMode: "step"});
