@@ -162,6 +162,7 @@ def _check_sampling(section: Any, path: str) -> None:
 
 
 def _derive(cfg: Config) -> None:
+    cfg._stand_ins = set()  # YAML paths holding a stand-in for a value that was refused
     apply_deprecated(cfg)
     apply_trainer_config(cfg, getattr(cfg, "_written", cfg))
     fold_rollout_model_overrides(cfg)
@@ -202,8 +203,8 @@ def _check_top(cfg: Config) -> None:
 
 def _derive_lengths(cfg: Config) -> None:
     """The three lengths from the ones written (module docstring). A split that leaves no room
-    is reported and 1 stands in for the missing length, so the rules after it (a taskset's
-    ``max_tokens``, the trainer's token budget) still check what the user wrote."""
+    is reported and 1 stands in for the missing length (named in ``cfg._stand_ins``, so that a
+    rule comparing with it, a taskset's ``max_tokens``, says nothing rather than nonsense)."""
     m = cfg.model
     for key in ("max_model_len", "max_prompt_tokens", "max_response_tokens"):
         _at_least(getattr(m, key), f"model.{key}", 1)
@@ -230,6 +231,7 @@ def _derive_lengths(cfg: Config) -> None:
                 )
             )
             prompt = 1
+            cfg._stand_ins.add("model.max_prompt_tokens")
     elif total is not None and prompt is not None:
         response = total - prompt
         if response < 1:
@@ -241,6 +243,7 @@ def _derive_lengths(cfg: Config) -> None:
                 )
             )
             response = 1
+            cfg._stand_ins.add("model.max_response_tokens")
     elif total is not None:
         response = total // 2
         prompt = total - response
@@ -253,6 +256,7 @@ def _derive_lengths(cfg: Config) -> None:
                 )
             )
             response = 1
+            cfg._stand_ins.add("model.max_response_tokens")
     else:
         prompt = DEFAULT_HALF_LEN if prompt is None else prompt
         response = DEFAULT_HALF_LEN if response is None else response
@@ -494,7 +498,7 @@ def _derive_taskset(cfg: Config, ts: TasksetConfig, path: str, *, is_eval: bool)
     r.logprobs = m.logprobs if r.logprobs is None else r.logprobs
     r.max_tokens = m.max_response_tokens if r.max_tokens is None else r.max_tokens
     _at_least(r.max_tokens, f"{path}.rollout_args.max_tokens", 1)
-    if r.max_tokens > m.max_response_tokens:
+    if r.max_tokens > m.max_response_tokens and "model.max_response_tokens" not in cfg._stand_ins:
         refuse(
             ConfigError(
                 f"{path}.rollout_args.max_tokens",
@@ -657,7 +661,8 @@ def _derive_trainer(cfg: Config) -> None:
     if t.max_token_len_per_gpu is None:
         t.max_token_len_per_gpu = 2 * cfg.model.max_model_len
     written = getattr(cfg, "_written", cfg).trainer
-    key = "ppo_max_token_len_per_gpu" if written.ppo_max_token_len_per_gpu else None
+    old = written.ppo_max_token_len_per_gpu
+    key = "ppo_max_token_len_per_gpu" if old and old == t.max_token_len_per_gpu else None
     key = key or "max_token_len_per_gpu"
     _at_least(t.max_token_len_per_gpu, f"trainer.{key}", 1)
     if t.max_token_len_per_gpu < cfg.model.max_model_len:  # verl checks real lengths, too

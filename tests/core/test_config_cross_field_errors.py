@@ -138,3 +138,30 @@ def test_trinity_run_dry_run_prints_every_cross_field_error_and_exits_2(tmp_path
         for name in ("lengths", "group", "duplicate eval name", "sync method")
     ]
     assert proc.stdout == ""
+
+
+def test_a_length_that_could_not_be_derived_is_not_compared_with():
+    # max_response_tokens has no room; a stand-in takes its place, and the taskset's max_tokens
+    # is not compared with it (the message would name a value nobody wrote)
+    data = _with("group")
+    data["model"] = {"model_path": "m", "max_model_len": 10, "max_prompt_tokens": 20}
+    data["buffer"]["explorer_input"]["taskset"]["rollout_args"] = {"max_tokens": 99}
+    with pytest.raises(ConfigErrors) as info:
+        load_config_from_dict(data)
+    assert [str(e) for e in info.value.errors] == [
+        "model.max_prompt_tokens: 20 leaves no room for a response in max_model_len 10; lower "
+        "it below 10",
+        LINES["group"],
+    ]
+
+
+def test_a_bad_expert_data_ratio_ends_the_mix_checks_and_the_rest_still_report():
+    data = _with("lengths", "duplicate eval name")
+    data["algorithm"] = {"algorithm_type": "mix", "sample_strategy_args": {"expert_data_ratio": 2}}
+    with pytest.raises(ConfigErrors) as info:
+        load_config_from_dict(data)
+    assert [e.path for e in info.value.errors] == [
+        "model.max_model_len",
+        "algorithm.sample_strategy_args.expert_data_ratio",  # no "expert dataset required" after it
+        "buffer.explorer_input.eval_tasksets[1].name",
+    ]
