@@ -27,9 +27,8 @@ class FieldInfo:
     level: str
     section: str  # top-level section (algorithm, model, ...) or "general"
     unimplemented: bool = False  # accepted for Trinity-RFT compatibility, not acted on
-    derived_from: list[str] | None = (
-        None  # YAML paths the validator fills it from (None: not derived)
-    )
+    # YAML paths the validator fills it from (None: not derived); meta.py has these keys' rules
+    derived_from: list[str] | None = None
     show_when: dict[str, list[Any]] | None = None  # YAML path -> values that show it in forms
     deprecated: str | None = None  # the key to write instead
     beginner_keys: list[str] | None = None  # of a section: the only keys in it a beginner sees
