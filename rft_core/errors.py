@@ -12,7 +12,10 @@ class RFTError(Exception):
 
 
 class ConfigError(RFTError):
-    """A config value is wrong. ``path`` is the dotted YAML path (``buffer.batch_size``)."""
+    """A config value is wrong. ``path`` is the dotted YAML path (``buffer.batch_size``).
+    ``cross_field``: raised by a rule over several fields (``rft_core.config.problems.refuse``)."""
+
+    cross_field = False
 
     def __init__(self, path: str, message: str, *, value: object = None, allowed: object = None):
         self.path = path

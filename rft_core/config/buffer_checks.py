@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from rft_core.config.problems import refuse
 from rft_core.errors import ConfigError
 
 # the one line both the config check and the queue give (rft_core.buffer imports it)
@@ -53,7 +54,8 @@ TURN_LIMIT_ARGS = ("max_env_steps", "env_max_steps", "max_steps", "max_turns", "
 def several_experiences_per_run(cfg: Any, need: int, rollout_rows: int) -> bool:
     """True when ``need`` rollout experiences per trainer step can come from one explorer step
     of ``rollout_rows`` runs because the run is step-wise (module docstring; warns). False when
-    the run makes one experience per run; a bound exceeded raises the refusal itself."""
+    the run makes one experience per run; a bound exceeded is refused here (True then: the
+    caller has nothing more to say)."""
     a, b = cfg.algorithm, cfg.buffer
     from rft_core.config.presets import get_preset
 
@@ -78,14 +80,17 @@ def several_experiences_per_run(cfg: Any, need: int, rollout_rows: int) -> bool:
         where, turns = max(limits, key=lambda item: item[1])
         most = rollout_rows * turns
         if need > most:
-            raise ConfigError(
-                "buffer.train_batch_size",
-                f"{need} rollout experiences per trainer step, but an explorer step makes at most "
-                f"buffer.batch_size {b.batch_size} x algorithm.repeat_times {a.repeat_times} x "
-                f"{where} {turns} = {most} ({why}: one experience per turn) and then waits for "
-                f"the trainer's weights: the run would stall; use at most {most}",
-                value=need,
+            refuse(
+                ConfigError(
+                    "buffer.train_batch_size",
+                    f"{need} rollout experiences per trainer step, but an explorer step makes at most "
+                    f"buffer.batch_size {b.batch_size} x algorithm.repeat_times {a.repeat_times} x "
+                    f"{where} {turns} = {most} ({why}: one experience per turn) and then waits for "
+                    f"the trainer's weights: the run would stall; use at most {most}",
+                    value=need,
+                )
             )
+            return True
         bound = f"at most {most} ({where} {turns} turns)"
     else:
         bound = "a number its workflow_args do not bound"
@@ -102,31 +107,38 @@ def several_experiences_per_run(cfg: Any, need: int, rollout_rows: int) -> bool:
 
 
 def check_replay_buffer(cfg: Any, eb: Any, path: str) -> None:
-    """``replay_buffer.enable`` on a buffer it cannot act on: an error naming the key."""
+    """``replay_buffer.enable`` on a buffer it cannot act on: an error naming the key (each
+    problem reported)."""
     rb = eb.replay_buffer
     if rb is None or not rb.enable:
         return
     key = f"{path}.replay_buffer.enable"
     if eb.storage_type != "queue":
-        raise ConfigError(
-            key,
-            f"replays a queue's batches; storage_type {eb.storage_type} is read in order (set "
-            "storage_type: queue, or replay_buffer.enable: false)",
-            value=True,
+        refuse(
+            ConfigError(
+                key,
+                f"replays a queue's batches; storage_type {eb.storage_type} is read in order (set "
+                "storage_type: queue, or replay_buffer.enable: false)",
+                value=True,
+            )
         )
-    if cfg.mode == "train":
-        raise ConfigError(
-            key,
-            "replays the batches an explorer of this job puts in its queue; in mode train the "
-            "explore job is another run and its experiences come through the queue's path, read "
-            "in order (set it to false)",
-            value=True,
+    elif cfg.mode == "train":
+        refuse(
+            ConfigError(
+                key,
+                "replays the batches an explorer of this job puts in its queue; in mode train the "
+                "explore job is another run and its experiences come through the queue's path, read "
+                "in order (set it to false)",
+                value=True,
+            )
         )
     if rb.reuse_cooldown_time is not None and rb.reuse_cooldown_time < 0:
-        raise ConfigError(
-            f"{path}.replay_buffer.reuse_cooldown_time",
-            f"must be >= 0 seconds (or null: never reused), got {rb.reuse_cooldown_time}",
-            value=rb.reuse_cooldown_time,
+        refuse(
+            ConfigError(
+                f"{path}.replay_buffer.reuse_cooldown_time",
+                f"must be >= 0 seconds (or null: never reused), got {rb.reuse_cooldown_time}",
+                value=rb.reuse_cooldown_time,
+            )
         )
 
 

@@ -72,18 +72,31 @@ class FormatConfig:
 class GenerationConfig:
     """Sampling settings of rollouts; unset values are derived from the `model` section."""
 
-    temperature: float | None = _field(None, "sampling temperature (derived: model.temperature)")
-    top_p: float | None = _field(None, "nucleus sampling (derived: model.top_p)")
-    top_k: int | None = _field(None, "top-k sampling, -1 disables (derived: model.top_k)")
+    temperature: float | None = _field(
+        None,
+        "sampling temperature (derived: model.temperature)",
+        derived_from=["model.temperature"],
+    )
+    top_p: float | None = _field(
+        None, "nucleus sampling (derived: model.top_p)", derived_from=["model.top_p"]
+    )
+    top_k: int | None = _field(
+        None, "top-k sampling, -1 disables (derived: model.top_k)", derived_from=["model.top_k"]
+    )
     max_tokens: int | None = _field(
-        None, "max new tokens per response (derived: model.max_response_tokens)"
+        None,
+        "max new tokens per response (derived: model.max_response_tokens)",
+        derived_from=["model.max_response_tokens"],
     )
     n: int | None = _field(
         None,
         "rollouts per task (derived: algorithm.repeat_times, or the eval taskset's repeat_times)",
+        derived_from=["algorithm.repeat_times"],
     )
     logprobs: int | None = _field(
-        None, "top log-probs returned per token (derived: model.logprobs)"
+        None,
+        "top log-probs returned per token (derived: model.logprobs)",
+        derived_from=["model.logprobs"],
     )
 
 
@@ -123,26 +136,24 @@ class TasksetConfig:
         "a dataset directory (as huggingface-cli/modelscope download leave it), a .jsonl/.json/.parquet file, or a dataset name in the offline HF cache",
         level=BEGINNER,
     )
-    subset_name: str | None = _field(
-        None, "dataset subset/config (a subdirectory, e.g. main)", level=BEGINNER
-    )
-    split: str = _field(
-        "train", "split: file name prefix such as train-00000-of-00001.parquet", level=BEGINNER
-    )
+    subset_name: str | None = _field(None, "dataset subset/config (a subdirectory, e.g. main)")
+    split: str = _field("train", "split: file name prefix such as train-00000-of-00001.parquet")
     format: FormatConfig = _field(help="column mapping", factory=FormatConfig)
     rollout_args: GenerationConfig = _field(help="sampling settings", factory=GenerationConfig)
     repeat_times: int | None = _field(
         None,
         "eval tasksets: rollouts per task, the k of metrics @k (derived: rollout_args.n, else 1); training tasksets use algorithm.repeat_times",
+        derived_from=[".rollout_args.n"],
     )
     default_workflow_type: str | None = _field(
         None,
         "workflow of the tasks (derived: explorer_input.default_workflow_type, else math_workflow)",
-        level=BEGINNER,
+        derived_from=["buffer.explorer_input.default_workflow_type"],
     )
     default_reward_fn_type: str | None = _field(
         None,
         "reward function (derived: explorer_input.default_reward_fn_type, else the workflow's)",
+        derived_from=["buffer.explorer_input.default_reward_fn_type"],
     )
     workflow_args: dict[str, Any] = _field(
         help="free-form arguments for the workflow", factory=dict
@@ -156,7 +167,9 @@ class TasksetConfig:
     )
     index: int = _field(0, "start offset (tasks to skip); resume sets it from the checkpoint")
     task_selector: DataSelectorConfig | None = _field(
-        None, "deprecated spelling of data_selector (read as data_selector, with a warning)"
+        None,
+        "deprecated spelling of data_selector (read as data_selector, with a warning)",
+        deprecated="data_selector",
     )
     max_retry_times: int = _field(3, "sql storage: retries of a failed read", unimplemented=True)
     max_retry_interval: int = _field(1, "sql storage: seconds between retries", unimplemented=True)
@@ -171,6 +184,7 @@ class ExperienceBufferConfig:
         None,
         "queue (in-cluster, mirrored to path), file or sql (derived: file in train mode and for sft/dpo, else queue)",
         choices=registered_choices("storage_types"),
+        derived_from=["mode", "algorithm.algorithm_type"],
     )
     path: str | None = _field(
         None,
@@ -212,19 +226,27 @@ class ExperienceBufferConfig:
 @dataclass
 class ExplorerInput:
     taskset: TasksetConfig | None = _field(
-        None, "the training taskset (or use tasksets)", level=BEGINNER
+        None,
+        "the training taskset (or use tasksets)",
+        level=BEGINNER,
+        beginner_keys=["path", "format.prompt_key", "format.response_key"],
     )
     tasksets: list[TasksetConfig] = _field(
         help="several training tasksets, read one after another (instead of taskset)", factory=list
     )
     eval_tasksets: list[TasksetConfig] = _field(
-        help="tasksets evaluated every explorer.eval_interval steps", factory=list, level=BEGINNER
+        help="tasksets evaluated every explorer.eval_interval steps",
+        factory=list,
+        level=BEGINNER,
+        beginner_keys=["name", "path"],
     )
     default_workflow_type: str | None = _field(
-        None, "workflow for tasksets that name none (derived: math_workflow)", level=BEGINNER
+        None, "workflow for tasksets that name none (derived: math_workflow)", derived_from=[]
     )
     default_eval_workflow_type: str | None = _field(
-        None, "workflow for eval tasksets that name none (derived: default_workflow_type)"
+        None,
+        "workflow for eval tasksets that name none (derived: default_workflow_type)",
+        derived_from=[".default_workflow_type"],
     )
     default_reward_fn_type: str | None = _field(None, "reward function for tasksets that name none")
     system_prompt: str | None = _field(None, "system prompt for tasksets whose format gives none")
@@ -243,7 +265,7 @@ class TrainerInput:
     experience_buffer: ExperienceBufferConfig | None = _field(
         None,
         "trainer input (derived in both/colocate: a queue named experience_buffer)",
-        level=BEGINNER,
+        derived_from=["mode"],
     )
     auxiliary_buffers: dict[str, Any] = _field(
         help="extra buffers by name: mix / mix_chord read their expert SFT dataset from "
@@ -260,17 +282,21 @@ class BufferConfig:
     train_batch_size: int | None = _field(
         None,
         "experiences per trainer step (derived: batch_size x repeat_times; required for sft/dpo and train mode)",
-        level=BEGINNER,
+        derived_from=[".batch_size", "algorithm.repeat_times"],
     )
-    total_epochs: int = _field(1, "passes over the training taskset", level=BEGINNER)
+    total_epochs: int = _field(1, "passes over the training taskset")
     total_steps: int | None = _field(
         None, "stop after this many steps (overrides total_epochs)", level=BEGINNER
     )
     explorer_input: ExplorerInput = _field(help="tasksets", factory=ExplorerInput)
     trainer_input: TrainerInput = _field(help="experience buffer", factory=TrainerInput)
     max_retry_times: int | None = _field(
-        None, "old key (now on each taskset / experience_buffer): no effect, logs a warning"
+        None,
+        "old key (now on each taskset / experience_buffer): no effect, logs a warning",
+        deprecated="max_retry_times of each taskset and experience_buffer",
     )
     max_retry_interval: int | None = _field(
-        None, "old key (now on each taskset / experience_buffer): no effect, logs a warning"
+        None,
+        "old key (now on each taskset / experience_buffer): no effect, logs a warning",
+        deprecated="max_retry_interval of each taskset and experience_buffer",
     )

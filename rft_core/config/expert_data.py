@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 
 from rft_core.config.buffer_schema import ExperienceBufferConfig
 from rft_core.config.presets import MIX_SAMPLE_STRATEGY_ARGS, mixes_expert_data
+from rft_core.config.problems import refuse
 from rft_core.errors import ConfigError
 
 AUX_PATH = "buffer.trainer_input.auxiliary_buffers"
@@ -68,36 +69,52 @@ def expert_buffer_config(cfg: Any) -> tuple[ExperienceBufferConfig, dict[str, in
     return eb, passes
 
 
-def check_expert_data(cfg: Any) -> None:
-    """The validator's checks of a mix config (see the module docstring)."""
+def check_expert_data(cfg: Any) -> bool:
+    """The validator's checks of a mix config (see the module docstring), each reported. False
+    when the expert rows per step cannot be counted (a bad ``expert_data_ratio`` stops the
+    checks there; a missing or unreadable expert dataset stops its own checks)."""
     args = strategy_args(cfg)
     ratio = args["expert_data_ratio"]
     if not isinstance(ratio, (int, float)) or not 0.0 <= ratio < 1.0:
-        raise ConfigError(
-            f"{ARGS_PATH}.expert_data_ratio",
-            f"must be a number in [0, 1), got {ratio!r}",
-            value=ratio,
+        refuse(
+            ConfigError(
+                f"{ARGS_PATH}.expert_data_ratio",
+                f"must be a number in [0, 1), got {ratio!r}",
+                value=ratio,
+            )
         )
-    eb, passes = expert_buffer_config(cfg)
+        return False
+    try:
+        eb, passes = expert_buffer_config(cfg)
+    except ConfigError as err:
+        refuse(err)
+        return False
     if eb.storage_type != "file" or not (eb.path or "").strip():
-        raise ConfigError(
-            f"{eb._yaml_path}.path"
-            if eb.storage_type == "file"
-            else f"{eb._yaml_path}.storage_type",
-            "the expert data is an SFT dataset: storage_type file and a path to a "
-            ".jsonl/.parquet file or dataset directory",
-            value=eb.path if eb.storage_type == "file" else eb.storage_type,
+        refuse(
+            ConfigError(
+                f"{eb._yaml_path}.path"
+                if eb.storage_type == "file"
+                else f"{eb._yaml_path}.storage_type",
+                "the expert data is an SFT dataset: storage_type file and a path to a "
+                ".jsonl/.parquet file or dataset directory",
+                value=eb.path if eb.storage_type == "file" else eb.storage_type,
+            )
         )
     for key, value in passes.items():
         if value is not None and (not isinstance(value, int) or value < 1):
-            raise ConfigError(f"{eb._yaml_path}.{key}", f"must be >= 1, got {value!r}", value=value)
+            refuse(
+                ConfigError(f"{eb._yaml_path}.{key}", f"must be >= 1, got {value!r}", value=value)
+            )
     if cfg.buffer.train_batch_size - expert_rows_per_step(cfg) < 1:
-        raise ConfigError(
-            "buffer.train_batch_size",
-            f"{cfg.buffer.train_batch_size} leaves no rollout rows next to "
-            f"ceil({ratio} x {cfg.buffer.train_batch_size}) expert rows; raise it",
-            value=cfg.buffer.train_batch_size,
+        refuse(
+            ConfigError(
+                "buffer.train_batch_size",
+                f"{cfg.buffer.train_batch_size} leaves no rollout rows next to "
+                f"ceil({ratio} x {cfg.buffer.train_batch_size}) expert rows; raise it",
+                value=cfg.buffer.train_batch_size,
+            )
         )
+    return True
 
 
 def unused_mix_settings(cfg: Any) -> list[tuple[str, Any]]:

@@ -103,11 +103,15 @@ def _load(raw: DictConfig, overrides: Sequence[str]) -> Config:
     with collecting() as found:
         cfg = build(Config, data, "")  # every bad key and value, each field's default in its place
         built_cleanly = not found
-        try:
-            validate(cfg)  # range checks report and go on; a cross-field rule stops here
-        except ConfigError as err:
+        with collecting() as rules:
+            try:
+                validate(cfg)  # every rule reports and goes on, but for the few that must stop
+            except ConfigError as err:
+                err.cross_field = True
+                rules.append(err)
+        for err in rules:
             # a cross-field rule may have tripped on a default standing in for a bad value
-            if built_cleanly:
+            if built_cleanly or not err.cross_field:
                 report(err)
     raise_found(found, partial_config=cfg)
     return cfg

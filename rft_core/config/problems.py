@@ -9,6 +9,10 @@ every existing ``raise ConfigError`` path, behaves as before).
     with collecting() as found:
         ...                      # report(ConfigError("buffer.batch_size", "must be >= 1, got -4"))
     raise_found(found)           # nothing, the one error, or ConfigErrors with all of them
+
+Cross-field rules (``rft_core.config.validate`` and its satellites) call ``refuse(err)``: the
+same, with the error marked ``cross_field``, so that a load whose build already failed can leave
+such errors out (a rule may have tripped on a default standing in for a bad value).
 """
 
 from __future__ import annotations
@@ -45,6 +49,15 @@ def report(err: ConfigError) -> None:
     for one in err.errors:
         if not any(e.path == one.path and e.message == one.message for e in found):
             found.append(one)
+
+
+def refuse(err: ConfigError) -> None:
+    """A cross-field rule's error: recorded (or raised) like :func:`report`'s, marked
+    ``cross_field``. The rule then goes on with a stand-in value, or returns where what follows
+    reads the value it could not derive (each rule's docstring says which)."""
+    for one in err.errors:
+        one.cross_field = True
+    report(err)
 
 
 def raise_found(found: list[ConfigError], partial_config: object = None) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from rft_core.config.fields import FieldInfo, iter_fields
+from rft_core.config.fields import FieldInfo, inner_cap, iter_fields
 from rft_core.config.schema import Config
 
 HEADER = """\
@@ -34,12 +34,20 @@ def reference_yaml() -> str:
 
 
 def _emit(
-    cls: type, prefix: str, indent: int, lines: list[str], *, list_item: bool, seen: dict[type, str]
+    cls: type,
+    prefix: str,
+    indent: int,
+    lines: list[str],
+    *,
+    list_item: bool,
+    seen: dict[type, str],
+    cap: frozenset[str] | None = None,
 ) -> None:
     """Optional sections and list items are expanded the first time their type appears; later
     they show their default with a pointer to the first place (the reference stays readable)."""
     first = True
-    for info in iter_fields(cls, prefix, recursive=False):
+    for info in iter_fields(cls, prefix, recursive=False, cap=cap):
+        inner = inner_cap(info, cap)
         pad = " " * indent
         if list_item and first:
             pad = " " * (indent - 2) + "- "
@@ -52,11 +60,19 @@ def _emit(
         elif dataclasses.is_dataclass(info.type):
             seen.setdefault(kind, info.path)
             lines.append(f"{pad}{info.name}:{comment}")
-            _emit(info.type, info.path, indent + 2, lines, list_item=False, seen=seen)
+            _emit(info.type, info.path, indent + 2, lines, list_item=False, seen=seen, cap=inner)
         elif info.item_type is not None:
             seen.setdefault(kind, f"{info.path}[]")
             lines.append(f"{pad}{info.name}:{comment}")
-            _emit(info.item_type, f"{info.path}[]", indent + 4, lines, list_item=True, seen=seen)
+            _emit(
+                info.item_type,
+                f"{info.path}[]",
+                indent + 4,
+                lines,
+                list_item=True,
+                seen=seen,
+                cap=inner,
+            )
         else:
             lines.append(f"{pad}{info.name}: {_scalar(info.default)}{comment}")
 

@@ -16,7 +16,8 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
-from rft_core.config.gpu_fit import engine_gpu_problem, raise_first
+from rft_core.config.gpu_fit import engine_gpu_problem
+from rft_core.config.problems import refuse
 from rft_core.errors import ConfigError
 
 
@@ -53,26 +54,31 @@ def trainer_world_size(cfg: Any) -> int:
 
 
 def check_world_size(cfg: Any, path: str = "trainer.world_size") -> None:
-    """A world size the job's resources can hold: one GPU per rank on a GPU cluster."""
+    """A world size the job's resources can hold: one GPU per rank on a GPU cluster (the
+    first problem reported; each one rules out the next)."""
     if cfg.mode in ("explore", "bench"):
         return  # no trainer in this job
     world = trainer_world_size(cfg)
-    if world < 1:
-        raise ConfigError(path, f"must be >= 1, got {world}", value=world)
-    if world > 1 and cfg.mode == "colocate":
-        raise ConfigError(
-            path,
-            f"mode colocate trains in the explorer's process: world_size must be 1, got {world}",
-            value=world,
-        )
     gpus = trainer_gpus(cfg)
-    if gpus and world > 1 and world > gpus:
-        raise ConfigError(
-            path,
-            f"{world} trainer ranks need one GPU each, but the trainer has {gpus:g} "
-            f"(cluster.node_num x cluster.gpu_per_node minus the rollout engines' GPUs)",
-            value=world,
-            allowed="at most the trainer's GPUs",
+    if world < 1:
+        refuse(ConfigError(path, f"must be >= 1, got {world}", value=world))
+    elif world > 1 and cfg.mode == "colocate":
+        refuse(
+            ConfigError(
+                path,
+                f"mode colocate trains in the explorer's process: world_size must be 1, got {world}",
+                value=world,
+            )
+        )
+    elif gpus and world > 1 and world > gpus:
+        refuse(
+            ConfigError(
+                path,
+                f"{world} trainer ranks need one GPU each, but the trainer has {gpus:g} "
+                f"(cluster.node_num x cluster.gpu_per_node minus the rollout engines' GPUs)",
+                value=world,
+                allowed="at most the trainer's GPUs",
+            )
         )
 
 
@@ -146,36 +152,46 @@ def auto_engine_type(gpus: int, tensor_parallel_size: int, vllm_installed: bool)
 
 def check_cluster(cfg: Any) -> None:
     """The rollout engines fit the job's GPUs (``engine_type: auto`` resolved first,
-    ``auto_engine_type``), leaving the trainer one in mode both."""
+    ``auto_engine_type``), leaving the trainer one in mode both. Its first problem is reported
+    and ends it: each check reads the GPUs the one before found consistent."""
     c, rm = cfg.cluster, cfg.explorer.rollout_model
     total = c.node_num * c.gpu_per_node
     if rm.engine_type == "auto":
         vllm_installed = importlib.util.find_spec("vllm") is not None
         rm.engine_type = auto_engine_type(c.gpu_per_node, rm.tensor_parallel_size, vllm_installed)
     if rm.engine_type == "vllm" and total == 0:
-        raise ConfigError(
-            "explorer.rollout_model.engine_type",
-            "vllm runs on GPUs but cluster.gpu_per_node is 0; set cluster.gpu_per_node or use engine_type hf",
-            value="vllm",
-            allowed=["hf", "auto"],
+        refuse(
+            ConfigError(
+                "explorer.rollout_model.engine_type",
+                "vllm runs on GPUs but cluster.gpu_per_node is 0; set cluster.gpu_per_node or use engine_type hf",
+                value="vllm",
+                allowed=["hf", "auto"],
+            )
         )
+        return
     if total == 0 or cfg.mode in ("train",):
         return
-    raise_first(engine_gpu_problem(cfg))  # tensor_parallel_size against an engine's GPUs
+    if problem := engine_gpu_problem(cfg):  # tensor_parallel_size against an engine's GPUs
+        refuse(ConfigError(*problem))
+        return
     rollout_gpus = rm.engine_num * rm.tensor_parallel_size
     shown = (
         f"explorer.rollout_model.engine_num {rm.engine_num} x tensor_parallel_size {rm.tensor_parallel_size} = "
         f"{rollout_gpus} GPUs, of cluster.node_num {c.node_num} x gpu_per_node {c.gpu_per_node} = {total}"
     )
     if cfg.mode == "both" and rollout_gpus >= total:
-        raise ConfigError(
-            "explorer.rollout_model.engine_num",
-            f"{shown}: no GPU left for the trainer in mode both; use fewer engines, more GPUs, or mode colocate",
-            value=rm.engine_num,
+        refuse(
+            ConfigError(
+                "explorer.rollout_model.engine_num",
+                f"{shown}: no GPU left for the trainer in mode both; use fewer engines, more GPUs, or mode colocate",
+                value=rm.engine_num,
+            )
         )
-    if rollout_gpus > total:
-        raise ConfigError(
-            "explorer.rollout_model.engine_num",
-            f"{shown}: more GPUs than the job has",
-            value=rm.engine_num,
+    elif rollout_gpus > total:
+        refuse(
+            ConfigError(
+                "explorer.rollout_model.engine_num",
+                f"{shown}: more GPUs than the job has",
+                value=rm.engine_num,
+            )
         )

@@ -20,17 +20,26 @@ class RolloutModelConfig:
         "rollout engine: hf (transformers, CPU or GPU), vllm (GPU); auto = hf for an engine of one GPU (measured faster there), vllm for tensor_parallel_size > 1 when vLLM is installed",
         choices=registered_choices("engine_types"),
         aliases={"transformers": "hf", "vllm_async": "vllm"},
-        level=BEGINNER,
     )
-    engine_num: int = _field(1, "rollout engines", level=BEGINNER)
+    engine_num: int = _field(1, "rollout engines")
     tensor_parallel_size: int = _field(1, "GPUs per rollout engine")
-    gpu_memory_utilization: float = _field(0.9, "vLLM GPU memory fraction")
+    gpu_memory_utilization: float = _field(
+        0.9, "vLLM GPU memory fraction", show_when={".engine_type": ["vllm"]}
+    )
     enforce_eager: bool = _field(
         False, "no CUDA graphs: vLLM's, and the hf engine's captured decoding step on CUDA"
     )
-    enable_prefix_caching: bool = _field(True, "vLLM prefix caching")
-    enable_chunked_prefill: bool = _field(True, "vLLM chunked prefill")
-    use_v1: bool = _field(True, "accepted for Trinity compatibility (vLLM's v1 engine is used)")
+    enable_prefix_caching: bool = _field(
+        True, "vLLM prefix caching", show_when={".engine_type": ["vllm"]}
+    )
+    enable_chunked_prefill: bool = _field(
+        True, "vLLM chunked prefill", show_when={".engine_type": ["vllm"]}
+    )
+    use_v1: bool = _field(
+        True,
+        "accepted for Trinity compatibility (vLLM's v1 engine is used)",
+        show_when={".engine_type": ["vllm"]},
+    )
     dtype: str = _field(
         "auto",
         "rollout weights dtype (auto: bfloat16 on GPU, float32 on CPU)",

@@ -11,9 +11,10 @@ Every field carries its metadata once, beside its default (``field(metadata=...)
 - ``unimplemented``: accepted so that Trinity-RFT users' configs load, not acted on; a
   non-default value logs a warning (``rft_core.config.trinity_compat``).
 
-A default of ``None`` on a field whose help says "derived" means "decided by the validator from
-the rest of the config" (``rft_core.config.validate``); after ``load_config`` those fields hold
-concrete values. Free-form dicts (``*_args``, ``trainer_config``, ``monitor_args``,
+A field declared with ``derived_from`` (default ``None``) is "decided by the validator from the
+rest of the config" (``rft_core.config.validate``); after ``load_config`` those fields hold
+concrete values. ``show_when``, ``deprecated`` and ``level`` are the other keys the forms read
+(``rft_core.config.meta``); help texts are shown, never parsed. Free-form dicts (``*_args``, ``trainer_config``, ``monitor_args``,
 ``extra_engine_args``) accept any keys; everywhere else an unknown key is an error.
 """
 
@@ -79,7 +80,9 @@ class OptimizerConfig:
     weight_decay: float = _field(0.01, "weight decay")
     clip_grad: float = _field(1.0, "gradient norm clip (trainer.grad_clip overrides it when set)")
     warmup_style: str | None = _field(
-        None, "deprecated spelling of lr_scheduler_type (read as it, with a warning)"
+        None,
+        "deprecated spelling of lr_scheduler_type (read as it, with a warning)",
+        deprecated="lr_scheduler_type",
     )
 
 
@@ -97,6 +100,7 @@ class AlgorithmConfig:
         "rollouts per task (the group size); derived from algorithm_type: "
         + ", ".join(f"{k} {p.repeat_times}" for k, p in PRESETS.items()),
         level=BEGINNER,
+        derived_from=["algorithm.algorithm_type"],
     )
     optimizer: OptimizerConfig = _field(help="optimizer and LR schedule", factory=OptimizerConfig)
     sample_strategy: str | None = _field(
@@ -119,6 +123,7 @@ class AlgorithmConfig:
         None,
         "advantage function: grpo, rloo, reinforceplusplus, ppo/gae, opmd, asymre, rec, reinforce, "
         "step_wise_grpo, gigpo, raft, clipb (derived from algorithm_type)",
+        derived_from=["algorithm.algorithm_type"],
     )
     advantage_fn_args: dict[str, Any] = _field(
         help="free-form: std_threshold (drops groups whose reward std is <= it: DAPO's dynamic "
@@ -131,6 +136,7 @@ class AlgorithmConfig:
         None,
         "policy loss (derived from algorithm_type): ppo, sft, dpo, opmd, gspo, cispo, topr, sppo, "
         "rec, sapo, m2po",
+        derived_from=["algorithm.algorithm_type"],
     )
     policy_loss_fn_args: dict[str, Any] = _field(
         help="free-form: clip_range, clip_range_low, clip_range_high (ppo, gspo, cispo; DAPO's "
@@ -143,10 +149,14 @@ class AlgorithmConfig:
         None,
         "KL(policy, reference) added to the loss (derived: k2 for grpo, none for sft)",
         choices=registered_choices("kl_fns"),
+        derived_from=["algorithm.algorithm_type"],
     )
     kl_loss_fn_args: dict[str, Any] = _field(help="free-form: kl_coef", factory=dict)
     kl_penalty_fn: str | None = _field(
-        None, "KL subtracted from the reward (derived: none)", choices=registered_choices("kl_fns")
+        None,
+        "KL subtracted from the reward (derived: none)",
+        choices=registered_choices("kl_fns"),
+        derived_from=["algorithm.algorithm_type"],
     )
     kl_penalty_fn_args: dict[str, Any] = _field(help="free-form: kl_coef", factory=dict)
     entropy_loss_fn: str | None = _field(
@@ -154,12 +164,14 @@ class AlgorithmConfig:
         "entropy term (derived: default); mix (Trinity's for mix/mix_chord): over the rollout "
         "rows only, as default already is for those algorithms",
         choices=["default", "none", "mix"],
+        derived_from=["algorithm.algorithm_type"],
     )
     entropy_loss_fn_args: dict[str, Any] = _field(help="free-form: entropy_coef", factory=dict)
     loss_agg_mode: str | None = _field(
         None,
         "how token losses are averaged (derived from algorithm_type: token-mean)",
         choices=LOSS_AGG_MODES,
+        derived_from=["algorithm.algorithm_type"],
     )
     enable_router_replay: bool = _field(
         False, "MoE models: replay the rollout's expert routing", unimplemented=True
@@ -184,23 +196,30 @@ class ModelConfig:
         "Hugging Face model directory or hub name in the offline cache (required)",
         level=BEGINNER,
     )
-    critic_model_path: str = _field("", "critic model for ppo (empty: model_path)")
+    critic_model_path: str = _field(
+        "",
+        "critic model for ppo (empty: model_path)",
+        show_when={"algorithm.algorithm_type": ["ppo"]},
+    )
     max_model_len: int | None = _field(
         None,
         "prompt + response tokens (derived from the other two lengths when unset: any two of "
         "the three determine the third)",
-        level=BEGINNER,
+        derived_from=[".max_prompt_tokens", ".max_response_tokens"],
     )
     max_prompt_tokens: int | None = _field(
         None,
         "longest prompt; longer prompts keep their last tokens (derived: max_model_len - "
         "max_response_tokens)",
-        level=BEGINNER,
+        derived_from=[".max_model_len", ".max_response_tokens"],
     )
     max_response_tokens: int | None = _field(
-        None, "longest response (derived: max_model_len - max_prompt_tokens)", level=BEGINNER
+        None,
+        "longest response (derived: max_model_len - max_prompt_tokens)",
+        level=BEGINNER,
+        derived_from=[".max_model_len", ".max_prompt_tokens"],
     )
-    temperature: float = _field(1.0, "rollout sampling temperature", level=BEGINNER)
+    temperature: float = _field(1.0, "rollout sampling temperature")
     top_p: float = _field(1.0, "rollout nucleus sampling")
     top_k: int = _field(-1, "rollout top-k sampling (-1: off)")
     logprobs: int = _field(0, "top log-probs returned per token besides the sampled one")
@@ -242,7 +261,7 @@ class ModelConfig:
 
 @dataclass
 class ClusterConfig:
-    node_num: int = _field(1, "nodes of this job", level=BEGINNER)
+    node_num: int = _field(1, "nodes of this job")
     gpu_per_node: int = _field(0, "GPUs per node of this job (0: CPU only)", level=BEGINNER)
     ray_address: str | None = _field(
         None,
@@ -260,11 +279,13 @@ class ExplorerConfig:
     max_timeout: int = _field(1800, "seconds a task may run before it is retried")
     max_retry_times: int = _field(2, "retries of a failed task")
     eval_interval: int = _field(100, "evaluate every N explorer steps", level=BEGINNER)
-    eval_on_startup: bool = _field(True, "evaluate at step 0", level=BEGINNER)
+    eval_on_startup: bool = _field(True, "evaluate at step 0")
     bench_on_latest_checkpoint: bool = _field(False, "bench mode: only the latest checkpoint")
     rollout_model: RolloutModelConfig = _field(help="rollout engines", factory=RolloutModelConfig)
     runner_num: int | None = _field(
-        None, "deprecated in Trinity-RFT: no effect, logs a warning (use runner_per_model)"
+        None,
+        "deprecated in Trinity-RFT: no effect, logs a warning (use runner_per_model)",
+        deprecated="runner_per_model",
     )
     runner_prepare_concurrency: int = _field(
         128, "concurrent runner preparations", unimplemented=True
@@ -315,7 +336,7 @@ class SynchronizerConfig:
         "how weights reach the explorer (derived: nccl in both, memory in colocate, else checkpoint)",
         choices=["nccl", "checkpoint", "memory"],
         aliases={"online": "nccl", "offline": "checkpoint"},
-        level=BEGINNER,
+        derived_from=["mode"],
     )
     sync_style: str = _field(
         "fixed",
@@ -323,7 +344,7 @@ class SynchronizerConfig:
         choices=["fixed", "explorer_driven", "trainer_driven"],
         aliases={"dynamic_by_explorer": "explorer_driven", "dynamic_by_trainer": "trainer_driven"},
     )
-    sync_interval: int = _field(1, "sync every N steps (1: on-policy)", level=BEGINNER)
+    sync_interval: int = _field(1, "sync every N steps (1: on-policy)")
     sync_offset: int = _field(0, "explorer steps run before the first sync")
     sync_timeout: int = _field(3600, "seconds to wait for a sync")
     explorer_sync_interval: int | None = _field(
@@ -346,13 +367,12 @@ class TrainerConfig:
         0, "checkpoint every N trainer steps (0: only at the end)", level=BEGINNER
     )
     save_hf_checkpoint: str = _field(
-        "last",
-        "write actor/huggingface weights",
-        choices=["last", "always", "never"],
-        level=BEGINNER,
+        "last", "write actor/huggingface weights", choices=["last", "always", "never"]
     )
     grad_clip: float | None = _field(
-        None, "gradient norm clip (derived: algorithm.optimizer.clip_grad)"
+        None,
+        "gradient norm clip (derived: algorithm.optimizer.clip_grad)",
+        derived_from=["algorithm.optimizer.clip_grad"],
     )
     actor_grad_clip: float | None = _field(
         None, "older Trinity-RFT spelling (<= 0.3) of grad_clip (read as it, with a warning)"
@@ -361,7 +381,6 @@ class TrainerConfig:
         0,
         "keep the newest N full checkpoints of each stage, delete older global_step_* dirs "
         "(0: keep all; the resume step and the best_checkpoint_metric step are always kept)",
-        level=BEGINNER,
     )
     best_checkpoint_metric: str = _field(
         "",
@@ -374,7 +393,9 @@ class TrainerConfig:
         choices=["max", "min"],
     )
     max_token_len_per_gpu: int | None = _field(
-        None, "tokens per micro-batch per GPU (derived: 2 x model.max_model_len)"
+        None,
+        "tokens per micro-batch per GPU (derived: 2 x model.max_model_len)",
+        derived_from=["model.max_model_len"],
     )
     micro_batch_size_per_gpu: int | None = _field(
         None, "sequences per micro-batch (None: split by max_token_len_per_gpu)"
@@ -393,13 +414,18 @@ class TrainerConfig:
     )
     trainer_config: dict[str, Any] = _field(help="free-form backend overrides", factory=dict)
     ppo_max_token_len_per_gpu: int | None = _field(
-        None, "old name of max_token_len_per_gpu (read as it, with a warning)"
+        None,
+        "old name of max_token_len_per_gpu (read as it, with a warning)",
+        deprecated="max_token_len_per_gpu",
     )
     trainer_type: str = _field(
         "verl", "Trinity's trainer backend (RFT Studio has its own)", unimplemented=True
     )
     trainer_config_path: str = _field(
-        "", "verl config file (deprecated in Trinity-RFT; use trainer_config)", unimplemented=True
+        "",
+        "verl config file (deprecated in Trinity-RFT; use trainer_config)",
+        unimplemented=True,
+        deprecated="trainer_config",
     )
     enable_preview: bool = _field(True, "rollout preview in wandb", unimplemented=True)
     use_dynamic_bsz: bool = _field(
@@ -506,16 +532,12 @@ class Config:
         choices=MODES,
         level=BEGINNER,
     )
-    project: str = _field(
-        "Trinity-RFT", "project name (a directory level of the job dir)", level=BEGINNER
-    )
+    project: str = _field("Trinity-RFT", "project name (a directory level of the job dir)")
     group: str = _field("", "optional group (a directory level between project and name when set)")
-    name: str = _field("rft", "experiment name (the job dir's last level)", level=BEGINNER)
-    checkpoint_root_dir: str = _field(
-        "./checkpoints", "root of job dirs: <root>/<project>/<name>", level=BEGINNER
-    )
+    name: str = _field("rft", "experiment name (the job dir's last level)")
+    checkpoint_root_dir: str = _field("./checkpoints", "root of job dirs: <root>/<project>/<name>")
     continue_from_checkpoint: bool = _field(
-        True, "resume from the latest checkpoint in the job dir", level=BEGINNER
+        True, "resume from the latest checkpoint in the job dir"
     )
     stage_name: str | None = _field(None, "set by resolve_stages on each stage's config")
     ray_namespace: str = _field(
@@ -542,7 +564,9 @@ class Config:
     trainer: TrainerConfig = _field(help="trainer", factory=TrainerConfig)
     monitor: MonitorConfig = _field(help="monitor", factory=MonitorConfig)
     stages: list[StageConfig] = _field(
-        help="stages run in order (e.g. sft_warmup then rft); empty: one stage", factory=list
+        help="stages run in order (e.g. sft_warmup then rft); empty: one stage",
+        factory=list,
+        level=BEGINNER,
     )
 
     @property

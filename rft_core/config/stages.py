@@ -15,6 +15,7 @@ import dataclasses
 import logging
 from typing import Any
 
+from rft_core.config.problems import refuse
 from rft_core.config.schema import Config, StageConfig
 from rft_core.errors import ConfigError
 
@@ -42,25 +43,34 @@ def stage_config(base: Config, stage: StageConfig) -> Config:
 
 
 def check_stage_list(cfg: Config) -> None:
-    """Every stage named, as a directory name, once."""
+    """Every stage named, as a directory name, once (each bad name reported; the stage is still
+    validated, its name only names a directory)."""
     seen: dict[str, int] = {}
     for i, stage in enumerate(cfg.stages):
         path = f"stages[{i}].stage_name"
         name = stage.stage_name.strip()
         if not name:
-            raise ConfigError(path, "every stage needs a stage_name (it names the stage's job dir)")
+            refuse(
+                ConfigError(path, "every stage needs a stage_name (it names the stage's job dir)")
+            )
+            continue
         if "/" in name or name in (".", ".."):
-            raise ConfigError(
-                path,
-                f"{name!r} cannot be a directory name; use letters, digits, _ or -",
-                value=name,
+            refuse(
+                ConfigError(
+                    path,
+                    f"{name!r} cannot be a directory name; use letters, digits, _ or -",
+                    value=name,
+                )
             )
         if name in seen:
-            raise ConfigError(
-                path,
-                f"duplicate stage_name {name!r} (also stages[{seen[name]}]); stage names must be unique",
-                value=name,
+            refuse(
+                ConfigError(
+                    path,
+                    f"duplicate stage_name {name!r} (also stages[{seen[name]}]); stage names must be unique",
+                    value=name,
+                )
             )
+            continue
         seen[name] = i
 
 
@@ -70,4 +80,6 @@ def in_stage(err: ConfigError, stage: Any, index: int) -> ConfigError:
     given = head == "mode" and stage.mode is not None or getattr(stage, head, None) is not None
     path = f"stages[{index}].{err.path}" if given else err.path
     note = "" if given else f" (inherited by stage {stage.stage_name!r})"
-    return ConfigError(path, err.message + note, value=err.value, allowed=err.allowed)
+    out = ConfigError(path, err.message + note, value=err.value, allowed=err.allowed)
+    out.cross_field = err.cross_field
+    return out

@@ -31,6 +31,7 @@ from typing import Any
 
 from rft_core.config.buffer_schema import DataSelectorConfig
 from rft_core.config.expert_data import unused_mix_settings
+from rft_core.config.problems import refuse
 from rft_core.config.schema import LR_SCHEDULES
 from rft_core.config.trainer_config import unmapped_trainer_config
 from rft_core.errors import ConfigError
@@ -97,32 +98,42 @@ def apply_deprecated(cfg: Any) -> None:
         path = "algorithm.optimizer.warmup_style"
         style = o.warmup_style.strip().lower()
         if style not in LR_SCHEDULES:
-            raise ConfigError(
-                path,
-                f"{o.warmup_style!r} is not one of {', '.join(LR_SCHEDULES)}",
-                value=o.warmup_style,
-                allowed=list(LR_SCHEDULES),
+            refuse(
+                ConfigError(
+                    path,
+                    f"{o.warmup_style!r} is not one of {', '.join(LR_SCHEDULES)}",
+                    value=o.warmup_style,
+                    allowed=list(LR_SCHEDULES),
+                )
             )
-        if o.lr_scheduler_type not in ("constant", style):
-            raise ConfigError(
-                path,
-                f"{style!r} contradicts algorithm.optimizer.lr_scheduler_type "
-                f"{o.lr_scheduler_type!r}; keep only lr_scheduler_type (warmup_style is deprecated)",
-                value=o.warmup_style,
+        elif o.lr_scheduler_type not in ("constant", style):
+            refuse(
+                ConfigError(
+                    path,
+                    f"{style!r} contradicts algorithm.optimizer.lr_scheduler_type "
+                    f"{o.lr_scheduler_type!r}; keep only lr_scheduler_type (warmup_style is deprecated)",
+                    value=o.warmup_style,
+                )
             )
-        log.warning("%s is deprecated: read as lr_scheduler_type %s", path, style)
-        o.lr_scheduler_type, o.warmup_style = style, None
+        else:
+            log.warning("%s is deprecated: read as lr_scheduler_type %s", path, style)
+            o.lr_scheduler_type = style
+        o.warmup_style = None
     if t.ppo_max_token_len_per_gpu is not None:
         path = "trainer.ppo_max_token_len_per_gpu"
         if t.max_token_len_per_gpu not in (None, t.ppo_max_token_len_per_gpu):
-            raise ConfigError(
-                path,
-                f"{t.ppo_max_token_len_per_gpu} contradicts trainer.max_token_len_per_gpu "
-                f"{t.max_token_len_per_gpu}; keep only max_token_len_per_gpu",
-                value=t.ppo_max_token_len_per_gpu,
+            refuse(
+                ConfigError(
+                    path,
+                    f"{t.ppo_max_token_len_per_gpu} contradicts trainer.max_token_len_per_gpu "
+                    f"{t.max_token_len_per_gpu}; keep only max_token_len_per_gpu",
+                    value=t.ppo_max_token_len_per_gpu,
+                )
             )
-        log.warning("%s is an old name: read as trainer.max_token_len_per_gpu", path)
-        t.max_token_len_per_gpu, t.ppo_max_token_len_per_gpu = t.ppo_max_token_len_per_gpu, None
+        else:
+            log.warning("%s is an old name: read as trainer.max_token_len_per_gpu", path)
+            t.max_token_len_per_gpu = t.ppo_max_token_len_per_gpu
+        t.ppo_max_token_len_per_gpu = None
     for key in ("max_retry_times", "max_retry_interval"):
         if getattr(b, key) is not None:
             log.warning(
@@ -144,12 +155,16 @@ def apply_deprecated(cfg: Any) -> None:
             continue
         path = f"buffer.explorer_input.{where}"
         if ts.data_selector != DataSelectorConfig() and ts.data_selector != ts.task_selector:
-            raise ConfigError(
-                f"{path}.task_selector",
-                f"contradicts {path}.data_selector; keep only data_selector (task_selector is deprecated)",
+            refuse(
+                ConfigError(
+                    f"{path}.task_selector",
+                    f"contradicts {path}.data_selector; keep only data_selector (task_selector is deprecated)",
+                )
             )
-        log.warning("%s.task_selector is deprecated: read as data_selector", path)
-        ts.data_selector, ts.task_selector = ts.task_selector, None
+        else:
+            log.warning("%s.task_selector is deprecated: read as data_selector", path)
+            ts.data_selector = ts.task_selector
+        ts.task_selector = None
 
 
 # rollout_model key -> model key that it overrides in Trinity (``None`` there: use model's)

@@ -1,8 +1,17 @@
 """Cross-field rules and derived values.
 
-``validate(cfg)`` fills every field whose schema default is ``None`` and whose help says
-"derived", and rejects combinations that cannot run, each with a ConfigError naming the YAML
-path. Decisions (where Trinity is silent or where TRINITY_COMPAT.md asks for a fix):
+``validate(cfg)`` fills every field declared with ``derived_from`` (``rft_core.config.meta``)
+and rejects combinations that cannot run, each with a ConfigError naming the YAML
+path. Every rule reports its error (``rft_core.config.problems.refuse``) and goes on, so a load
+shows all the independent problems at once, with a stand-in value where a later rule reads the
+one refused (the preset's ``repeat_times``, ``batch_size x repeat_times`` for a missing
+``train_batch_size``, 1 for a length that has no room). Where continuing would only produce
+nonsense, the rule stops at its first problem: a missing experience buffer ends its own checks
+(``_derive_experience_buffer``), a bad ``expert_data_ratio`` or missing expert dataset ends the
+mix checks (``expert_data.check_expert_data``), ``resources.check_cluster`` and
+``check_world_size`` report their first problem only (each check reads what the one before
+found consistent), and anything still raised inside a stage ends that stage's rules only.
+Decisions (where Trinity is silent or where TRINITY_COMPAT.md asks for a fix):
 
 - ``algorithm.*`` unset -> the preset of ``algorithm_type`` (``rft_core.config.presets``):
   repeat_times (grpo 8, Trinity's example value; rloo 4), advantage/policy/KL fns and their args.
@@ -49,7 +58,7 @@ from rft_core.config.buffer_checks import (
 from rft_core.config.expert_data import check_expert_data, expert_rows_per_step
 from rft_core.config.gpu_fit import adapt_one_gpu
 from rft_core.config.presets import get_preset, ignored_kl_penalty, mixes_expert_data
-from rft_core.config.problems import collecting, is_collecting, report
+from rft_core.config.problems import collecting, is_collecting, refuse, report
 from rft_core.config.resources import check_cluster, check_world_size
 from rft_core.config.schema import (
     Config,
@@ -119,7 +128,8 @@ def validate_stage(cfg: Config, index: int) -> Config:
         except ConfigError as err:
             if found is None:
                 raise in_stage(err, stage, index) from err
-            found.append(err)  # the stage's first cross-field error; the next stage still runs
+            err.cross_field = True  # a rule that had to stop; the next stage still runs
+            found.append(err)
     for err in found or []:
         report(in_stage(err, stage, index))
     return out
@@ -155,6 +165,7 @@ def _check_sampling(section: Any, path: str) -> None:
 
 
 def _derive(cfg: Config) -> None:
+    cfg._stand_ins = set()  # YAML paths holding a stand-in for a value that was refused
     apply_deprecated(cfg)
     apply_trainer_config(cfg, getattr(cfg, "_written", cfg))
     fold_rollout_model_overrides(cfg)
@@ -178,55 +189,77 @@ def _derive(cfg: Config) -> None:
 def _check_top(cfg: Config) -> None:
     for key in ("project", "name", "checkpoint_root_dir"):
         if not str(getattr(cfg, key)).strip():
-            raise ConfigError(
-                key, "must not be empty (the job dir is <checkpoint_root_dir>/<project>/<name>)"
+            refuse(
+                ConfigError(
+                    key,
+                    "must not be empty (the job dir is <checkpoint_root_dir>/<project>/<name>)",
+                )
             )
     if not cfg.model.model_path.strip():
-        raise ConfigError(
-            "model.model_path",
-            "required: a Hugging Face model directory (e.g. made by `trinity init-demo`) or a model name in the offline cache",
+        refuse(
+            ConfigError(
+                "model.model_path",
+                "required: a Hugging Face model directory (e.g. made by `trinity init-demo`) or a model name in the offline cache",
+            )
         )
 
 
 def _derive_lengths(cfg: Config) -> None:
+    """The three lengths from the ones written (module docstring). A split that leaves no room
+    is reported and 1 stands in for the missing length (named in ``cfg._stand_ins``, so that a
+    rule comparing with it, a taskset's ``max_tokens``, says nothing rather than nonsense)."""
     m = cfg.model
     for key in ("max_model_len", "max_prompt_tokens", "max_response_tokens"):
         _at_least(getattr(m, key), f"model.{key}", 1)
     total, prompt, response = m.max_model_len, m.max_prompt_tokens, m.max_response_tokens
     if total is not None and prompt is not None and response is not None:
         if prompt + response > total:
-            raise ConfigError(
-                "model.max_model_len",
-                f"max_prompt_tokens {prompt} + max_response_tokens {response} = {prompt + response} "
-                f"exceeds max_model_len {total}; raise max_model_len or lower one of the two",
-                value=total,
+            refuse(
+                ConfigError(
+                    "model.max_model_len",
+                    f"max_prompt_tokens {prompt} + max_response_tokens {response} = {prompt + response} "
+                    f"exceeds max_model_len {total}; raise max_model_len or lower one of the two",
+                    value=total,
+                )
             )
         return
     if total is not None and response is not None:
         prompt = total - response
         if prompt < 1:
-            raise ConfigError(
-                "model.max_response_tokens",
-                f"{response} leaves no room for a prompt in max_model_len {total}; lower it below {total}",
-                value=response,
+            refuse(
+                ConfigError(
+                    "model.max_response_tokens",
+                    f"{response} leaves no room for a prompt in max_model_len {total}; lower it below {total}",
+                    value=response,
+                )
             )
+            prompt = 1
+            cfg._stand_ins.add("model.max_prompt_tokens")
     elif total is not None and prompt is not None:
         response = total - prompt
         if response < 1:
-            raise ConfigError(
-                "model.max_prompt_tokens",
-                f"{prompt} leaves no room for a response in max_model_len {total}; lower it below {total}",
-                value=prompt,
+            refuse(
+                ConfigError(
+                    "model.max_prompt_tokens",
+                    f"{prompt} leaves no room for a response in max_model_len {total}; lower it below {total}",
+                    value=prompt,
+                )
             )
+            response = 1
+            cfg._stand_ins.add("model.max_response_tokens")
     elif total is not None:
         response = total // 2
         prompt = total - response
         if response < 1:
-            raise ConfigError(
-                "model.max_model_len",
-                f"{total} is too small for a prompt and a response",
-                value=total,
+            refuse(
+                ConfigError(
+                    "model.max_model_len",
+                    f"{total} is too small for a prompt and a response",
+                    value=total,
+                )
             )
+            response = 1
+            cfg._stand_ins.add("model.max_response_tokens")
     else:
         prompt = DEFAULT_HALF_LEN if prompt is None else prompt
         response = DEFAULT_HALF_LEN if response is None else response
@@ -243,12 +276,15 @@ def _derive_algorithm(cfg: Config) -> None:
     if not _at_least(a.repeat_times, "algorithm.repeat_times", 1):
         a.repeat_times = p.repeat_times  # reported; the preset's stands in for the checks below
     if p.group_algorithm and a.repeat_times < 2:
-        raise ConfigError(
-            "algorithm.repeat_times",
-            f"{a.algorithm_type} compares the rollouts of one task, so it needs a group of at least 2 "
-            f"(got {a.repeat_times}); set repeat_times to e.g. {p.repeat_times}",
-            value=a.repeat_times,
+        refuse(
+            ConfigError(
+                "algorithm.repeat_times",
+                f"{a.algorithm_type} compares the rollouts of one task, so it needs a group of at least 2 "
+                f"(got {a.repeat_times}); set repeat_times to e.g. {p.repeat_times}",
+                value=a.repeat_times,
+            )
         )
+        a.repeat_times = p.repeat_times  # stands in for the rules below
     if a.advantage_fn is None or a.advantage_fn == p.advantage_fn:
         a.advantage_fn = p.advantage_fn
         a.advantage_fn_args = {**p.advantage_fn_args, **a.advantage_fn_args}
@@ -301,11 +337,15 @@ def _derive_algorithm(cfg: Config) -> None:
             if cfg.trainer.grad_clip is not None
             else "algorithm.optimizer.clip_grad"
         )
-        raise ConfigError(path, f"must be > 0, got {o.clip_grad}", value=o.clip_grad)
+        refuse(ConfigError(path, f"must be > 0, got {o.clip_grad}", value=o.clip_grad))
     cfg.trainer.grad_clip = o.clip_grad
 
 
 def _derive_buffer(cfg: Config) -> None:
+    """Batch sizes, tasksets and the experience buffer. Each rule reports and goes on; a
+    ``train_batch_size`` that is required but missing has ``batch_size x repeat_times`` stand
+    in; the mix checks stop at a bad ``expert_data_ratio`` or a missing expert dataset
+    (``rft_core.config.expert_data``), and then count no expert rows."""
     b, a = cfg.buffer, cfg.algorithm
     if not _at_least(b.batch_size, "buffer.batch_size", 1):
         b.batch_size = 1  # reported; 1 stands in so that derived sizes do not repeat the error
@@ -315,29 +355,37 @@ def _derive_buffer(cfg: Config) -> None:
     if b.train_batch_size is None:
         if supervised or cfg.mode == "train":
             why = f"algorithm_type {a.algorithm_type}" if supervised else "mode train"
-            raise ConfigError(
-                "buffer.train_batch_size",
-                f"required with {why}: the number of examples per trainer step (there are no rollouts to count)",
+            refuse(
+                ConfigError(
+                    "buffer.train_batch_size",
+                    f"required with {why}: the number of examples per trainer step (there are no rollouts to count)",
+                )
             )
         b.train_batch_size = b.batch_size * a.repeat_times
     _at_least(b.train_batch_size, "buffer.train_batch_size", 1)
 
     ei = b.explorer_input
     if ei.taskset is not None and ei.tasksets:
-        raise ConfigError(
-            "buffer.explorer_input.taskset",
-            "give either taskset or tasksets, not both (move it into tasksets)",
+        refuse(
+            ConfigError(
+                "buffer.explorer_input.taskset",
+                "give either taskset or tasksets, not both (move it into tasksets)",
+            )
         )
     explores = cfg.mode in ("both", "explore", "colocate") and not supervised
     if explores and not ei.all_tasksets:
-        raise ConfigError(
-            "buffer.explorer_input.taskset",
-            f"required in mode {cfg.mode}: the tasks the explorer rolls out (name, path, format.prompt_key, ...)",
+        refuse(
+            ConfigError(
+                "buffer.explorer_input.taskset",
+                f"required in mode {cfg.mode}: the tasks the explorer rolls out (name, path, format.prompt_key, ...)",
+            )
         )
     if cfg.mode == "bench" and not ei.eval_tasksets:
-        raise ConfigError(
-            "buffer.explorer_input.eval_tasksets",
-            "required in mode bench: the tasksets to evaluate",
+        refuse(
+            ConfigError(
+                "buffer.explorer_input.eval_tasksets",
+                "required in mode bench: the tasksets to evaluate",
+            )
         )
     if ei.taskset is not None:
         _derive_taskset(cfg, ei.taskset, "buffer.explorer_input.taskset", is_eval=False)
@@ -345,44 +393,51 @@ def _derive_buffer(cfg: Config) -> None:
         _derive_taskset(cfg, ts, f"buffer.explorer_input.tasksets[{i}]", is_eval=False)
         first = ei.tasksets[0].rollout_args.temperature
         if ts.rollout_args.temperature != first:
-            raise ConfigError(
-                f"buffer.explorer_input.tasksets[{i}].rollout_args.temperature",
-                f"{ts.rollout_args.temperature} differs from tasksets[0]'s {first}: the tasksets "
-                "of one run share a rollout temperature (the trainer scores every experience at it)",
-                value=ts.rollout_args.temperature,
+            refuse(
+                ConfigError(
+                    f"buffer.explorer_input.tasksets[{i}].rollout_args.temperature",
+                    f"{ts.rollout_args.temperature} differs from tasksets[0]'s {first}: the tasksets "
+                    "of one run share a rollout temperature (the trainer scores every experience at it)",
+                    value=ts.rollout_args.temperature,
+                )
             )
     rollout_rows = b.batch_size * a.repeat_times
     # mix, mix_chord: part of each trainer step is expert data, not rollouts
     expert_rows = 0
     if mixes_expert_data(a.algorithm_type):
-        check_expert_data(cfg)
-        expert_rows = expert_rows_per_step(cfg)
+        if check_expert_data(cfg):
+            expert_rows = expert_rows_per_step(cfg)
     if (
         cfg.mode in ("both", "colocate")
         and not supervised
         and b.train_batch_size - expert_rows > rollout_rows
         and not several_experiences_per_run(cfg, b.train_batch_size - expert_rows, rollout_rows)
     ):
-        raise ConfigError(
-            "buffer.train_batch_size",
-            f"{b.train_batch_size - expert_rows} rollout experiences per trainer step"
-            + (f" (besides {expert_rows} expert rows)" if expert_rows else "")
-            + ", but an explorer step makes "
-            f"buffer.batch_size {b.batch_size} x algorithm.repeat_times {a.repeat_times} = "
-            f"{rollout_rows} and then waits for the trainer's weights: the run would stall; "
-            f"use at most {rollout_rows}",
-            value=b.train_batch_size,
+        refuse(
+            ConfigError(
+                "buffer.train_batch_size",
+                f"{b.train_batch_size - expert_rows} rollout experiences per trainer step"
+                + (f" (besides {expert_rows} expert rows)" if expert_rows else "")
+                + ", but an explorer step makes "
+                f"buffer.batch_size {b.batch_size} x algorithm.repeat_times {a.repeat_times} = "
+                f"{rollout_rows} and then waits for the trainer's weights: the run would stall; "
+                f"use at most {rollout_rows}",
+                value=b.train_batch_size,
+            )
         )
     names: dict[str, int] = {}
     for i, ts in enumerate(ei.eval_tasksets):
         path = f"buffer.explorer_input.eval_tasksets[{i}]"
         _derive_taskset(cfg, ts, path, is_eval=True)
         if ts.name in names:
-            raise ConfigError(
-                f"{path}.name",
-                f"duplicate eval taskset name {ts.name!r} (also eval_tasksets[{names[ts.name]}]); metric names eval/<name>/... would collide",
-                value=ts.name,
+            refuse(
+                ConfigError(
+                    f"{path}.name",
+                    f"duplicate eval taskset name {ts.name!r} (also eval_tasksets[{names[ts.name]}]); metric names eval/<name>/... would collide",
+                    value=ts.name,
+                )
             )
+            continue
         names[ts.name] = i
     _derive_experience_buffer(cfg)
 
@@ -391,9 +446,11 @@ def _derive_taskset(cfg: Config, ts: TasksetConfig, path: str, *, is_eval: bool)
     ei, m = cfg.buffer.explorer_input, cfg.model
     ts._yaml_path = path  # data errors name the taskset's place in the YAML
     if ts.storage_type == "file" and not (ts.path or "").strip():
-        raise ConfigError(
-            f"{path}.path",
-            "required: a dataset directory, a .jsonl/.json/.parquet file or a cached dataset name",
+        refuse(
+            ConfigError(
+                f"{path}.path",
+                "required: a dataset directory, a .jsonl/.json/.parquet file or a cached dataset name",
+            )
         )
     if not ts.name.strip():
         ts.name = PurePosixPath(str(ts.path or "taskset").rstrip("/")).name or "taskset"
@@ -416,20 +473,24 @@ def _derive_taskset(cfg: Config, ts: TasksetConfig, path: str, *, is_eval: bool)
     else:
         n = cfg.algorithm.repeat_times
         if ts.repeat_times is not None and ts.repeat_times != n:
-            raise ConfigError(
-                f"{path}.repeat_times",
-                f"got {ts.repeat_times}, but training tasksets are rolled out algorithm.repeat_times "
-                f"({n}) times; set it there, not here",
-                value=ts.repeat_times,
+            refuse(
+                ConfigError(
+                    f"{path}.repeat_times",
+                    f"got {ts.repeat_times}, but training tasksets are rolled out algorithm.repeat_times "
+                    f"({n}) times; set it there, not here",
+                    value=ts.repeat_times,
+                )
             )
         ts.repeat_times = n
     r = ts.rollout_args
     if r.n is not None and r.n != n:
         source = f"{path}.repeat_times" if is_eval else "algorithm.repeat_times"
-        raise ConfigError(
-            f"{path}.rollout_args.n",
-            f"got {r.n}, but it is set from {source} ({n}); set it there",
-            value=r.n,
+        refuse(
+            ConfigError(
+                f"{path}.rollout_args.n",
+                f"got {r.n}, but it is set from {source} ({n}); set it there",
+                value=r.n,
+            )
         )
     r.n = n
     # a value taken over from model.* is checked, and reported, where it was written
@@ -440,30 +501,40 @@ def _derive_taskset(cfg: Config, ts: TasksetConfig, path: str, *, is_eval: bool)
     r.logprobs = m.logprobs if r.logprobs is None else r.logprobs
     r.max_tokens = m.max_response_tokens if r.max_tokens is None else r.max_tokens
     _at_least(r.max_tokens, f"{path}.rollout_args.max_tokens", 1)
-    if r.max_tokens > m.max_response_tokens:
-        raise ConfigError(
-            f"{path}.rollout_args.max_tokens",
-            f"{r.max_tokens} exceeds model.max_response_tokens {m.max_response_tokens}; lower it or raise that",
-            value=r.max_tokens,
+    if r.max_tokens > m.max_response_tokens and "model.max_response_tokens" not in cfg._stand_ins:
+        refuse(
+            ConfigError(
+                f"{path}.rollout_args.max_tokens",
+                f"{r.max_tokens} exceeds model.max_response_tokens {m.max_response_tokens}; lower it or raise that",
+                value=r.max_tokens,
+            )
         )
 
 
 def _derive_experience_buffer(cfg: Config) -> None:
+    """The trainer's input. A required buffer that is missing is reported and ends this rule
+    (the checks below read the buffer's keys); the others report and go on."""
     ti, path = cfg.buffer.trainer_input, "buffer.trainer_input.experience_buffer"
     supervised = not get_preset(cfg.algorithm.algorithm_type).use_rollout
     reads_dataset = cfg.mode == "train" or supervised
     if ti.experience_buffer is None:
         if reads_dataset and not supervised:
-            raise ConfigError(
-                path,
-                "required in mode train: the buffer the explore job writes (name, storage_type sql "
-                "or queue, path sqlite:///experiences.db; the same in both YAMLs)",
+            refuse(
+                ConfigError(
+                    path,
+                    "required in mode train: the buffer the explore job writes (name, storage_type sql "
+                    "or queue, path sqlite:///experiences.db; the same in both YAMLs)",
+                )
             )
+            return
         if reads_dataset:
-            raise ConfigError(
-                path,
-                "required: the dataset the trainer reads (name, path to a .jsonl/.parquet file or dataset directory)",
+            refuse(
+                ConfigError(
+                    path,
+                    "required: the dataset the trainer reads (name, path to a .jsonl/.parquet file or dataset directory)",
+                )
             )
+            return
         ti.experience_buffer = ExperienceBufferConfig()
     eb = ti.experience_buffer
     eb._yaml_path = path
@@ -471,17 +542,19 @@ def _derive_experience_buffer(cfg: Config) -> None:
         eb.storage_type = "file" if reads_dataset else "queue"
     if cfg.mode == "train" and not supervised and eb.storage_type == "queue" and not eb.path:
         # an explore job writes it; the two jobs meet at the queue's path (build_buffer between_jobs)
-        raise ConfigError(f"{path}.path", QUEUE_BETWEEN_JOBS_NEEDS_PATH)
+        refuse(ConfigError(f"{path}.path", QUEUE_BETWEEN_JOBS_NEEDS_PATH))
     if supervised and eb.storage_type == "queue":
-        raise ConfigError(
-            f"{path}.storage_type",
-            f"queue has no writer in mode {cfg.mode} with algorithm_type {cfg.algorithm.algorithm_type}; "
-            "use file (a dataset) or sql",
-            value="queue",
-            allowed=["file", "sql"],
+        refuse(
+            ConfigError(
+                f"{path}.storage_type",
+                f"queue has no writer in mode {cfg.mode} with algorithm_type {cfg.algorithm.algorithm_type}; "
+                "use file (a dataset) or sql",
+                value="queue",
+                allowed=["file", "sql"],
+            )
         )
     if eb.storage_type in ("file", "sql") and not (eb.path or "").strip():
-        raise ConfigError(f"{path}.path", f"required for storage_type {eb.storage_type}")
+        refuse(ConfigError(f"{path}.path", f"required for storage_type {eb.storage_type}"))
     _at_least(eb.capacity, f"{path}.capacity", 1)
     check_replay_buffer(cfg, eb, path)
 
@@ -509,17 +582,21 @@ def _check_explorer(cfg: Config) -> None:
 def _check_auxiliary_model(aux: Any, path: str) -> None:
     """One engine per auxiliary model, on the policy engine's device (see rft_core.explorer)."""
     if not (aux.model_path or "").strip():
-        raise ConfigError(
-            f"{path}.model_path",
-            "required: the judge/reward model to load (HF repo id or local directory)",
+        refuse(
+            ConfigError(
+                f"{path}.model_path",
+                "required: the judge/reward model to load (HF repo id or local directory)",
+            )
         )
     if aux.engine_num != 1:
-        raise ConfigError(
-            f"{path}.engine_num",
-            f"RFT Studio runs one engine per auxiliary model; set 1 (got {aux.engine_num}) or "
-            "list the model again for a second engine",
-            value=aux.engine_num,
-            allowed=[1],
+        refuse(
+            ConfigError(
+                f"{path}.engine_num",
+                f"RFT Studio runs one engine per auxiliary model; set 1 (got {aux.engine_num}) or "
+                "list the model again for a second engine",
+                value=aux.engine_num,
+                allowed=[1],
+            )
         )
     _at_least(aux.tensor_parallel_size, f"{path}.tensor_parallel_size", 1)
     for key in ("max_model_len", "max_prompt_tokens", "max_response_tokens"):
@@ -557,11 +634,13 @@ def _derive_synchronizer(cfg: Config) -> None:
         0
     ].split(" or "):
         needed, why = _SYNC_NEEDS_MODE[s.sync_method]
-        raise ConfigError(
-            "synchronizer.sync_method",
-            f"{why} (mode {needed}); mode {cfg.mode} uses {usual}",
-            value=s.sync_method,
-            allowed=sorted({usual, "checkpoint"}),
+        refuse(
+            ConfigError(
+                "synchronizer.sync_method",
+                f"{why} (mode {needed}); mode {cfg.mode} uses {usual}",
+                value=s.sync_method,
+                allowed=sorted({usual, "checkpoint"}),
+            )
         )
     _at_least(s.sync_interval, "synchronizer.sync_interval", 1)
     _at_least(s.sync_offset, "synchronizer.sync_offset", 0)
@@ -585,7 +664,8 @@ def _derive_trainer(cfg: Config) -> None:
     if t.max_token_len_per_gpu is None:
         t.max_token_len_per_gpu = 2 * cfg.model.max_model_len
     written = getattr(cfg, "_written", cfg).trainer
-    key = "ppo_max_token_len_per_gpu" if written.ppo_max_token_len_per_gpu else None
+    old = written.ppo_max_token_len_per_gpu
+    key = "ppo_max_token_len_per_gpu" if old and old == t.max_token_len_per_gpu else None
     key = key or "max_token_len_per_gpu"
     _at_least(t.max_token_len_per_gpu, f"trainer.{key}", 1)
     if t.max_token_len_per_gpu < cfg.model.max_model_len:  # verl checks real lengths, too

@@ -10,10 +10,12 @@
 //   "stage" (the steps of one stage, from its own 0: GRPO after an SFT warmup starts at 0),
 //   "step" (the whole run: a later stage's steps after the earlier stage's last step), "wall"
 //   (date axis), "relative" (seconds since the run's start). Its bands() are the stages' spans.
-// - Board: one chart per metric, in group sections (a pinned chart in "Pinned" on top), each
-//   series drawn twice (raw faintly, the smoothed curve on top; a series too short to smooth
-//   is drawn as it is, static/js/chart_rules.js); setData / extend (live points,
-//   Plotly.extendTraces) / setSmoothing / setXMode / setStage / setLogY / setSelected / pin.
+// - Board: one chart per metric, in group sections (a pinned chart in "Pinned" on top; a pinned
+//   group's section right below it, with every chart of the group), each series drawn twice
+//   (raw faintly, the smoothed curve on top; a series too short to smooth is drawn as it is,
+//   static/js/chart_rules.js); setData / extend (live points, Plotly.extendTraces) /
+//   setSmoothing / setXMode / setStage / setLogY / setSelected / pin / pinGroup. Pins, of
+//   charts and of groups, are remembered in this browser (localStorage).
 // - Picker: checkboxes per group (with all/none) choosing the metrics the Board draws.
 //
 // A series: {id, label, color, timeline, step: [], wall_time: [], value: [], stage: []}.
@@ -34,6 +36,7 @@
   ];
   var R = window.RFTChartRules;
   var PIN_KEY = "rft.pinned-charts";
+  var GROUP_PIN_KEY = "rft.pinned-chart-groups";
   var GROUP_TITLES = { pinned: "Pinned" };
   GROUPS.forEach(function (g) { GROUP_TITLES[g.key] = g.title; });
 
@@ -168,8 +171,12 @@
   function fmtWall(ts) {
     return ts ? new Date(ts * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC" : "";
   }
-  function loadPinned() {
-    try { return new Set(JSON.parse(window.localStorage.getItem(PIN_KEY) || "[]")); } catch (e) { return new Set(); }
+  function loadPinned(key) {
+    try { return new Set(JSON.parse(window.localStorage.getItem(key || PIN_KEY) || "[]")); } catch (e) { return new Set(); }
+  }
+
+  function savePinned(key, set) {
+    try { window.localStorage.setItem(key, JSON.stringify(Array.from(set))); } catch (e) { /* private mode */ }
   }
 
   function escapeHtml(s) {
@@ -187,7 +194,8 @@
     this.height = opts.height || 260;
     this.stage = null; // "stage" mode: the stage shown (null: the newest)
     this.logY = false;
-    this.pinned = loadPinned();
+    this.pinned = loadPinned(PIN_KEY);
+    this.pinnedGroups = loadPinned(GROUP_PIN_KEY);
     this.metrics = {}; // name -> [series]
     this.charts = {}; // name -> {div, ema: {seriesId: EmaState}}
     this.sections = {};
@@ -257,16 +265,56 @@
     sec.className = "chart-group";
     sec.dataset.group = groupKey;
     sec.innerHTML = "<h3>" + escapeHtml(GROUP_TITLES[groupKey]) + '</h3><div class="chart-grid"></div>';
-    // keep the sections in GROUPS order
-    var order = ["pinned"].concat(GROUPS.map(function (g) { return g.key; }));
+    if (groupKey !== "pinned") {
+      var self = this;
+      var pin = document.createElement("button");
+      pin.type = "button";
+      pin.className = "pin-group";
+      pin.dataset.group = groupKey;
+      pin.addEventListener("click", function () { self.pinGroup(groupKey, !self.pinnedGroups.has(groupKey)); });
+      sec.querySelector("h3").appendChild(pin);
+    }
+    this.sections[groupKey] = sec;
+    this._placeSection(groupKey);
+    return sec;
+  };
+
+  // Sections in page order: "Pinned" (single charts), the pinned groups, the other groups (each
+  // part in GROUPS order).
+  Board.prototype._sectionOrder = function () {
+    var keys = GROUPS.map(function (g) { return g.key; });
+    var pinned = this.pinnedGroups;
+    return ["pinned"]
+      .concat(keys.filter(function (k) { return pinned.has(k); }))
+      .concat(keys.filter(function (k) { return !pinned.has(k); }));
+  };
+
+  Board.prototype._placeSection = function (groupKey) {
+    var sec = this.sections[groupKey];
+    var order = this._sectionOrder();
     var before = null;
     var kids = this.container.querySelectorAll(":scope > section.chart-group");
     for (var i = 0; i < kids.length; i++) {
-      if (order.indexOf(kids[i].dataset.group) > order.indexOf(groupKey)) { before = kids[i]; break; }
+      if (kids[i] !== sec && order.indexOf(kids[i].dataset.group) > order.indexOf(groupKey)) { before = kids[i]; break; }
     }
-    this.container.insertBefore(sec, before);
-    this.sections[groupKey] = sec;
-    return sec;
+    if (sec.nextElementSibling !== before || sec.parentNode !== this.container) this.container.insertBefore(sec, before);
+    var pin = sec.querySelector(":scope > h3 > button.pin-group");
+    if (pin) {
+      var on = this.pinnedGroups.has(groupKey);
+      pin.textContent = on ? "Unpin group" : "Pin group";
+      pin.setAttribute("aria-pressed", on ? "true" : "false");
+      sec.classList.toggle("pinned-group", on);
+    }
+  };
+
+  // Pin a metric group (its section, every chart of it, on top below "Pinned"; remembered in
+  // this browser) or unpin it.
+  Board.prototype.pinGroup = function (groupKey, on) {
+    if (!GROUP_TITLES[groupKey] || groupKey === "pinned") throw new Error("unknown chart group " + groupKey);
+    if (on) this.pinnedGroups.add(groupKey); else this.pinnedGroups.delete(groupKey);
+    savePinned(GROUP_PIN_KEY, this.pinnedGroups);
+    var self = this;
+    this._sectionOrder().forEach(function (key) { if (self.sections[key]) self._placeSection(key); });
   };
 
   Board.prototype._points = function (s, from) {
@@ -422,7 +470,7 @@
   // Pin a chart (on top of the page, in "Pinned"; remembered in this browser) or unpin it.
   Board.prototype.pin = function (name, on) {
     if (on) this.pinned.add(name); else this.pinned.delete(name);
-    try { window.localStorage.setItem(PIN_KEY, JSON.stringify(Array.from(this.pinned))); } catch (e) { /* private mode */ }
+    savePinned(PIN_KEY, this.pinned);
     if (this.charts[name]) this._draw(name);
     this._fixSections();
   };

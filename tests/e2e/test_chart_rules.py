@@ -17,9 +17,10 @@ ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_800_000_000
 
 
-@pytest.fixture
-def chart_page(page):
-    page.set_content('<html><body><div id="charts" style="width:900px"></div></body></html>')
+PAGE = '<html><body><div id="charts" style="width:900px"></div></body></html>'
+
+
+def _with_chart_scripts(page):
     for script in (
         "static/vendor/plotly.min.js",
         "static/js/chart_rules.js",
@@ -27,6 +28,12 @@ def chart_page(page):
     ):
         page.add_script_tag(path=str(ROOT / script))
     return page
+
+
+@pytest.fixture
+def chart_page(page):
+    page.set_content(PAGE)
+    return _with_chart_scripts(page)
 
 
 def test_tick_formats_and_flat_series(chart_page):
@@ -158,3 +165,67 @@ def test_a_pinned_chart_moves_to_the_top_and_back(chart_page):
     assert got["pinned"] == {"group": "pinned", "first": "pinned"}
     assert got["xticks"] == ["1", "2"]  # a step per tick on a short axis, never "1, 2, 2"
     assert got["back"] == "loss" and got["pinnedHidden"] is True
+
+
+def test_a_pinned_group_moves_to_the_top_with_its_charts_and_is_remembered(page):
+    # an origin of its own, so that localStorage (where pins are remembered) exists
+    page.route(
+        "http://charts.test/",
+        lambda route: route.fulfill(content_type="text/html", body=PAGE),
+    )
+    page.goto("http://charts.test/")
+    _with_chart_scripts(page)
+    board = """(el) => {
+      const s = (v) => [{id: "r", step: [1, 2], value: v, wall_time: [1, 2], stage: ["", ""]}];
+      const b = new window.RFTCharts.Board(el, {xMode: "step"});
+      b.setData({"rollout/reward/mean": s([1, 2]), "actor/pg_loss": s([3, 4]),
+                 "actor/sft_loss": s([5, 6]), "actor/ppo_kl": s([0, 1])});
+      return b;
+    }"""
+    order = """() => Array.from(document.querySelectorAll("#charts > section"))
+                 .filter((sec) => !sec.hidden).map((sec) => sec.dataset.group)"""
+    got = page.evaluate(
+        f"""() => {{
+          const el = document.getElementById("charts");
+          ({board})(el);
+          const order = {order};
+          const before = order();
+          const button = document.querySelector('button.pin-group[data-group="loss"]');
+          button.click();
+          const pinned = {{order: order(), label: button.textContent,
+                          pressed: button.getAttribute("aria-pressed"),
+                          charts: Array.from(document.querySelectorAll(
+                            'section[data-group="loss"] .chart')).map((c) => c.dataset.metric)}};
+          // a chart pinned on its own goes above the pinned group
+          document.querySelector('button.pin[data-metric="actor/ppo_kl"]').click();
+          const both = order();
+          document.querySelector('button.pin[data-metric="actor/ppo_kl"]').click();
+          return {{before, pinned, both}};
+        }}"""
+    )
+    assert got["before"] == ["reward", "loss", "kl"]
+    assert got["pinned"] == {
+        "order": ["loss", "reward", "kl"],
+        "label": "Unpin group",
+        "pressed": "true",
+        "charts": ["actor/pg_loss", "actor/sft_loss"],
+    }
+    assert got["both"] == ["pinned", "loss", "reward"]
+    # the next page load (a new board) remembers the pinned group; unpinning puts it back
+    again = page.evaluate(
+        f"""() => {{
+          const el = document.getElementById("charts");
+          el.innerHTML = "";
+          const b = ({board})(el);
+          const order = {order};
+          const remembered = order();
+          b.pinGroup("loss", false);
+          return {{remembered, unpinned: order(),
+                   stored: window.localStorage.getItem("rft.pinned-chart-groups")}};
+        }}"""
+    )
+    assert again == {
+        "remembered": ["loss", "reward", "kl"],
+        "unpinned": ["reward", "loss", "kl"],
+        "stored": "[]",
+    }

@@ -65,14 +65,12 @@ def test_a_new_user_launches_the_demo_from_the_form_and_sees_it_succeed(
     page.fill("[name='trainer.save_interval']", "2")
     page.check("#expert-switch")  # the fields below are behind it (the beginner form is short)
     page.select_option("[name='explorer.eval_on_startup']", "false")
-    sft_buffer = page.locator("[name='stages[0].buffer']")
-    text = sft_buffer.input_value()
-    assert "total_steps: 450" in text and "train_batch_size: 32" in text
-    sft_buffer.fill(
-        text.replace("total_steps: 450", "total_steps: 2").replace(
-            "train_batch_size: 32", "train_batch_size: 8"
-        )
-    )
+    # the warmup stage's buffer overrides are fields of their own
+    sft_steps = page.locator("[name='stages[0].buffer.total_steps']")
+    sft_batch = page.locator("[name='stages[0].buffer.train_batch_size']")
+    assert (sft_steps.input_value(), sft_batch.input_value()) == ("450", "32")
+    sft_steps.fill("2")
+    sft_batch.fill("8")
     page.click("button[name=source][value=form]")
     page.wait_for_url(f"{stack.url}/experiments/*/")
     assert page.locator("h1").inner_text().startswith("my first run")

@@ -95,14 +95,12 @@ def _drive(page, stack, shots: Path) -> None:
     # keep every checkpoint (the demo keeps one per stage): the test converts an older one
     page.fill("[name='trainer.max_checkpoints_to_keep']", "0")
     page.select_option("[name='explorer.eval_on_startup']", "false")
-    sft_buffer = page.locator("[name='stages[0].buffer']")
-    text = sft_buffer.input_value()
-    assert "total_steps: 450" in text and "train_batch_size: 32" in text
-    sft_buffer.fill(
-        text.replace("total_steps: 450", "total_steps: 2").replace(
-            "train_batch_size: 32", "train_batch_size: 8"
-        )
-    )
+    # the warmup stage's buffer overrides are fields of their own
+    sft_steps = page.locator("[name='stages[0].buffer.total_steps']")
+    sft_batch = page.locator("[name='stages[0].buffer.train_batch_size']")
+    assert (sft_steps.input_value(), sft_batch.input_value()) == ("450", "32")
+    sft_steps.fill("2")
+    sft_batch.fill("8")
     page.click("button[name=source][value=form]")
     page.wait_for_url(f"{stack.url}/experiments/*/")
     experiment_url = page.url

@@ -94,13 +94,12 @@ def test_the_run_page_counts_the_grpo_stages_own_steps_with_an_eta_and_the_phase
         page.fill("[name='explorer.eval_interval']", "1000")
         page.check("#expert-switch")  # eval_on_startup is behind it (the beginner form is short)
         page.select_option("[name='explorer.eval_on_startup']", "true")
-        sft_buffer = page.locator("[name='stages[0].buffer']")
-        text = sft_buffer.input_value()
-        sft_buffer.fill(
-            text.replace("total_steps: 450", "total_steps: 2").replace(
-                "train_batch_size: 32", "train_batch_size: 8"
-            )
-        )
+        # the warmup stage's buffer overrides are fields of their own
+        sft_steps = page.locator("[name='stages[0].buffer.total_steps']")
+        sft_batch = page.locator("[name='stages[0].buffer.train_batch_size']")
+        assert (sft_steps.input_value(), sft_batch.input_value()) == ("450", "32")
+        sft_steps.fill("2")
+        sft_batch.fill("8")
         page.click("button[name=source][value=form]")
         page.wait_for_url(f"{stack.url}/experiments/*/")
         page.click("#launch")

@@ -146,10 +146,9 @@ def test_an_eval_taskset_is_added_removed_and_reordered():
 def test_the_stages_editor_reorders_removes_and_edits_an_override():
     data = demo_data()
     post = initial_post(build_form(data))
-    assert yaml.safe_load(post["stages[0].algorithm"]) == data["stages"][0]["algorithm"]
-    post["stages[0].buffer"] = post["stages[0].buffer"].replace(
-        "total_steps: 450", "total_steps: 5"
-    )
+    assert post["stages[0].algorithm.algorithm_type"] == "sft"
+    assert post["stages[0].algorithm"] == ""  # every key of it has a field
+    post["stages[0].buffer.total_steps"] = "5"
     out = merge_form(data, post)
     assert out["stages"][0]["buffer"]["total_steps"] == 5
     assert out["stages"][1] == {"stage_name": "rft"}
@@ -217,3 +216,64 @@ def test_bad_yaml_in_a_yaml_field_is_an_error_beside_it():
         merge_form(data, post)
     assert list(err.value.errors) == ["algorithm.advantage_fn_args"]
     assert "is not valid YAML" in err.value.errors["algorithm.advantage_fn_args"]
+
+
+def test_stage_overrides_are_fields_and_round_trip_through_yaml():
+    data = demo_data()
+    post = initial_post(build_form(data))
+    # the warmup stage's buffer, field by field
+    assert post["stages[0].buffer.train_batch_size"] == "32"
+    assert (
+        post["stages[0].buffer.trainer_input.experience_buffer.format.messages_key"] == "messages"
+    )
+    post["stages[0].buffer.total_steps"] = "7"
+    post["stages[0].buffer.trainer_input.experience_buffer.path"] = "/data/sft.jsonl"
+    # the rft stage overrides its algorithm and synchronizer; its buffer gets a taskset (a key
+    # without a field in a stage: the raw YAML box) and a batch size (a field)
+    post["stages[1].algorithm.algorithm_type"] = "rloo"
+    post["stages[1].algorithm.optimizer.lr"] = "2e-5"
+    post["stages[1].synchronizer.sync_interval"] = "2"
+    post["stages[1].buffer"] = (
+        "explorer_input:\n  tasksets:\n  - name: more\n    path: /data/more\n"
+    )
+    post["stages[1].buffer.batch_size"] = "4"
+    out = merge_form(data, post)
+    assert out["stages"][0]["buffer"]["total_steps"] == 7
+    assert out["stages"][0]["buffer"]["train_batch_size"] == 32  # untouched, as written
+    assert out["stages"][0]["buffer"]["trainer_input"]["experience_buffer"] == {
+        "name": "sft_warmup_dataset",
+        "storage_type": "file",
+        "path": "/data/sft.jsonl",
+        "format": {"messages_key": "messages"},
+    }
+    assert out["stages"][1] == {
+        "stage_name": "rft",
+        "algorithm": {"algorithm_type": "rloo", "optimizer": {"lr": 2e-5}},
+        "buffer": {
+            "batch_size": 4,
+            "explorer_input": {"tasksets": [{"name": "more", "path": "/data/more"}]},
+        },
+        "synchronizer": {"sync_interval": 2},
+    }
+    # form -> YAML -> form: every value back in its field, the tasksets in the box
+    again = yaml.safe_load(yaml.safe_dump(out))
+    post2 = initial_post(build_form(again))
+    assert post2["stages[0].buffer.total_steps"] == "7"
+    assert post2["stages[1].algorithm.optimizer.lr"] == "2.0e-05"
+    assert post2["stages[1].buffer.batch_size"] == "4"
+    assert yaml.safe_load(post2["stages[1].buffer"]) == {
+        "explorer_input": {"tasksets": [{"name": "more", "path": "/data/more"}]}
+    }
+    assert merge_form(again, post2) == again
+    # emptying the box takes out the keys it held, and only those
+    post2["stages[1].buffer"] = ""
+    assert merge_form(again, post2)["stages"][1]["buffer"] == {"batch_size": 4}
+
+
+def test_a_stage_box_that_is_not_a_mapping_is_refused_naming_it():
+    data = demo_data()
+    post = initial_post(build_form(data))
+    post["stages[0].buffer"] = "- a list"
+    with pytest.raises(ActionError) as info:
+        merge_form(data, post)
+    assert info.value.errors == {"stages[0].buffer": "must be a mapping of buffer keys, got list"}

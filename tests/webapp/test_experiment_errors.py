@@ -127,7 +127,7 @@ def test_the_beginner_form_is_short_and_shows_what_oc_env_reads(alice_client, ro
     )
 
 
-def test_a_stage_override_error_is_beside_that_stages_box(alice_client):
+def test_a_stage_override_error_is_beside_that_stages_field(alice_client):
     data = _demo()
     data["stages"][1]["algorithm"] = {"algorithm_type": "grpo", "optimizer": {"lr": "slow"}}
     data["buffer"]["total_steps"] = "ten"
@@ -137,12 +137,9 @@ def test_a_stage_override_error_is_beside_that_stages_box(alice_client):
     )
     page = response.content.decode()
     # an expert field with an error is shown to a beginner too
-    assert '<div class="field kind-yaml has-error" data-level="beginner">' in page
-    start = page.index('id="f-stages[1].algorithm"')
-    assert (
-        "stages[1].algorithm.optimizer.lr: must be a number, got &#x27;slow&#x27;"
-        in page[start : page.index("</div>", start)]
-    )
+    assert '<div class="field kind-number has-error" data-level="beginner">' in page
+    start = page.index('id="f-stages[1].algorithm.optimizer.lr"')
+    assert "must be a number, got &#x27;slow&#x27;" in page[start : page.index("</div>", start)]
     start = page.index('id="f-buffer.total_steps"')
     assert "must be an integer" in page[start : page.index("</div>", start)]
 

@@ -1,6 +1,6 @@
 """The experiment form's JS in Debian's chromium: expert switch, conditional fields (vLLM,
-critic, the chosen advantage fn's arguments), adding and reordering an eval taskset, form ->
-YAML -> form tab switches, and saving."""
+critic, the chosen advantage fn's arguments), adding and reordering an eval taskset, a stage's
+override field, form -> YAML -> form tab switches, and saving."""
 
 from __future__ import annotations
 
@@ -58,21 +58,27 @@ def test_the_form_tabs_lists_and_conditional_fields_work_in_a_browser(live_serve
             "[data-list='buffer.explorer_input.eval_tasksets'] .list-item:nth-child(2) .move-up"
         )
         page.fill("[name='buffer.total_steps']", "3")
+        # a stage's override is a field like the main form's (the warmup stage's buffer)
+        assert page.input_value("[name='stages[0].buffer.total_steps']") == "450"
+        page.fill("[name='stages[0].buffer.total_steps']", "9")
         page.click("[data-tab-target=yaml]")
         page.wait_for_function(
             "document.querySelector('#config-yaml').value.includes('name: extra')"
         )
         text = page.input_value("#config-yaml")
         assert text.index("name: extra") < text.index("name: arithmetic-eval"), text
+        assert "total_steps: 9" in text and "total_steps: 450" not in text
         page.fill("#config-yaml", text.replace("total_steps: 3", "total_steps: 4"))
         page.click("[data-tab-target=form]")
         page.wait_for_function(
             "document.querySelector(\"[name='buffer.total_steps']\").value === '4'"
         )
+        assert page.input_value("[name='stages[0].buffer.total_steps']") == "9"
         page.fill("#experiment-name", "browser exp")
         page.click("[data-tab-panel=form] button[type=submit]")
         page.wait_for_url("**/experiments/*/")
         html = page.content()
         assert "browser exp" in html and "total_steps: 4" in html and "name: extra" in html
+        assert "total_steps: 9" in html
         b.close()
     assert errors == []

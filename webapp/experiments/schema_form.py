@@ -12,15 +12,20 @@ control holding the value as text (numbers as text, so ``${oc.env:...}`` fits an
   (``algorithm.advantage_fn_args.epsilon``), from the committed table of registered names;
 - lists of sections (tasksets, eval tasksets, stages) with add/remove/reorder: each item posts
   ``<list>[i].__origin__``, the index it had in the original mapping (or ``new``);
-- stages: each stage's ``stage_name``, ``mode`` and its section overrides as YAML
-  (``stages[0].buffer``; a stage section replaces the global one wholesale).
+- stages: each stage's ``stage_name``, ``mode`` and its section overrides as the same fields
+  as the main form's (``stages[0].buffer.total_steps``; a stage section replaces the global one
+  wholesale, so an empty section inherits it), lists of sections left out; beside them a raw
+  YAML box per section (``stages[0].buffer``) holding the keys that have no field there (the
+  stage's tasksets, keys the form leaves out). The box merges into the section, key by key.
 
-Left out of the form but preserved in the YAML: ``x-unimplemented`` fields, deprecated spellings,
-``stage_name`` (set per stage by the engine), ``project`` and ``name`` (the experiment's own
-fields; the view writes them into the config). The beginner level is ``BEGINNER_FIELDS``; a
-``${oc.env:...}`` value shows what it reads on this server beside the raw text. Conditional fields carry ``show_when``
+Left out of the form but preserved in the YAML: ``x-unimplemented`` fields, ``x-deprecated``
+spellings, ``stage_name`` (set per stage by the engine), ``project`` and ``name`` (the
+experiment's own fields; the view writes them into the config). A field's level is the schema's
+``x-level``; a ``${oc.env:...}`` value shows what it reads on this server beside the raw text.
+Conditional fields carry the schema's ``x-show-when`` with the field's own list indices
 (``{"explorer.rollout_model.engine_type": ["vllm"]}``; ``@advantage_fn`` / ``@policy_loss_fn``
 mean the effective function, the preset's when the field is empty); the page's JS hides them.
+The form decides from those keys only; help texts are shown, never read.
 
 Merging (``merge_form``): the result starts as the original mapping; a field whose posted text
 equals the text it was rendered with is unchanged (its original value, ``${oc.env:...}`` included,
@@ -45,7 +50,6 @@ from rft_core.config.committed_names import committed_registered_names
 from rft_core.config.presets import PRESETS
 from webapp.errors import ActionError
 from webapp.experiments.config_policy import parse_yaml, resolved_text
-from webapp.experiments.form_levels import BEGINNER_FIELDS
 
 # (title, top-level keys); the keys of "general" are the root's scalars. ``project`` and ``name``
 # are the experiment's own Project and Name fields (the view writes them into the config).
@@ -91,6 +95,7 @@ class Field:
     show_when: dict[str, list[str]] | None = None
     text: str = ""  # the value as rendered
     error: str = ""
+    escape: bool = False  # a stage section's keys without a field of their own, as YAML
     resolved: str = ""  # what a ``${oc.env:...}`` in ``text`` reads on this server
 
     @property
@@ -287,12 +292,8 @@ def _kind(prop: dict[str, Any]) -> tuple[str, bool]:
 
 
 def _skipped(name: str, prop: dict[str, Any], top: bool) -> bool:
-    help_text = prop.get("description", "")
     return bool(
-        prop.get("x-unimplemented")
-        or "deprecated" in help_text
-        or help_text.startswith("old ")
-        or (top and name == "stage_name")
+        prop.get("x-unimplemented") or prop.get("x-deprecated") or (top and name == "stage_name")
     )
 
 
@@ -304,14 +305,23 @@ def _is_section_list(prop: dict[str, Any]) -> bool:
     return "items" in prop and "properties" in prop["items"]
 
 
-def _show_when(path: str, prop: dict[str, Any]) -> dict[str, list[str]] | None:
-    help_text = prop.get("description", "")
-    vllm_only = help_text.startswith("vLLM") or "vLLM's" in help_text  # not engine_type itself
-    if path.startswith("explorer.rollout_model.") and vllm_only:
-        return {"explorer.rollout_model.engine_type": ["vllm"]}
-    if path == "model.critic_model_path":
-        return {"algorithm.algorithm_type": ["ppo"]}
-    return None
+def _show_when(name: str, prop: dict[str, Any]) -> dict[str, list[str]] | None:
+    """The schema's ``x-show-when`` for field ``name``: a condition inside the field's own list
+    item names that item's field (``explorer.auxiliary_models[2].engine_type``)."""
+    rule = prop.get("x-show-when")
+    if not rule:
+        return None
+    return {_with_indices(path, name): list(values) for path, values in rule.items()}
+
+
+def _with_indices(path: str, name: str) -> str:
+    """Schema ``path`` with each ``[]`` that ``name`` shares the prefix of filled by name's index."""
+    for index in re.findall(r"\[(\d+|__i__)\]", name):
+        head, sep, _ = path.partition("[]")
+        if not sep or not name.startswith(head + f"[{index}]"):
+            break
+        path = path.replace("[]", f"[{index}]", 1)
+    return path
 
 
 def _scalar_field(name: str, prop: dict[str, Any], value: Any, schema_path: str) -> Field:
@@ -325,12 +335,12 @@ def _scalar_field(name: str, prop: dict[str, Any], value: Any, schema_path: str)
         label=prop.get("title", leaf),
         help=prop.get("description", ""),
         kind=kind,
-        level="beginner" if schema_path in BEGINNER_FIELDS else "expert",
+        level=prop.get("x-level", "expert"),
         default_text=default_text,
         choices=[c for c in prop.get("enum", []) if c is not None],
         optional=optional,
         multiline=leaf in MULTILINE or "\n" in text,
-        show_when=_show_when(schema_path, prop),
+        show_when=_show_when(name, prop),
         text=text,
         resolved=resolved_text(text) or "",
     )
@@ -364,7 +374,7 @@ def _fn_arg_fields(prefix: str, args_key: str, table_key: str, data: Any) -> lis
     return out
 
 
-def _build_group(obj: dict[str, Any], prefix: str, schema_prefix: str, data: Any, title: str, *, top: bool = False, only: list[str] | None = None) -> Group:  # fmt: skip
+def _build_group(obj: dict[str, Any], prefix: str, schema_prefix: str, data: Any, title: str, *, top: bool = False, only: list[str] | None = None, lists: bool = True) -> Group:  # fmt: skip
     group = Group(name=prefix.rstrip("."), title=title, fields=[])
     for key, prop in obj["properties"].items():
         if only is not None and key not in only:
@@ -373,10 +383,13 @@ def _build_group(obj: dict[str, Any], prefix: str, schema_prefix: str, data: Any
             continue
         name, spath = f"{prefix}{key}", f"{schema_prefix}{key}"
         if _is_section(prop):
-            sub = _build_group(prop, f"{name}.", f"{spath}.", data, prop.get("title", key))
+            sub = _build_group(
+                prop, f"{name}.", f"{spath}.", data, prop.get("title", key), lists=lists
+            )
             group.groups.append(sub)
         elif _is_section_list(prop):
-            group.lists.append(_build_list(name, spath, prop, data))
+            if lists:
+                group.lists.append(_build_list(name, spath, prop, data))
         else:
             group.fields.append(_scalar_field(name, prop, get_path(data, split_path(name)), spath))
             if spath == "algorithm.advantage_fn_args":
@@ -396,17 +409,54 @@ def _item_group(name: str, spath: str, prop: dict[str, Any], data: Any, index: s
     )
     for section in STAGE_SECTIONS:
         sname = f"{item_prefix}{section}"
-        group.fields.append(
+        sub = _build_group(
+            items["properties"][section], f"{sname}.", f"stages[].{section}.", data,
+            f"{section} (override)", lists=False,
+        )  # fmt: skip
+        names = {f.name for f in _group_fields(sub)}
+        rest = _without_fields(get_path(data, split_path(sname)), sname, names)
+        sub.fields.insert(
+            0,
             Field(
                 name=sname,
-                label=f"{section} (override)",
-                help=f"this stage's whole {section} section as YAML, replacing the global one (empty: inherit it)",
+                label=f"{section}: other keys (YAML)",
+                help=f"this stage's {section} keys that have no field here (its tasksets, ...), as YAML; the stage's {section} replaces the global one wholesale (all empty: inherit it)",
                 kind="yaml",
                 level="expert",
-                text=value_text(get_path(data, split_path(sname)), "yaml"),
-            )
+                text=value_text(rest, "yaml"),
+                escape=True,
+            ),
         )  # fmt: skip
+        group.groups.append(sub)
     return group
+
+
+def _without_fields(value: Any, prefix: str, names: set[str]) -> Any:
+    """``value`` (the mapping at ``prefix``) without the keys that have a field in ``names``;
+    ``_MISSING`` when nothing is left."""
+    if not isinstance(value, Mapping):
+        return _MISSING
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        path = f"{prefix}.{key}"
+        if path in names:
+            continue
+        if isinstance(item, Mapping) and any(n.startswith(f"{path}.") for n in names):
+            inner = _without_fields(item, path, names)
+            if inner is not _MISSING:
+                out[key] = inner
+            continue
+        out[key] = item
+    return out or _MISSING
+
+
+def _merge_into(target: dict[str, Any], extra: Mapping[str, Any]) -> None:
+    """``extra`` merged into ``target`` key by key (mappings recursively)."""
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            _merge_into(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
 
 
 def _build_list(name: str, spath: str, prop: dict[str, Any], data: Any) -> ListBlock:
@@ -512,11 +562,15 @@ def merge_form(original: Mapping[str, Any], post: Mapping[str, str], *, trust_un
             else:
                 del_path(result, split_path(block.name))
     # field names as posted -> where the value was in the original and is in the result
+    escapes = []
     for name, posted in post.items():
         if name.endswith((ORIGIN, RENDERED)) or not _is_config_field(name):
             continue
         spec, original_name, result_name = _locate(form, specs, name, origins)
         if spec is None:
+            continue
+        if spec.escape:  # after the fields, whose keys it leaves alone
+            escapes.append((name, posted, original_name, result_name))
             continue
         before = get_path(original, split_path(original_name)) if original_name else _MISSING
         initial = value_text(before, spec.kind)
@@ -544,10 +598,70 @@ def merge_form(original: Mapping[str, Any], post: Mapping[str, str], *, trust_un
             )
         except ActionError as err:
             errors.update(err.errors)
+    for name, posted, original_name, result_name in escapes:
+        try:
+            _merge_escape(
+                form, result, original, name, posted, original_name, result_name, trust_unchanged
+            )
+        except ActionError as err:
+            errors.update(err.errors)
     if errors:
         path, msg = next(iter(errors.items()))
         raise ActionError(f"{path}: {msg}", errors=errors)
     return result
+
+
+def _merge_escape(form: ExperimentForm, result: dict[str, Any], original: Mapping[str, Any], name: str, posted: str, original_name: str | None, result_name: str, trust_unchanged: bool) -> None:  # fmt: skip
+    """A stage section's YAML box (``stages[0].buffer``): the keys it showed are replaced by the
+    keys it holds now, merged into the section the fields left (module docstring)."""
+    m = _ITEM.match(result_name)
+    block, rest = (m.group("list"), m.group("rest")) if m else ("stages", result_name)
+    relative = _section_field_names(form, block, rest)
+    before = _MISSING
+    if original_name is not None:
+        head = original_name[: -len(rest)]
+        before = _without_fields(
+            get_path(original, split_path(original_name)),
+            original_name,
+            {head + n for n in relative},
+        )
+    if trust_unchanged and _norm(posted) == _norm(value_text(before, "yaml")):
+        return
+    extra = parse_text(_norm(posted), "yaml", None, name) if _norm(posted) else None
+    if extra is not None and not isinstance(extra, Mapping):
+        message = f"must be a mapping of {rest} keys, got {type(extra).__name__}"
+        raise ActionError(f"{name}: {message}", errors={name: message})
+    tokens = split_path(result_name)
+    section = get_path(result, tokens)
+    section = copy.deepcopy(section) if isinstance(section, dict) else {}
+    if isinstance(before, Mapping):
+        _drop_keys(section, before)
+    _merge_into(section, extra or {})
+    if section:
+        set_path(result, tokens, section)
+    else:
+        del_path(result, tokens)
+
+
+def _section_field_names(form: ExperimentForm, block_name: str, rest: str) -> set[str]:
+    """Names (from ``rest``, e.g. ``buffer.total_steps``) of the fields of a list item's section."""
+    head = f"{block_name}[__i__]."
+    for block in _blocks(form):
+        if block.name == block_name:
+            names = (f.name[len(head) :] for f in _group_fields(block.template))
+            return {n for n in names if n.startswith(f"{rest}.")}
+    return set()
+
+
+def _drop_keys(target: dict[str, Any], keys: Mapping[str, Any]) -> None:
+    """``target`` without the keys of ``keys`` (nested mappings: their keys only)."""
+    for key, value in keys.items():
+        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            _drop_keys(target[key], value)
+            if not target[key]:
+                del target[key]
+        else:
+            target.pop(key, None)
 
 
 def _is_config_field(name: str) -> bool:
