@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
-from playwright.sync_api import sync_playwright
+
+from tests.webapp.browser_session import signed_in_page
 
 pytestmark = pytest.mark.browser
-
-CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking"]
 
 
 def _error_beside(page, name: str) -> str:
@@ -34,16 +33,7 @@ def _keep(page, tmp_path: Path, name: str) -> None:
 @pytest.mark.django_db(transaction=True)
 def test_four_bad_form_fields_show_four_errors_each_beside_its_field(live_server, roots, tmp_path):
     get_user_model().objects.create_user("alice", password="pw-alice-123")
-    page_errors: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        page = browser.new_page()
-        page.on("pageerror", lambda e: page_errors.append(str(e)))
-        page.route("**/favicon.ico", lambda route: route.fulfill(status=204))
-        page.goto(live_server.url + "/login/")
-        page.fill("input[name=username]", "alice")
-        page.fill("input[name=password]", "pw-alice-123")
-        page.click("button[type=submit]")
+    with signed_in_page(live_server.url, "alice", "pw-alice-123") as (page, page_errors):
         page.goto(live_server.url + "/experiments/new/")
         # the beginner form: the four fields are there without the expert switch
         page.fill("#experiment-name", "four bad values")
@@ -93,5 +83,4 @@ def test_four_bad_form_fields_show_four_errors_each_beside_its_field(live_server
         )
         assert items.nth(1).get_attribute("data-path") == "buffer.batch_sise"
         assert "unknown key 'batch_sise' (did you mean 'batch_size'?)" in items.nth(1).inner_text()
-        browser.close()
     assert page_errors == []
