@@ -71,7 +71,7 @@ def apply_group_advantages(
     if not experiences:
         return experiences
     rewards = torch.tensor([e.reward for e in experiences], dtype=torch.float32)
-    from rft_core.algorithms.step_advantages import turns_of
+    from rft_core.algorithms.turn_advantages import turns_of
 
     advantages, keep = advantage_fn.group(
         rewards,

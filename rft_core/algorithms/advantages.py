@@ -312,7 +312,7 @@ class AdvantageFn:
         **args: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Uniform call for group-level fns: always ``(advantages[B], keep[B])``. ``turns``
-        (``step_advantages.turns_of``) go to the fns that take them."""
+        (``turn_advantages.turns_of``) go to the fns that take them."""
         if self.level != "group":
             raise ValueError(f"advantage fn {self.name!r} is token-level; call it directly")
         if self.needs_turns:
@@ -324,11 +324,11 @@ class AdvantageFn:
 
 
 # the turn-level fns (step_wise_grpo, gigpo), raft's filter and clipb register themselves from
-# rft_core/algorithms/step_advantages.py, imported when the registry is first read
+# rft_core/algorithms/turn_advantages.py, imported when the registry is first read
 ADVANTAGE_FNS: Registry[AdvantageFn] = Registry(
     "advantage function",
     "algorithm.advantage_fn",
-    builtin_modules=("rft_core.algorithms.step_advantages",),
+    builtin_modules=("rft_core.algorithms.turn_advantages",),
 )
 
 
@@ -336,7 +336,7 @@ def register_advantage_fn(
     name: str, level: str, *, needs_values: bool = False, needs_turns: bool = False
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator for a user advantage fn; ``level`` is "group" or "token" (see module doc);
-    ``needs_turns``: a group fn that takes ``turns`` (``rft_core.algorithms.step_advantages``)."""
+    ``needs_turns``: a group fn that takes ``turns`` (``rft_core.algorithms.turn_advantages``)."""
     if level not in ("group", "token"):
         raise ValueError(f"advantage fn level must be 'group' or 'token', got {level!r}")
 

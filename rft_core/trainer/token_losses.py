@@ -33,12 +33,12 @@ from rft_core.algorithms.policy_losses import PolicyLoss
 from rft_core.algorithms.settings import AlgorithmSettings, accepted_args
 from rft_core.experience import Experience
 from rft_core.rollout_samples import SAMPLE_INFO_KEY, TRAINER_LOGPROBS_KEY
-from rft_core.trainer.advantages import step_advantages
 from rft_core.trainer.batching import MicroBatch, loss_weight, right_aligned
 from rft_core.trainer.critic import Critic
 from rft_core.trainer.forward import PolicyForward
 from rft_core.trainer.metrics import add_weighted
 from rft_core.trainer.step_masks import step_token_masks
+from rft_core.trainer.token_advantages import step_advantages
 
 
 def token_losses_backward(

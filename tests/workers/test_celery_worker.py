@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workers.tasks import add, database_name, ping
+from workers.diagnostics import add, database_name, ping
 
 
 def test_a_real_worker_executes_a_task_and_returns_its_result(celery_worker_queue):

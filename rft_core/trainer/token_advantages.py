@@ -22,7 +22,7 @@ import torch
 from rft_core.algorithms import advantages as adv
 from rft_core.algorithms.kl import apply_kl_penalty, kl_penalized_rewards
 from rft_core.algorithms.settings import AlgorithmSettings, accepted_args
-from rft_core.algorithms.step_advantages import turns_of
+from rft_core.algorithms.turn_advantages import turns_of
 from rft_core.errors import ConfigError
 from rft_core.experience import Experience
 from rft_core.trainer.batching import MicroBatch

@@ -1,4 +1,4 @@
-"""Hand-worked values of the round-2 advantage functions (rft_core/algorithms/step_advantages.py:
+"""Hand-worked values of the round-2 advantage functions (rft_core/algorithms/turn_advantages.py:
 step_wise_grpo, gigpo, raft, clipb) and of Clip_B's token filter (rft_core/trainer/step_masks.py),
 and the step-wise experiences a multi-turn workflow emits for them (one per turn, the episode's
 reward on each, its place in ``info``). The engine of the last test is test_multi_turn's
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rft_core.algorithms.advantages import get_advantage_fn
-from rft_core.algorithms.step_advantages import Turn, turns_of
+from rft_core.algorithms.turn_advantages import Turn, turns_of
 from rft_core.errors import ConfigError
 from rft_core.experience import Experience
 from rft_core.trainer.step_masks import clipb_keep
