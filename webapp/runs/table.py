@@ -169,6 +169,11 @@ def page_of(user, query: TableQuery):
     The database orders and counts the matching runs by id only (a sort of narrow rows, not
     of every column of every run), then the page's PAGE_SIZE runs are read by primary key."""
     ordered = run_rows(user, query).values_list("pk", flat=True)
+    if query.q:
+        # A search is a filter the planner cannot estimate (LIKE '%..%' OR ...): with a LIMIT
+        # PostgreSQL walks the primary key backwards testing every run (0.3 s at 10k runs);
+        # read every matching id in one pass instead and cut the page from it.
+        ordered = list(ordered)
     page = Paginator(ordered, PAGE_SIZE).get_page(query.page)
     ids = list(page.object_list)
     rows = (
