@@ -5,6 +5,7 @@ the field, another user gets a 404); tags in the API (``tags`` on a run, ``?tag=
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 import pytest
 from api_helpers import make_experiment, make_run, make_user, session_client, token_client
@@ -13,10 +14,12 @@ from django.test.utils import CaptureQueriesContext
 
 from webapp.audit.models import AuditEvent
 from webapp.audit.record import Actor
+from webapp.events.models import RunEvent
 from webapp.experiments.models import Tag
 from webapp.runs.annotations import set_run_tags
-from webapp.runs.models import MetricPoint, Run, RunStatus
+from webapp.runs.models import Run, RunStatus
 from webapp.runs.table import PAGE_SIZE
+from webapp.runs.telemetry import record_metrics
 
 pytestmark = pytest.mark.django_db
 
@@ -43,6 +46,12 @@ def runs(alice, bob):
     theirs = make_run(make_experiment(bob, "bob-secret"), number=1, status=RunStatus.SUCCEEDED)
     theirs.tags.add(Tag.objects.get(name="baseline"))
     return {"first": first, "second": second, "third": third, "theirs": theirs}
+
+
+def _metric_event(payload: dict, step: int) -> RunEvent:
+    at = datetime.fromtimestamp(1_733_150_000 + step, tz=UTC)
+    return RunEvent(run_key="k", stream_id=f"{step}-0", kind="metric", role="explorer",
+                    stage="", step=step, payload=payload, emitted_at=at)  # fmt: skip
 
 
 def _ids(response) -> list[int]:
@@ -89,10 +98,8 @@ def test_it_sorts_by_eval_accuracy_with_unknown_last(alice, runs):
 
 def test_it_shows_the_latest_reward_and_sorts_by_it(alice, runs):
     for run, values in ((runs["first"], (0.1, 0.7)), (runs["second"], (0.2, 0.3))):
-        for step, value in enumerate(values, start=1):
-            MetricPoint.objects.create(
-                run=run, name="rollout/reward/mean", step=step, wall_time=step, value=value
-            )
+        for step, value in enumerate(values, start=1):  # as the ingestor writes them
+            record_metrics(run, [_metric_event({"rollout/reward/mean": value}, step)])
     client = session_client(alice)
     body = client.get("/runs/?sort=-reward").content.decode()
     assert _ids(client.get("/runs/?sort=-reward")) == [

@@ -99,6 +99,12 @@ class Run(models.Model):
     )
     last_eval_accuracy = models.FloatField(null=True, blank=True)
     best_eval_accuracy = models.FloatField(null=True, blank=True)
+    latest_reward = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="the newest rollout/reward/mean (else critic/rewards/mean) point's value, "
+        "kept by the ingestor (webapp.runs.telemetry) for the runs table",
+    )
     tags = models.ManyToManyField("experiments.Tag", blank=True, related_name="runs")
     notes = models.TextField(blank=True, help_text="the owner's notes on the run")
     # a fork (webapp.runs.forks): the run and checkpoint it started from, at step fork_step

@@ -7,29 +7,40 @@ leading ``-`` reverses it) and ``?page=``; all of it is done by the database, a 
 PAGE_SIZE rows at a time, so the page costs the same at 10 runs and at 10,000. A filter value
 the page does not know answers 400 naming the parameter.
 
-The latest reward is read for the rows shown only: one index range scan per run and name
-(``metric_run_name_seq``, newest first) of ``REWARD_METRICS``, the explorer's mean reward first.
+The latest reward is the run's ``latest_reward`` column, which the ingestor keeps
+(``webapp.runs.telemetry.update_latest_reward``: the newest point of ``REWARD_METRICS``, the
+explorer's mean reward first), so neither the page nor the sort by reward reads metric points.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
+from html import escape  # what django.utils.html.escape does, without its lazy-text wrapper
 from urllib.parse import urlencode
 
 from django.core.paginator import Paginator
-from django.db.models import DurationField, Exists, ExpressionWrapper, F, OuterRef, Q, Subquery
+from django.db import connection
+from django.db.models import (
+    DurationField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    Func,
+    OuterRef,
+    Q,
+)
 from django.db.models.functions import Coalesce, Now
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET
 
 from webapp.experiments.models import Experiment, Tag
-from webapp.runs.models import MetricPoint, Run, RunStatus
+from webapp.runs.models import Run, RunStatus
 
 PAGE_SIZE = 50
-# the explorer's mean reward of a step's rollouts, then the trainer's (rft_core's names)
-REWARD_METRICS = ("rollout/reward/mean", "critic/rewards/mean")
 SORTS = {
     "created": ("id",),
     "experiment": ("experiment__name", "number"),
@@ -91,13 +102,31 @@ class TableQuery:
         return bool(self.status or self.tag or self.experiment or self.q)
 
 
-def _latest(name: str) -> Subquery:
-    newest = MetricPoint.objects.filter(run=OuterRef("pk"), name=name).order_by("-id")
-    return Subquery(newest.values("value")[:1])
+class _SqliteSeconds(Func):
+    """SQLite: ``end - start`` in seconds by the database's own functions (Django's datetime
+    subtraction on SQLite calls a Python function per row: 10k calls to sort 10k runs). Whole
+    seconds (``julianday`` of the text up to the seconds, rounded) and the fraction (the text
+    after them) are subtracted apart, so the result is exact to the microsecond as Django's
+    is."""
+
+    output_field = FloatField()
+
+    def as_sql(self, compiler, connection, **extra):
+        end, end_params = compiler.compile(self.source_expressions[0])
+        start, start_params = compiler.compile(self.source_expressions[1])
+        sql = (
+            f"(ROUND((julianday(substr({end}, 1, 19)) - julianday(substr({start}, 1, 19)))"
+            f" * 86400) + (CAST(substr({end}, 20) AS REAL) - CAST(substr({start}, 20) AS REAL)))"
+        )
+        return sql, (*end_params, *start_params, *end_params, *start_params)
 
 
-def latest_reward() -> Coalesce:
-    return Coalesce(*(_latest(name) for name in REWARD_METRICS))
+def _duration_expression():
+    """A run's duration, to sort by: (finished, else now) - (started, else created)."""
+    start, end = Coalesce("started_at", "created"), Coalesce("finished_at", Now())
+    if connection.vendor == "sqlite":
+        return _SqliteSeconds(end, start)
+    return ExpressionWrapper(end - start, output_field=DurationField())
 
 
 def run_rows(user, query: TableQuery):
@@ -111,22 +140,20 @@ def run_rows(user, query: TableQuery):
         runs = runs.filter(experiment_id=query.experiment)
     if query.q:
         q = query.q
-        tagged = Run.tags.through.objects.filter(run_id=OuterRef("pk"), tag__name__icontains=q)
+        # the runs of a matching tag, found once (not a correlated subquery per run)
+        tagged = Run.tags.through.objects.filter(tag__name__icontains=q).values("run_id")
         match = (
             Q(experiment__name__icontains=q)
             | Q(experiment__project__icontains=q)
             | Q(notes__icontains=q)
-            | Exists(tagged)
+            | Q(pk__in=tagged)
         )
         if q.lstrip("#").isdigit():
             match |= Q(number=int(q.lstrip("#")))
         runs = runs.filter(match)
     key = query.sort.lstrip("-")
-    if key == "reward":
-        runs = runs.annotate(latest_reward=latest_reward())
     if key == "duration":
-        start, end = Coalesce("started_at", "created"), Coalesce("finished_at", Now())
-        runs = runs.annotate(duration=ExpressionWrapper(end - start, output_field=DurationField()))
+        runs = runs.annotate(duration=_duration_expression())
     descending = query.sort.startswith("-")
     order = []
     for name in SORTS[key]:
@@ -137,24 +164,30 @@ def run_rows(user, query: TableQuery):
 
 
 def page_of(user, query: TableQuery):
-    """The page of rows to show: runs with their experiment, owner, tags and latest reward."""
+    """The page of rows to show: runs with their experiment, owner and tags.
+
+    The database orders and counts the matching runs by id only (a sort of narrow rows, not
+    of every column of every run), then the page's PAGE_SIZE runs are read by primary key."""
+    ordered = run_rows(user, query).values_list("pk", flat=True)
+    if query.q:
+        # A search is a filter the planner cannot estimate (LIKE '%..%' OR ...): with a LIMIT
+        # PostgreSQL walks the primary key backwards testing every run (0.3 s at 10k runs);
+        # read every matching id in one pass instead and cut the page from it.
+        ordered = list(ordered)
+    page = Paginator(ordered, PAGE_SIZE).get_page(query.page)
+    ids = list(page.object_list)
     rows = (
-        run_rows(user, query)
+        Run.objects.filter(pk__in=ids)
         .select_related("experiment__owner")
         .defer("config_yaml", "config", "experiment__config_yaml", "experiment__config")
     )
-    page = Paginator(rows, PAGE_SIZE).get_page(query.page)
-    ids = [run.pk for run in page.object_list]
-    shown = (
-        Run.objects.filter(pk__in=ids).annotate(reward=latest_reward()).values_list("pk", "reward")
-    )
-    rewards = dict(shown)
+    by_pk = {run.pk: run for run in rows}
+    page.object_list = [by_pk[pk] for pk in ids if pk in by_pk]
     tags: dict[int, list[str]] = {pk: [] for pk in ids}
     links = Run.tags.through.objects.filter(run_id__in=ids).order_by("tag__name")
     for run_id, name in links.values_list("run_id", "tag__name"):
         tags[run_id].append(name)
     for run in page.object_list:
-        run.latest_reward = rewards.get(run.pk)
         run.tag_names = tags[run.pk]
         run.duration = run_duration(run)
     return page
@@ -191,23 +224,49 @@ def _headers(query: TableQuery) -> list[dict]:
     return out
 
 
+def tag_names(user) -> list[str]:
+    """The names of the tags on runs ``user`` may see, sorted: one EXISTS probe per tag (the
+    tags are few), not a DISTINCT over every tagged run."""
+    if user is None or not user.is_authenticated:
+        return []
+    tagged = Run.tags.through.objects.filter(tag_id=OuterRef("pk"))
+    if not user.is_staff:  # Run.objects.visible_to, as a join the probe stops at
+        tagged = tagged.filter(run__experiment__owner=user)
+    return list(Tag.objects.filter(Exists(tagged)).order_by("name").values_list("name", flat=True))
+
+
+def _options(choices, selected) -> str:
+    """``<option>``s of (value, label) pairs, the one equal to ``selected`` selected: written
+    here in one pass rather than by a template loop (a user may own thousands of experiments)."""
+    return mark_safe(
+        "".join(
+            f'<option value="{escape(str(value))}"{" selected" if value == selected else ""}>'
+            f"{escape(str(label))}</option>"
+            for value, label in choices
+        )
+    )
+
+
+def filter_options(user, query: TableQuery) -> dict[str, str]:
+    """The filter form's tag and experiment ``<option>``s (after the "all" option)."""
+    experiments = Experiment.objects.visible_to(user).order_by("name").values_list("pk", "name")
+    return {
+        "tag_options": _options(((t, t) for t in tag_names(user)), query.tag),
+        "experiment_options": _options(experiments, query.experiment),
+    }
+
+
 @require_GET
 def runs_table(request: HttpRequest) -> HttpResponse:
     user = request.user
-    visible = Experiment.objects.visible_to(user)
-    context = {
-        "statuses": RunStatus.values,
-        "experiments": visible.order_by("name").values_list("pk", "name"),
-        "tags": Tag.objects.filter(runs__in=Run.objects.visible_to(user))
-        .order_by("name")
-        .values_list("name", flat=True)
-        .distinct(),
-    }
+    context = {"statuses": RunStatus.values}
     try:
         query = TableQuery.from_request(request)
     except BadFilter as err:
+        context.update(filter_options(user, TableQuery()))
         context.update(query=TableQuery(), error=str(err), headers=_headers(TableQuery()))
         return render(request, "runs/list.html", context, status=400)
+    context.update(filter_options(user, query))
     page = page_of(user, query)
     for run in page.object_list:
         run.duration_text = duration_text(run.duration)

@@ -10,6 +10,13 @@ for the first time, inside that transaction, so a replayed stream adds nothing t
 Eval accuracy comes from the explorer's ``eval/<taskset>/accuracy/mean@<k>`` metrics
 (``rft_core.workflows.metrics.eval_metrics``; the reward part ``accuracy`` of ``math_reward``).
 With several eval tasksets an eval's figure is the mean over them.
+
+The latest reward (``Run.latest_reward``, the runs table's reward column) is the value of the
+newest ``rollout/reward/mean`` point (the explorer's mean reward of a step's rollouts), else
+of the newest ``critic/rewards/mean`` (the trainer's), ``REWARD_METRICS`` in that order; it is
+recomputed by the database (``latest_reward()``, two index range scans of
+``metric_run_name_seq``) whenever a batch of points holds one of those names, so the table
+reads a column instead of computing it per row and sorts on it.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
-from django.db.models import F, Value
+from django.db.models import F, OuterRef, Subquery, Value
 from django.db.models.functions import Coalesce, Greatest
 
 from webapp.runs.live import publish_run
@@ -30,6 +37,8 @@ log = logging.getLogger(__name__)
 
 EVAL_ACCURACY_RE = re.compile(r"^eval/(?P<taskset>.+)/accuracy/mean@(?P<k>\d+)$")
 NAME_MAX = MetricPoint._meta.get_field("name").max_length
+# the explorer's mean reward of a step's rollouts, then the trainer's (rft_core's names)
+REWARD_METRICS = ("rollout/reward/mean", "critic/rewards/mean")
 
 
 class EventLike(Protocol):
@@ -95,7 +104,27 @@ def record_metrics(run: Run, events: Iterable[EventLike]) -> list[MetricPoint]:
     MetricPoint.objects.bulk_create(points)
     if last_accuracy is not None:
         _update_accuracy(run, last_accuracy, best_accuracy)
+    if any(point.name in REWARD_METRICS for point in points):
+        update_latest_reward(Run.objects.filter(pk=run.pk))
+        run.refresh_from_db(fields=["latest_reward"])
     return points
+
+
+def _newest(name: str) -> Subquery:
+    newest = MetricPoint.objects.filter(run=OuterRef("pk"), name=name).order_by("-id")
+    return Subquery(newest.values("value")[:1])
+
+
+def latest_reward() -> Coalesce:
+    """The latest reward of a run (an expression over ``Run`` rows): the newest point of the
+    first of ``REWARD_METRICS`` that has a non-null newest value."""
+    return Coalesce(*(_newest(name) for name in REWARD_METRICS))
+
+
+def update_latest_reward(runs) -> int:
+    """Recompute ``latest_reward`` of ``runs`` (a ``Run`` queryset) from their points, in one
+    UPDATE; returns the number of runs."""
+    return runs.update(latest_reward=latest_reward())
 
 
 def _update_accuracy(run: Run, last: float, best: float) -> None:
