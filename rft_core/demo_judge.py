@@ -58,15 +58,22 @@ JUDGE_STEPS = 400
 JUDGE_BATCH = 32
 JUDGE_LR = 2e-3
 JUDGE_WARMUP = 20
-# the reply is at most 31 characters plus <|im_end|>; the demo config gives the judge 40 tokens
-JUDGE_MAX_RESPONSE_TOKENS = 40
+# the reply: at most 61 characters for the demo's answers (3 digits at most), 105 for four
+# answers of final_answer's 12 characters, plus <|im_end|>; the demo config gives the judge 112
+JUDGE_MAX_RESPONSE_TOKENS = 112
 
 
 def judge_reply(problem: Problem, answers: list[str]) -> str:
-    """What a correct judge writes: the digit-wise sum, the sum, one 0/1 score per answer."""
+    """What a correct judge writes: the digit-wise sum, the sum, each answer copied beside its
+    0/1 (``i:answer=score``: the comparison sits next to the sum, not 30 tokens away), then the
+    list of scores ``ruler.py`` parses (the reply's last ``[...]``)."""
     (a1, a0), (b1, b0), c = divmod(problem.a, 10), divmod(problem.b, 10), problem.carry
-    scores = ", ".join("1" if a == str(problem.result) else "0" for a in answers)
-    return f"{a0}+{b0}={a0 + b0} {a1}+{b1}+{c}={a1 + b1 + c} {problem.result} [{scores}]"
+    marks = ["1" if a == str(problem.result) else "0" for a in answers]
+    calls = " ".join(f"{i + 1}:{a}={m}" for i, (a, m) in enumerate(zip(answers, marks, strict=True)))
+    return (
+        f"{a0}+{b0}={a0 + b0} {a1}+{b1}+{c}={a1 + b1 + c} {problem.result} {calls} "
+        f"[{', '.join(marks)}]"
+    )
 
 
 def candidate_answer(problem: Problem, rng: random.Random) -> str:
@@ -84,6 +91,23 @@ def candidate_answer(problem: Problem, rng: random.Random) -> str:
     if kind < 0.92:
         swapped = str(s)[::-1].lstrip("0") or "0"
         return swapped if swapped != str(s) else str(s + 1)
+    return "-"
+
+
+def policy_like_answer(problem: Problem, rng: random.Random) -> str:
+    """An answer drawn like a warmed-up demo policy's group (the held-out check's mix, not the
+    training mix): right 45%, the carry left out 25% (tens off by 10 where there is no carry),
+    off by one 12%, a random number 10%, no answer 8%."""
+    s = problem.result
+    kind = rng.random()
+    if kind < 0.45:
+        return str(s)
+    if kind < 0.70:
+        return str(s - 10) if problem.carry else str(s + rng.choice([-10, 10]))
+    if kind < 0.82:
+        return str(s + rng.choice([-1, 1]))
+    if kind < 0.92:
+        return str(rng.randint(20, 198))
     return "-"
 
 
@@ -159,3 +183,60 @@ def _encode(tokenizer, messages: list[dict]) -> tuple[list[int], int]:
     start = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
     full = prompt + messages[-1]["content"] + "<|im_end|>"
     return tokenizer(full, add_special_tokens=False)["input_ids"], start
+
+
+def measure_judge(
+    model: Any,
+    tokenizer: Any,
+    problems: list[Problem],
+    *,
+    groups: int = 200,
+    seed: int = 7,
+    draw: Callable[[Problem, random.Random], str] = policy_like_answer,
+) -> dict[str, float]:
+    """Greedy replies of the judge to ``groups`` groups of :data:`GROUP_SIZE` answers (``draw``:
+    :func:`policy_like_answer` unless given) on questions drawn from ``problems`` (held-out ones
+    for a fair check): ``parsed`` (share of replies ``parse_ruler_scores`` reads) and
+    ``agreement`` (share of answers, over all groups, whose call - score >= 0.5 - matches the
+    truth; a reply that does not parse counts as wrong on all its answers)."""
+    import torch
+
+    from rft_core.workflows.ruler import parse_ruler_scores, ruler_messages
+
+    rng = random.Random(f"judge-check-{seed}")
+    drawn = []
+    for problem in rng.sample(problems, groups):
+        drawn.append((problem, [draw(problem, rng) for _ in range(GROUP_SIZE)]))
+    texts = [
+        tokenizer.apply_chat_template(
+            ruler_messages(
+                p.question,
+                [f"<answer>{a}</answer>" if a != "-" else "" for a in answers],
+                prompt=JUDGE_PROMPT,
+            ),
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        for p, answers in drawn
+    ]
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    try:
+        batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    finally:
+        tokenizer.padding_side = side
+    model.eval()
+    with torch.no_grad():
+        out = model.generate(
+            **batch, max_new_tokens=JUDGE_MAX_RESPONSE_TOKENS, do_sample=False
+        )
+    parsed = agreed = 0
+    for (problem, answers), row in zip(drawn, out, strict=True):
+        reply = tokenizer.decode(row[batch["input_ids"].shape[1] :], skip_special_tokens=True)
+        scores = parse_ruler_scores(reply, GROUP_SIZE)
+        if scores is None:
+            continue
+        parsed += 1
+        right = str(problem.result)
+        agreed += sum((x >= 0.5) == (a == right) for a, x in zip(answers, scores, strict=True))
+    return {"parsed": parsed / groups, "agreement": agreed / (groups * GROUP_SIZE)}

@@ -3,17 +3,19 @@ correct judge's reply is the digit-wise sum and one 0/1 score per answer in the 
 ``ruler.py`` parses, the prompt shows each answer's final ``<answer>`` only, and the rows are the
 same bytes for the same seed."""
 
-from rft_core.demo import Problem
-from rft_core.demo_judge import GROUP_SIZE, JUDGE_PROMPT, judge_reply, judge_rows
+import pytest
+
+from rft_core.demo import Problem, build_demo, split_problems
+from rft_core.demo_judge import GROUP_SIZE, JUDGE_PROMPT, judge_reply, judge_rows, measure_judge
 from rft_core.workflows.ruler import final_answer, parse_ruler_scores, ruler_messages
 
 
 def test_a_correct_judge_scores_the_computed_sum_by_hand():
     # 37 + 48: ones 7+8=15 carry 1, tens 3+4+1=8 -> 85; 75 drops the carry, "-" is no answer
     reply = judge_reply(Problem(37, 48), ["85", "75", "85", "-"])
-    assert reply == "7+8=15 3+4+1=8 85 [1, 0, 1, 0]"
+    assert reply == "7+8=15 3+4+1=8 85 1:85=1 2:75=0 3:85=1 4:-=0 [1, 0, 1, 0]"
     assert parse_ruler_scores(reply, 4) == [1.0, 0.0, 1.0, 0.0]
-    assert judge_reply(Problem(20, 31), ["51", "15"]) == "0+1=1 2+3+0=5 51 [1, 0]"
+    assert judge_reply(Problem(20, 31), ["51", "15"]) == "0+1=1 2+3+0=5 51 1:51=1 2:15=0 [1, 0]"
 
 
 def test_the_judge_reads_only_each_answers_final_answer():
@@ -40,3 +42,54 @@ def test_the_judge_rows_are_the_same_for_a_seed_and_hold_right_and_wrong_answers
         assert reply == judge_reply(Problem(a, b), answers)  # the truth-free prompt's reply
         scores += parse_ruler_scores(reply, GROUP_SIZE)
     assert 0.25 < sum(scores) / len(scores) < 0.5  # both kinds, so the judge must compare
+
+
+@pytest.fixture(scope="module")
+def built_judge(tmp_path_factory):
+    """The demo judge as ``trinity init-demo --judge`` builds it (trained once for the module)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    paths = build_demo(tmp_path_factory.mktemp("demo"), judge=True)
+    return (
+        AutoModelForCausalLM.from_pretrained(paths.judge_dir),
+        AutoTokenizer.from_pretrained(paths.judge_dir),
+    )
+
+
+# Measured 2026-12-05, 200 held-out questions x 4 answers drawn like a warmed-up policy's groups
+# (policy_like_answer), greedy, per PyTorch CPU kernel path (the judge trained under each):
+# see AGREEMENT_FIGURES in rft_core/demo_judge.py. The floor sits well under the lowest.
+AGREEMENT_FLOOR = 0.85
+
+
+def test_the_trained_judge_agrees_with_the_truth_on_held_out_answer_sets(built_judge):
+    model, tokenizer = built_judge
+    _, held_out = split_problems(0)
+    result = measure_judge(model, tokenizer, held_out, groups=200)
+    assert result["parsed"] >= 0.95, result
+    assert result["agreement"] >= AGREEMENT_FLOOR, result
+    # and it reads the answers: the same questions, every answer wrong, get (nearly) all 0
+    wrong = measure_judge(
+        model, tokenizer, held_out, groups=50, draw=lambda p, rng: str(p.result + 10)
+    )
+    assert wrong["agreement"] >= AGREEMENT_FLOOR, wrong
+
+
+def test_the_judge_config_without_the_judge_stops_with_one_line_naming_it(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from rft_core.config import load_config
+    from rft_core.errors import ConfigError
+    from rft_core.launcher import preflight
+
+    demo = build_demo(tmp_path / "demo")  # the default: no judge
+    monkeypatch.setenv("RFT_DEMO_DIR", str(demo.root))
+    monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path / "ckpt"))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    config = Path(__file__).resolve().parents[2] / "examples" / "demo" / "judge_ruler_demo.yaml"
+    with pytest.raises(ConfigError) as info:
+        preflight(load_config(config))
+    message = str(info.value)
+    assert message.startswith("explorer.auxiliary_models[0].model_path: "), message
+    assert "run `trinity init-demo --judge`" in message and "\n" not in message
+    assert "model.model_path" not in message  # the policy is there
