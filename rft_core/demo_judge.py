@@ -17,27 +17,39 @@ The judge's conversation is :data:`JUDGE_PROMPT` (a config repeats it as
 sends it. The template shows each answer's ``{answers}`` field (the text of the response's last
 ``<answer>…</answer>``; ``-`` when there is none) rather than the whole worked response: the demo
 model reads one token per character, and four full responses would quadruple the judge's
-training cost. The judge's reply, for ``What is 37 + 48?`` and answers 85, 75, 85, 8::
+training cost. The judge's reply, for ``What is 37 + 48?`` and answers 85, 75, 85, none::
 
-    7+8=15 3+4+1=8 85 [1, 0, 1, 0]
+    7+8=15 3+4+1=8 85 1:85=1 2:75=0 3:85=1 4:-=0 [1, 0, 1, 0]
 
 — the same digit-wise steps the policy's warmup uses (without them the model does not learn
-2-digit addition in minutes), the sum, then the list: 1 for an answer equal to the sum, else 0.
+2-digit addition in minutes), the sum, then each answer copied beside its call (``i:answer=0/1``),
+then the list ``ruler.py`` parses (the reply's last ``[...]``). The copies keep each comparison
+local: the answer being called stands next to the sum. The earlier reply, the sum then the bare
+list (``85 [1, 0, 1, 0]``), made the model match list position i to prompt line i and compare it
+with the sum 30 tokens away in one step; after 300 steps it had learned the format, not the
+comparison (its calls matched the truth on 66% of answers drawn like its training mix and 48%,
+chance, on half-right policy-like sets).
 
 Training (:func:`train_judge`): the demo model's random initialisation (seed of the demo), then
 :data:`JUDGE_STEPS` AdamW steps of :data:`JUDGE_BATCH` generated groups (loss on the reply only,
-learning rate warmed up then cosine to zero), on the CPU with a fixed seed. The groups'
-candidate answers are drawn to make the judge compare, not guess: the sum, the sum without the
-carry, the sum off by one in either digit, a random number, the digits swapped, or no answer.
-The data are the same bytes for the same seed; the weights are deterministic for one CPU kernel
-path, and fp32 rounding differs a little across kernel paths.
+learning rate :data:`JUDGE_LR` warmed up over :data:`JUDGE_WARMUP` steps then cosine to zero), on
+the CPU with a fixed seed. The groups' candidate answers are drawn to make the judge compare, not
+guess: the sum, the sum without the carry, the sum off by one in either digit, a random number,
+the digits swapped, or no answer. The data are the same bytes for the same seed; the weights are
+deterministic for one CPU kernel path, and fp32 rounding differs a little across kernel paths.
+The judge dir holds ``judge.json`` with :data:`JUDGE_RECIPE`; ``init-demo --judge`` retrains a
+judge of another recipe.
 
-Status: built by ``trinity init-demo --judge`` (opt-in). Measured once (300 steps of 32 at lr
-2e-3, greedy, 200 held-out questions x 4 answers): every reply parsed, but the calls matched the
-truth on only 66% of answers drawn like the training mix and 48% of sloppy-policy-like ones: it
-learns the format, not yet the sum. The step count and recipe are to be tuned (and checked on
-each CPU kernel path) before ``examples/demo/judge_ruler_demo.yaml`` uses it; that config still
-uses the untrained demo model as its judge (plumbing only, README).
+:func:`measure_judge` is the check: greedy replies to held-out questions with groups drawn like a
+warmed-up policy's (:func:`policy_like_answer`: right, the carry left out, off by one, random,
+none), the share of replies parsed and of answers called as the truth does
+(``tests/core/test_judge_demo.py``; the same figure a run logs as
+``rollout/judge_agreement/mean``).
+
+Status (2026-12-05): the recipe above (local reply, 300 steps of 32 at lr 3e-3) was being
+measured on the three CPU kernel paths when the session ended on a 2-core machine shared by
+several jobs (load 20+, a training step took tens of seconds); its agreement figures and
+``init-demo --judge``'s time on one quiet core are not measured yet (README, "LLM judges").
 """
 
 from __future__ import annotations
@@ -54,10 +66,13 @@ if TYPE_CHECKING:
 # `{answers}`: one "i: answer" line per response (rft_core.workflows.ruler). Short on purpose.
 JUDGE_PROMPT = "{question}\n{answers}\nScores:"
 GROUP_SIZE = 4  # the demo config's repeat_times
-JUDGE_STEPS = 400
+JUDGE_STEPS = 300
 JUDGE_BATCH = 32
-JUDGE_LR = 2e-3
+JUDGE_LR = 3e-3
 JUDGE_WARMUP = 20
+# bump when the reply format or the training changes: `init-demo --judge` retrains an older judge
+JUDGE_RECIPE = 2
+JUDGE_STAMP = "judge.json"  # in the judge dir: {"recipe": JUDGE_RECIPE}
 # the reply: at most 61 characters for the demo's answers (3 digits at most), 105 for four
 # answers of final_answer's 12 characters, plus <|im_end|>; the demo config gives the judge 112
 JUDGE_MAX_RESPONSE_TOKENS = 112
@@ -69,7 +84,9 @@ def judge_reply(problem: Problem, answers: list[str]) -> str:
     list of scores ``ruler.py`` parses (the reply's last ``[...]``)."""
     (a1, a0), (b1, b0), c = divmod(problem.a, 10), divmod(problem.b, 10), problem.carry
     marks = ["1" if a == str(problem.result) else "0" for a in answers]
-    calls = " ".join(f"{i + 1}:{a}={m}" for i, (a, m) in enumerate(zip(answers, marks, strict=True)))
+    calls = " ".join(
+        f"{i + 1}:{a}={m}" for i, (a, m) in enumerate(zip(answers, marks, strict=True))
+    )
     return (
         f"{a0}+{b0}={a0 + b0} {a1}+{b1}+{c}={a1 + b1 + c} {problem.result} {calls} "
         f"[{', '.join(marks)}]"
@@ -227,9 +244,7 @@ def measure_judge(
         tokenizer.padding_side = side
     model.eval()
     with torch.no_grad():
-        out = model.generate(
-            **batch, max_new_tokens=JUDGE_MAX_RESPONSE_TOKENS, do_sample=False
-        )
+        out = model.generate(**batch, max_new_tokens=JUDGE_MAX_RESPONSE_TOKENS, do_sample=False)
     parsed = agreed = 0
     for (problem, answers), row in zip(drawn, out, strict=True):
         reply = tokenizer.decode(row[batch["input_ids"].shape[1] :], skip_special_tokens=True)

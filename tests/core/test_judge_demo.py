@@ -1,12 +1,23 @@
-"""The demo judge's data and prompt (``rft_core.demo_judge``, ``trinity init-demo --judge``): a
-correct judge's reply is the digit-wise sum and one 0/1 score per answer in the list form
-``ruler.py`` parses, the prompt shows each answer's final ``<answer>`` only, and the rows are the
-same bytes for the same seed."""
+"""The demo judge (``rft_core.demo_judge``, ``trinity init-demo --judge``): a correct judge's
+reply is the digit-wise sum, each answer copied beside its 0/1, and the list ``ruler.py`` parses;
+the prompt shows each answer's final ``<answer>`` only; the rows are the same bytes for the same
+seed; the judge as built agrees with the truth on held-out, policy-like answer sets; and the
+judge config without a built judge stops before the run with one line that says how to build it."""
+
+import json
 
 import pytest
 
 from rft_core.demo import Problem, build_demo, split_problems
-from rft_core.demo_judge import GROUP_SIZE, JUDGE_PROMPT, judge_reply, judge_rows, measure_judge
+from rft_core.demo_judge import (
+    GROUP_SIZE,
+    JUDGE_PROMPT,
+    JUDGE_RECIPE,
+    JUDGE_STAMP,
+    judge_reply,
+    judge_rows,
+    measure_judge,
+)
 from rft_core.workflows.ruler import final_answer, parse_ruler_scores, ruler_messages
 
 
@@ -50,15 +61,18 @@ def built_judge(tmp_path_factory):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     paths = build_demo(tmp_path_factory.mktemp("demo"), judge=True)
+    assert json.loads((paths.judge_dir / JUDGE_STAMP).read_text()) == {"recipe": JUDGE_RECIPE}
     return (
         AutoModelForCausalLM.from_pretrained(paths.judge_dir),
         AutoTokenizer.from_pretrained(paths.judge_dir),
     )
 
 
-# Measured 2026-12-05, 200 held-out questions x 4 answers drawn like a warmed-up policy's groups
-# (policy_like_answer), greedy, per PyTorch CPU kernel path (the judge trained under each):
-# see AGREEMENT_FIGURES in rft_core/demo_judge.py. The floor sits well under the lowest.
+# Agreement on 200 held-out questions x 4 answers drawn like a warmed-up policy's groups
+# (policy_like_answer), greedy. The goal is 0.90 on each PyTorch CPU kernel path (the judge
+# trained under each: ATEN_CPU_CAPABILITY=default / avx2 / avx512). PROVISIONAL: the floor is
+# not yet checked against measured figures (the 2026-12-05 measurement did not finish on the
+# shared 2-core machine; README, "LLM judges"); set it under the lowest path with margin.
 AGREEMENT_FLOOR = 0.85
 
 

@@ -191,5 +191,11 @@ def test_the_judge_demo_config_passes_the_check_without_a_warning(caplog, monkey
     assert ts.default_workflow_type == "math_ruler_workflow"
     # the trained demo judge (trinity init-demo --judge), beside the demo policy
     judge = cfg.explorer.auxiliary_models[0].model_path
-    assert judge.endswith("/judge") and judge.rsplit("/", 1)[0] == cfg.model.model_path.rsplit("/", 1)[0]
-    assert ts.workflow_args["judge_prompt"] == JUDGE_PROMPT and cfg.algorithm.repeat_times == GROUP_SIZE
+    assert (
+        judge.endswith("/judge")
+        and judge.rsplit("/", 1)[0] == cfg.model.model_path.rsplit("/", 1)[0]
+    )
+    assert (
+        ts.workflow_args["judge_prompt"] == JUDGE_PROMPT
+        and cfg.algorithm.repeat_times == GROUP_SIZE
+    )
