@@ -389,7 +389,7 @@ def build_demo(
         rewrite,
     )
     if judge:
-        from rft_core.demo_judge import JUDGE_RECIPE, JUDGE_STAMP, train_judge
+        from rft_core.demo_judge import JUDGE_RECIPE, JUDGE_STAMP, judge_is_current, train_judge
 
         def train_judge_into(d: Path) -> None:
             train_judge(
@@ -403,8 +403,7 @@ def build_demo(
             (d / JUDGE_STAMP).write_text(json.dumps({"recipe": JUDGE_RECIPE}) + "\n")
 
         # a judge of an older recipe (another reply format or training) is trained again
-        stamp = paths.judge_dir / JUDGE_STAMP
-        stale = not stamp.is_file() or json.loads(stamp.read_text()).get("recipe") != JUDGE_RECIPE
+        stale = not judge_is_current(paths.judge_dir)
         _install_dir(
             paths.judge_dir, (*MODEL_FILES, JUDGE_STAMP), train_judge_into, rewrite or stale
         )

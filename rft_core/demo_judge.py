@@ -78,6 +78,16 @@ JUDGE_STAMP = "judge.json"  # in the judge dir: {"recipe": JUDGE_RECIPE}
 JUDGE_MAX_RESPONSE_TOKENS = 112
 
 
+def judge_is_current(judge_dir: Path) -> bool:
+    """Whether ``judge_dir`` holds a judge of this :data:`JUDGE_RECIPE` (its ``judge.json``)."""
+    import json
+
+    try:
+        return json.loads((judge_dir / JUDGE_STAMP).read_text()).get("recipe") == JUDGE_RECIPE
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def judge_reply(problem: Problem, answers: list[str]) -> str:
     """What a correct judge writes: the digit-wise sum, the sum, each answer copied beside its
     0/1 (``i:answer=score``: the comparison sits next to the sum, not 30 tokens away), then the

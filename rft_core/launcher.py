@@ -116,6 +116,14 @@ def preflight(cfg: Any, check_model: bool = True) -> RunDatasets:
                         ),
                     )
                 )
+            elif _is_demo_judge_path(aux_path) and not _demo_judge_is_current(aux_path):
+                problems.append(
+                    (
+                        f"explorer.auxiliary_models[{i}].model_path",
+                        f"{aux.model_path!r} holds a demo judge of an older recipe; run "
+                        "`trinity init-demo --judge` to train the current one",
+                    )
+                )
     datasets, data_problems = read_run_datasets(cfg)
     problems.extend(("", message) for message in data_problems)  # messages name the YAML path
     problems.extend(_experience_buffer_problems(cfg))
@@ -156,6 +164,12 @@ def _is_demo_judge_path(path: Path) -> bool:
 
     parent = path.parent
     return path.name == "judge" and (not parent.exists() or (parent / MARKER_NAME).is_file())
+
+
+def _demo_judge_is_current(path: Path) -> bool:
+    from rft_core.demo_judge import judge_is_current
+
+    return judge_is_current(path)
 
 
 def dry_run_checks(cfg: Any) -> list[str]:

@@ -5,6 +5,7 @@ seed; the judge as built agrees with the truth on held-out, policy-like answer s
 judge config without a built judge stops before the run with one line that says how to build it."""
 
 import json
+import shutil
 
 import pytest
 
@@ -107,3 +108,11 @@ def test_the_judge_config_without_the_judge_stops_with_one_line_naming_it(tmp_pa
     assert message.startswith("explorer.auxiliary_models[0].model_path: "), message
     assert "run `trinity init-demo --judge`" in message and "\n" not in message
     assert "model.model_path" not in message  # the policy is there
+    # a judge dir from before the current recipe (no judge.json: the first reply format) is
+    # refused too, rather than judging with the old judge
+    shutil.copytree(demo.model_dir, demo.judge_dir)
+    with pytest.raises(ConfigError) as info:
+        preflight(load_config(config))
+    message = str(info.value)
+    assert message.startswith("explorer.auxiliary_models[0].model_path: "), message
+    assert "holds a demo judge of an older recipe; run `trinity init-demo --judge`" in message
