@@ -49,7 +49,9 @@ none), the share of replies parsed and of answers called as the truth does
 Status (2026-12-05): not yet a judge that judges. Measured once (avx512 path, greedy, 200
 held-out questions x 4 answers): every reply parsed, but the calls matched the truth on 0.505 of
 policy-like answers and 0.62 of training-mix ones; the sum was right in 30% of groups: 300 steps
-teach the form, not the addition under it. Training cost: 1.1 CPU-seconds a step on one thread
+teach the form, not the addition under it; 200 more steps (500 in all) gave 0.56 / 0.63, the
+sum right in 61% of groups but the calls following the judge's own sum only 60% of the time
+(the comparison is not learned either). Training cost: 1.1 CPU-seconds a step on one thread
 (process time), about 5.5 minutes for the 300 steps on one quiet core. README, "LLM judges".
 """
 
