@@ -92,8 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--judge",
         action="store_true",
-        help="also train the demo judge (var/demo/judge: the tiny model taught on the CPU to "
-        "judge the arithmetic answers; rft_core/demo_judge.py)",
+        help="also train the demo judge (var/demo/judge: the tiny model taught on the CPU, in "
+        "minutes, to judge the arithmetic answers; rft_core/demo_judge.py); "
+        "examples/demo/judge_ruler_demo.yaml needs it",
     )
     demo.add_argument(
         "--synthetic",

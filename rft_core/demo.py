@@ -341,8 +341,9 @@ def build_demo(
 ) -> DemoPaths:
     """Write the demo under ``out_dir`` (missing files only, or every demo file with ``force``).
 
-    ``judge``: also train the demo judge (``rft_core.demo_judge``: 400 training steps on the
-    CPU, so off unless asked for; the other demos and most tests do not need it).
+    ``judge``: also train the demo judge (``rft_core.demo_judge``: minutes of training on the
+    CPU, so off unless asked for; only ``examples/demo/judge_ruler_demo.yaml`` needs it). A judge
+    dir whose ``judge.json`` names another recipe than ``demo_judge.JUDGE_RECIPE`` is rebuilt.
 
     Raises DataError when ``out_dir`` is a non-empty directory that is not a demo directory, or
     a demo directory built with another seed, and ``force`` is not set.
@@ -388,7 +389,7 @@ def build_demo(
         rewrite,
     )
     if judge:
-        from rft_core.demo_judge import train_judge
+        from rft_core.demo_judge import JUDGE_RECIPE, JUDGE_STAMP, judge_is_current, train_judge
 
         def train_judge_into(d: Path) -> None:
             train_judge(
@@ -399,8 +400,13 @@ def build_demo(
                 build_model=build_model,
                 save_model=_save_model,
             )
+            (d / JUDGE_STAMP).write_text(json.dumps({"recipe": JUDGE_RECIPE}) + "\n")
 
-        _install_dir(paths.judge_dir, MODEL_FILES, train_judge_into, rewrite)
+        # a judge of an older recipe (another reply format or training) is trained again
+        stale = not judge_is_current(paths.judge_dir)
+        _install_dir(
+            paths.judge_dir, (*MODEL_FILES, JUDGE_STAMP), train_judge_into, rewrite or stale
+        )
     # last when rewriting: a rebuild interrupted halfway still carries the old marker, is redone
     _install(paths.marker_path, write_marker, overwrite=rewrite)
     return paths

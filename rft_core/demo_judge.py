@@ -17,27 +17,42 @@ The judge's conversation is :data:`JUDGE_PROMPT` (a config repeats it as
 sends it. The template shows each answer's ``{answers}`` field (the text of the response's last
 ``<answer>…</answer>``; ``-`` when there is none) rather than the whole worked response: the demo
 model reads one token per character, and four full responses would quadruple the judge's
-training cost. The judge's reply, for ``What is 37 + 48?`` and answers 85, 75, 85, 8::
+training cost. The judge's reply, for ``What is 37 + 48?`` and answers 85, 75, 85, none::
 
-    7+8=15 3+4+1=8 85 [1, 0, 1, 0]
+    7+8=15 3+4+1=8 85 1:85=1 2:75=0 3:85=1 4:-=0 [1, 0, 1, 0]
 
 — the same digit-wise steps the policy's warmup uses (without them the model does not learn
-2-digit addition in minutes), the sum, then the list: 1 for an answer equal to the sum, else 0.
+2-digit addition in minutes), the sum, then each answer copied beside its call (``i:answer=0/1``),
+then the list ``ruler.py`` parses (the reply's last ``[...]``). The copies keep each comparison
+local: the answer being called stands next to the sum. The earlier reply, the sum then the bare
+list (``85 [1, 0, 1, 0]``), made the model match list position i to prompt line i and compare it
+with the sum 30 tokens away in one step; after 300 steps it had learned the format, not the
+comparison (its calls matched the truth on 66% of answers drawn like its training mix and 48%,
+chance, on half-right policy-like sets).
 
 Training (:func:`train_judge`): the demo model's random initialisation (seed of the demo), then
 :data:`JUDGE_STEPS` AdamW steps of :data:`JUDGE_BATCH` generated groups (loss on the reply only,
-learning rate warmed up then cosine to zero), on the CPU with a fixed seed. The groups'
-candidate answers are drawn to make the judge compare, not guess: the sum, the sum without the
-carry, the sum off by one in either digit, a random number, the digits swapped, or no answer.
-The data are the same bytes for the same seed; the weights are deterministic for one CPU kernel
-path, and fp32 rounding differs a little across kernel paths.
+learning rate :data:`JUDGE_LR` warmed up over :data:`JUDGE_WARMUP` steps then cosine to zero), on
+the CPU with a fixed seed. The groups' candidate answers are drawn to make the judge compare, not
+guess: the sum, the sum without the carry, the sum off by one in either digit, a random number,
+the digits swapped, or no answer. The data are the same bytes for the same seed; the weights are
+deterministic for one CPU kernel path, and fp32 rounding differs a little across kernel paths.
+The judge dir holds ``judge.json`` with :data:`JUDGE_RECIPE`; ``init-demo --judge`` retrains a
+judge of another recipe.
 
-Status: built by ``trinity init-demo --judge`` (opt-in). Measured once (300 steps of 32 at lr
-2e-3, greedy, 200 held-out questions x 4 answers): every reply parsed, but the calls matched the
-truth on only 66% of answers drawn like the training mix and 48% of sloppy-policy-like ones: it
-learns the format, not yet the sum. The step count and recipe are to be tuned (and checked on
-each CPU kernel path) before ``examples/demo/judge_ruler_demo.yaml`` uses it; that config still
-uses the untrained demo model as its judge (plumbing only, README).
+:func:`measure_judge` is the check: greedy replies to held-out questions with groups drawn like a
+warmed-up policy's (:func:`policy_like_answer`: right, the carry left out, off by one, random,
+none), the share of replies parsed and of answers called as the truth does
+(``tests/core/test_judge_demo.py``; the same figure a run logs as
+``rollout/judge_agreement/mean``).
+
+Status (2026-12-05): not yet a judge that judges. Measured once (avx512 path, greedy, 200
+held-out questions x 4 answers): every reply parsed, but the calls matched the truth on 0.505 of
+policy-like answers and 0.62 of training-mix ones; the sum was right in 30% of groups: 300 steps
+teach the form, not the addition under it; 200 more steps (500 in all) gave 0.56 / 0.63, the
+sum right in 61% of groups but the calls following the judge's own sum only 60% of the time
+(the comparison is not learned either). Training cost: 1.1 CPU-seconds a step on one thread
+(process time), about 5.5 minutes for the 300 steps on one quiet core. README, "LLM judges".
 """
 
 from __future__ import annotations
@@ -54,19 +69,41 @@ if TYPE_CHECKING:
 # `{answers}`: one "i: answer" line per response (rft_core.workflows.ruler). Short on purpose.
 JUDGE_PROMPT = "{question}\n{answers}\nScores:"
 GROUP_SIZE = 4  # the demo config's repeat_times
-JUDGE_STEPS = 400
+JUDGE_STEPS = 300
 JUDGE_BATCH = 32
-JUDGE_LR = 2e-3
+JUDGE_LR = 3e-3
 JUDGE_WARMUP = 20
-# the reply is at most 31 characters plus <|im_end|>; the demo config gives the judge 40 tokens
-JUDGE_MAX_RESPONSE_TOKENS = 40
+# bump when the reply format or the training changes: `init-demo --judge` retrains an older judge
+JUDGE_RECIPE = 2
+JUDGE_STAMP = "judge.json"  # in the judge dir: {"recipe": JUDGE_RECIPE}
+# the reply: at most 61 characters for the demo's answers (3 digits at most), 105 for four
+# answers of final_answer's 12 characters, plus <|im_end|>; the demo config gives the judge 112
+JUDGE_MAX_RESPONSE_TOKENS = 112
+
+
+def judge_is_current(judge_dir: Path) -> bool:
+    """Whether ``judge_dir`` holds a judge of this :data:`JUDGE_RECIPE` (its ``judge.json``)."""
+    import json
+
+    try:
+        return json.loads((judge_dir / JUDGE_STAMP).read_text()).get("recipe") == JUDGE_RECIPE
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def judge_reply(problem: Problem, answers: list[str]) -> str:
-    """What a correct judge writes: the digit-wise sum, the sum, one 0/1 score per answer."""
+    """What a correct judge writes: the digit-wise sum, the sum, each answer copied beside its
+    0/1 (``i:answer=score``: the comparison sits next to the sum, not 30 tokens away), then the
+    list of scores ``ruler.py`` parses (the reply's last ``[...]``)."""
     (a1, a0), (b1, b0), c = divmod(problem.a, 10), divmod(problem.b, 10), problem.carry
-    scores = ", ".join("1" if a == str(problem.result) else "0" for a in answers)
-    return f"{a0}+{b0}={a0 + b0} {a1}+{b1}+{c}={a1 + b1 + c} {problem.result} [{scores}]"
+    marks = ["1" if a == str(problem.result) else "0" for a in answers]
+    calls = " ".join(
+        f"{i + 1}:{a}={m}" for i, (a, m) in enumerate(zip(answers, marks, strict=True))
+    )
+    return (
+        f"{a0}+{b0}={a0 + b0} {a1}+{b1}+{c}={a1 + b1 + c} {problem.result} {calls} "
+        f"[{', '.join(marks)}]"
+    )
 
 
 def candidate_answer(problem: Problem, rng: random.Random) -> str:
@@ -84,6 +121,23 @@ def candidate_answer(problem: Problem, rng: random.Random) -> str:
     if kind < 0.92:
         swapped = str(s)[::-1].lstrip("0") or "0"
         return swapped if swapped != str(s) else str(s + 1)
+    return "-"
+
+
+def policy_like_answer(problem: Problem, rng: random.Random) -> str:
+    """An answer drawn like a warmed-up demo policy's group (the held-out check's mix, not the
+    training mix): right 45%, the carry left out 25% (tens off by 10 where there is no carry),
+    off by one 12%, a random number 10%, no answer 8%."""
+    s = problem.result
+    kind = rng.random()
+    if kind < 0.45:
+        return str(s)
+    if kind < 0.70:
+        return str(s - 10) if problem.carry else str(s + rng.choice([-10, 10]))
+    if kind < 0.82:
+        return str(s + rng.choice([-1, 1]))
+    if kind < 0.92:
+        return str(rng.randint(20, 198))
     return "-"
 
 
@@ -159,3 +213,58 @@ def _encode(tokenizer, messages: list[dict]) -> tuple[list[int], int]:
     start = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
     full = prompt + messages[-1]["content"] + "<|im_end|>"
     return tokenizer(full, add_special_tokens=False)["input_ids"], start
+
+
+def measure_judge(
+    model: Any,
+    tokenizer: Any,
+    problems: list[Problem],
+    *,
+    groups: int = 200,
+    seed: int = 7,
+    draw: Callable[[Problem, random.Random], str] = policy_like_answer,
+) -> dict[str, float]:
+    """Greedy replies of the judge to ``groups`` groups of :data:`GROUP_SIZE` answers (``draw``:
+    :func:`policy_like_answer` unless given) on questions drawn from ``problems`` (held-out ones
+    for a fair check): ``parsed`` (share of replies ``parse_ruler_scores`` reads) and
+    ``agreement`` (share of answers, over all groups, whose call - score >= 0.5 - matches the
+    truth; a reply that does not parse counts as wrong on all its answers)."""
+    import torch
+
+    from rft_core.workflows.ruler import parse_ruler_scores, ruler_messages
+
+    rng = random.Random(f"judge-check-{seed}")
+    drawn = []
+    for problem in rng.sample(problems, groups):
+        drawn.append((problem, [draw(problem, rng) for _ in range(GROUP_SIZE)]))
+    texts = [
+        tokenizer.apply_chat_template(
+            ruler_messages(
+                p.question,
+                [f"<answer>{a}</answer>" if a != "-" else "" for a in answers],
+                prompt=JUDGE_PROMPT,
+            ),
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        for p, answers in drawn
+    ]
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    try:
+        batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    finally:
+        tokenizer.padding_side = side
+    model.eval()
+    with torch.no_grad():
+        out = model.generate(**batch, max_new_tokens=JUDGE_MAX_RESPONSE_TOKENS, do_sample=False)
+    parsed = agreed = 0
+    for (problem, answers), row in zip(drawn, out, strict=True):
+        reply = tokenizer.decode(row[batch["input_ids"].shape[1] :], skip_special_tokens=True)
+        scores = parse_ruler_scores(reply, GROUP_SIZE)
+        if scores is None:
+            continue
+        parsed += 1
+        right = str(problem.result)
+        agreed += sum((x >= 0.5) == (a == right) for a, x in zip(answers, scores, strict=True))
+    return {"parsed": parsed / groups, "agreement": agreed / (groups * GROUP_SIZE)}

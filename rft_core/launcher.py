@@ -102,13 +102,26 @@ def preflight(cfg: Any, check_model: bool = True) -> RunDatasets:
         )
     if cfg.mode != "train":
         for i, aux in enumerate(cfg.explorer.auxiliary_models):
-            if not (Path(aux.model_path).expanduser() / "config.json").is_file():
+            aux_path = Path(aux.model_path).expanduser()
+            if not (aux_path / "config.json").is_file():
                 problems.append(
                     (
                         f"explorer.auxiliary_models[{i}].model_path",
                         f"{aux.model_path!r} is not a model directory (no config.json); "
-                        "download the judge model first (huggingface-cli download <repo> "
-                        "--local-dir DIR) and set model_path to DIR",
+                        + (
+                            "the demo judge is built on request: run `trinity init-demo --judge`"
+                            if _is_demo_judge_path(aux_path)
+                            else "download the judge model first (huggingface-cli download "
+                            "<repo> --local-dir DIR) and set model_path to DIR"
+                        ),
+                    )
+                )
+            elif _is_demo_judge_path(aux_path) and not _demo_judge_is_current(aux_path):
+                problems.append(
+                    (
+                        f"explorer.auxiliary_models[{i}].model_path",
+                        f"{aux.model_path!r} holds a demo judge of an older recipe; run "
+                        "`trinity init-demo --judge` to train the current one",
                     )
                 )
     datasets, data_problems = read_run_datasets(cfg)
@@ -142,6 +155,21 @@ def preflight(cfg: Any, check_model: bool = True) -> RunDatasets:
     if len(problems) == 1:
         raise ConfigError(*problems[0])
     raise ConfigError("", "; ".join(f"{p}: {m}" if p else m for p, m in problems))
+
+
+def _is_demo_judge_path(path: Path) -> bool:
+    """Whether ``path`` is where ``trinity init-demo --judge`` puts the demo judge: ``judge`` in a
+    demo directory, or in one not built yet."""
+    from rft_core.demo import MARKER_NAME
+
+    parent = path.parent
+    return path.name == "judge" and (not parent.exists() or (parent / MARKER_NAME).is_file())
+
+
+def _demo_judge_is_current(path: Path) -> bool:
+    from rft_core.demo_judge import judge_is_current
+
+    return judge_is_current(path)
 
 
 def dry_run_checks(cfg: Any) -> list[str]:

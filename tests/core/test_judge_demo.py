@@ -1,9 +1,15 @@
-"""The demo judge's data and prompt (``rft_core.demo_judge``, ``trinity init-demo --judge``): a
-correct judge's reply is the digit-wise sum and one 0/1 score per answer in the list form
-``ruler.py`` parses, the prompt shows each answer's final ``<answer>`` only, and the rows are the
-same bytes for the same seed."""
+"""The demo judge (``rft_core.demo_judge``, ``trinity init-demo --judge``): a correct judge's
+reply is the digit-wise sum, each answer copied beside its 0/1, and the list ``ruler.py`` parses;
+the prompt shows each answer's final ``<answer>`` only; the rows are the same bytes for the same
+seed; and the judge config without a built judge (or with one of an older recipe) stops before
+the run with one line that says how to build it. No test asserts the trained judge's agreement
+yet: the current recipe does not reach it (README, "LLM judges"; benchmarks/demo_judge.py)."""
 
-from rft_core.demo import Problem
+import shutil
+
+import pytest
+
+from rft_core.demo import Problem, build_demo
 from rft_core.demo_judge import GROUP_SIZE, JUDGE_PROMPT, judge_reply, judge_rows
 from rft_core.workflows.ruler import final_answer, parse_ruler_scores, ruler_messages
 
@@ -11,9 +17,9 @@ from rft_core.workflows.ruler import final_answer, parse_ruler_scores, ruler_mes
 def test_a_correct_judge_scores_the_computed_sum_by_hand():
     # 37 + 48: ones 7+8=15 carry 1, tens 3+4+1=8 -> 85; 75 drops the carry, "-" is no answer
     reply = judge_reply(Problem(37, 48), ["85", "75", "85", "-"])
-    assert reply == "7+8=15 3+4+1=8 85 [1, 0, 1, 0]"
+    assert reply == "7+8=15 3+4+1=8 85 1:85=1 2:75=0 3:85=1 4:-=0 [1, 0, 1, 0]"
     assert parse_ruler_scores(reply, 4) == [1.0, 0.0, 1.0, 0.0]
-    assert judge_reply(Problem(20, 31), ["51", "15"]) == "0+1=1 2+3+0=5 51 [1, 0]"
+    assert judge_reply(Problem(20, 31), ["51", "15"]) == "0+1=1 2+3+0=5 51 1:51=1 2:15=0 [1, 0]"
 
 
 def test_the_judge_reads_only_each_answers_final_answer():
@@ -40,3 +46,31 @@ def test_the_judge_rows_are_the_same_for_a_seed_and_hold_right_and_wrong_answers
         assert reply == judge_reply(Problem(a, b), answers)  # the truth-free prompt's reply
         scores += parse_ruler_scores(reply, GROUP_SIZE)
     assert 0.25 < sum(scores) / len(scores) < 0.5  # both kinds, so the judge must compare
+
+
+def test_the_judge_config_without_the_judge_stops_with_one_line_naming_it(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from rft_core.config import load_config
+    from rft_core.errors import ConfigError
+    from rft_core.launcher import preflight
+
+    demo = build_demo(tmp_path / "demo")  # the default: no judge
+    monkeypatch.setenv("RFT_DEMO_DIR", str(demo.root))
+    monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path / "ckpt"))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    config = Path(__file__).resolve().parents[2] / "examples" / "demo" / "judge_ruler_demo.yaml"
+    with pytest.raises(ConfigError) as info:
+        preflight(load_config(config))
+    message = str(info.value)
+    assert message.startswith("explorer.auxiliary_models[0].model_path: "), message
+    assert "run `trinity init-demo --judge`" in message and "\n" not in message
+    assert "model.model_path" not in message  # the policy is there
+    # a judge dir from before the current recipe (no judge.json: the first reply format) is
+    # refused too, rather than judging with the old judge
+    shutil.copytree(demo.model_dir, demo.judge_dir)
+    with pytest.raises(ConfigError) as info:
+        preflight(load_config(config))
+    message = str(info.value)
+    assert message.startswith("explorer.auxiliary_models[0].model_path: "), message
+    assert "holds a demo judge of an older recipe; run `trinity init-demo --judge`" in message

@@ -180,6 +180,7 @@ def test_the_judge_demo_config_passes_the_check_without_a_warning(caplog, monkey
     from pathlib import Path
 
     from rft_core.config import load_config
+    from rft_core.demo_judge import GROUP_SIZE, JUDGE_PROMPT
 
     monkeypatch.delenv("TRINITY_CHECKPOINT_ROOT_DIR", raising=False)
     demo = Path(__file__).resolve().parents[2] / "examples" / "demo" / "judge_ruler_demo.yaml"
@@ -189,4 +190,13 @@ def test_the_judge_demo_config_passes_the_check_without_a_warning(caplog, monkey
     assert "workflow_args" not in caplog.text and "reward_fn" not in caplog.text
     ts = cfg.buffer.explorer_input.taskset
     assert ts.default_workflow_type == "math_ruler_workflow"
-    assert cfg.explorer.auxiliary_models[0].model_path == cfg.model.model_path  # self-judged
+    # the trained demo judge (trinity init-demo --judge), beside the demo policy
+    judge = cfg.explorer.auxiliary_models[0].model_path
+    assert (
+        judge.endswith("/judge")
+        and judge.rsplit("/", 1)[0] == cfg.model.model_path.rsplit("/", 1)[0]
+    )
+    assert (
+        ts.workflow_args["judge_prompt"] == JUDGE_PROMPT
+        and cfg.algorithm.repeat_times == GROUP_SIZE
+    )
