@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also train the demo judge (var/demo/judge: the tiny model taught on the CPU, in "
         "minutes, to judge the arithmetic answers; rft_core/demo_judge.py); "
-        "examples/demo/judge_ruler_demo.yaml needs it",
+        "examples/demo/judge_ruler_trained_judge.yaml needs it",
     )
     demo.add_argument(
         "--synthetic",

@@ -129,7 +129,9 @@ class DemoPaths:
     countdown_test_path: Path
     frozen_lake_dir: Path  # train.jsonl / test.jsonl lakes for frozen_lake_workflow
     frozen_lake_sft_path: Path  # multi-turn messages rows for its SFT warmup
-    judge_dir: Path  # the demo judge (Hugging Face model directory) of judge_ruler_demo.yaml
+    judge_dir: (
+        Path  # the demo judge (Hugging Face model directory) of judge_ruler_trained_judge.yaml
+    )
 
     @classmethod
     def under(cls, root: Path) -> DemoPaths:
@@ -342,7 +344,7 @@ def build_demo(
     """Write the demo under ``out_dir`` (missing files only, or every demo file with ``force``).
 
     ``judge``: also train the demo judge (``rft_core.demo_judge``: minutes of training on the
-    CPU, so off unless asked for; only ``examples/demo/judge_ruler_demo.yaml`` needs it). A judge
+    CPU, so off unless asked for; only ``examples/demo/judge_ruler_trained_judge.yaml`` needs it). A judge
     dir whose ``judge.json`` names another recipe than ``demo_judge.JUDGE_RECIPE`` is rebuilt.
 
     Raises DataError when ``out_dir`` is a non-empty directory that is not a demo directory, or
@@ -555,5 +557,5 @@ def cli_init_demo(args: argparse.Namespace) -> int:
         f"  frozen lake: {paths.frozen_lake_dir} (splits train/test), sft {paths.frozen_lake_sft_path}"
     )
     if judge:
-        print(f"  judge:    {paths.judge_dir} (examples/demo/judge_ruler_demo.yaml)")
+        print(f"  judge:    {paths.judge_dir} (examples/demo/judge_ruler_trained_judge.yaml)")
     return 0

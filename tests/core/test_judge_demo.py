@@ -59,7 +59,9 @@ def test_the_judge_config_without_the_judge_stops_with_one_line_naming_it(tmp_pa
     monkeypatch.setenv("RFT_DEMO_DIR", str(demo.root))
     monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path / "ckpt"))
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    config = Path(__file__).resolve().parents[2] / "examples" / "demo" / "judge_ruler_demo.yaml"
+    config = (
+        Path(__file__).resolve().parents[2] / "examples" / "demo" / "judge_ruler_trained_judge.yaml"
+    )
     with pytest.raises(ConfigError) as info:
         preflight(load_config(config))
     message = str(info.value)

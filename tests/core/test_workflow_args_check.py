@@ -62,7 +62,9 @@ def test_a_subclass_that_declares_nothing_is_not_checked(caplog):
     try:
         assert workflows.workflow_args_table()["mine_for_args_test"] is None
         with caplog.at_level("WARNING"):
-            check_registered_names(config("mine_for_args_test", workflow_args={"depth": 3}), registered_names_table())
+            check_registered_names(
+                config("mine_for_args_test", workflow_args={"depth": 3}), registered_names_table()
+            )
         assert "workflow_args.depth" not in caplog.text
     finally:
         workflows.WORKFLOWS._entries.pop("mine_for_args_test")
@@ -183,7 +185,9 @@ def test_the_judge_demo_config_passes_the_check_without_a_warning(caplog, monkey
     from rft_core.demo_judge import GROUP_SIZE, JUDGE_PROMPT
 
     monkeypatch.delenv("TRINITY_CHECKPOINT_ROOT_DIR", raising=False)
-    demo = Path(__file__).resolve().parents[2] / "examples" / "demo" / "judge_ruler_demo.yaml"
+    demo = (
+        Path(__file__).resolve().parents[2] / "examples" / "demo" / "judge_ruler_trained_judge.yaml"
+    )
     with caplog.at_level("WARNING"):
         cfg = load_config(demo)
         check(cfg)
