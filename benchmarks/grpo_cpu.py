@@ -249,7 +249,7 @@ class RftCoreSide:
         ]
 
     def step(self, step: int) -> float:
-        from rft_core.explorer import apply_group_advantages
+        from rft_core.explorer.explorer import apply_group_advantages
 
         tasks = self.tasks(step)
         t0 = time.perf_counter()

@@ -2,7 +2,7 @@
 
 ``RunActor.__init__`` holds the attributes both share (config, role, job dir, monitor,
 synchronizer, step) and calls :func:`setup_actor_logging`: the actor's log file
-``job_dir/log/<role>.log`` with what the actor prints (``rft_core.actor_log``), its monitor (metrics, status and log lines
+``job_dir/log/<role>.log`` with what the actor prints (``rft_core.actors.actor_log``), its monitor (metrics, status and log lines
 for the dashboard), the Trinity keys the run ignores said again in that log, the user's plugins
 (``TRINITY_PLUGIN_DIRS``, exported by ``trinity run``: an actor is a process of its own), torch
 on every core of a CPU run, and no download progress bars. Actors import this module, never the launcher that
@@ -14,10 +14,13 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rft_core.config import Config
 
 
-def run_name(cfg: Any) -> str:
+def run_name(cfg: Config) -> str:
     """``project/name[/stage_name]``: the name a run's monitors report under."""
     return f"{cfg.project}/{cfg.name}" + (f"/{cfg.stage_name}" if cfg.stage_name else "")
 
@@ -35,13 +38,13 @@ class _NotUnder(logging.Filter):
 
 
 def setup_actor_logging(
-    cfg: Any, role: str, logger_name: str = "rft_core", exclude_logger: str | None = None
+    cfg: Config, role: str, logger_name: str = "rft_core", exclude_logger: str | None = None
 ) -> Any:
     """``job_dir/log/<role>.log`` for this actor's logger, and its monitor (metrics, status,
     log lines for the dashboard). Returns the monitor. ``exclude_logger``: records of that
     logger stay out of both (an explorer sharing its process with a trainer leaves the
     ``rft_core.trainer`` lines to the trainer's log)."""
-    from rft_core.actor_log import capture_output, log_to_file
+    from rft_core.actors.actor_log import capture_output, log_to_file
     from rft_core.monitor import build_monitor
     from rft_core.monitor.monitor import MonitorLogHandler
 
@@ -82,7 +85,7 @@ def setup_actor_logging(
     return monitor
 
 
-def _use_all_cores(cfg: Any) -> None:
+def _use_all_cores(cfg: Config) -> None:
     # Ray sets OMP_NUM_THREADS=1 in workers; a CPU run wants torch on every core it has
     if cfg.cluster.gpu_per_node == 0:
         import torch
@@ -95,7 +98,7 @@ class RunActor:
 
     def __init__(
         self,
-        cfg: Any,
+        cfg: Config,
         synchronizer: Any = None,
         role: str = "actor",
         logger_name: str = "rft_core",

@@ -19,7 +19,7 @@ from rft_core.errors import ConfigError, RFTError
 
 # sub-command -> (module, function); the function takes the parsed args and returns an exit code.
 COMMANDS = {
-    "run": ("rft_core.launcher", "cli_run"),
+    "run": ("rft_core.runtime.launcher", "cli_run"),
     "convert": ("rft_core.convert", "cli_convert"),
     "init-demo": ("rft_core.demo", "cli_init_demo"),
 }

@@ -3,7 +3,7 @@ advantage functions, policy losses, KL functions, rollout engines, experience bu
 entry is one decorated function (or class) in one file. Registering a name twice is an error;
 asking for an unknown name raises a ConfigError that lists the registered names and the closest
 match. The config's choices for these fields come from the registries too, through the table
-``rft_core/config/registered_names.json`` (built by ``rft_core.plugins``, checked by ``rft_core.config.registered``).
+``rft_core/config/registered_names.json`` (built by ``rft_core.registries``, checked by ``rft_core.config.registered``).
 
 Torch-free: registries of torch code live beside that code, not here."""
 

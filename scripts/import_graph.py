@@ -16,7 +16,7 @@ name it).
 
 Levels: *modules*; *boxes*, where a box is a package directly under a top package
 (``rft_core.trainer``, ``webapp.runs``) or a loose module at a top package's root
-(``rft_core.launcher``), or a top package with no subpackages (``workers``); *tops* (``rft_core``,
+(``rft_core.runtime.launcher``), or a top package with no subpackages (``workers``); *tops* (``rft_core``,
 ``webapp``, ``workers``). An arrow between boxes stands for every module edge between them.
 Where two boxes import each other, the direction with fewer module arrows (ties: the
 later name) is counted as *pointing back up*: the layering would be clean without it.

@@ -31,7 +31,7 @@ def check(path: Path) -> tuple[str, str]:
     """``(status, line)``: status ``loads`` / ``refused`` / ``crashed`` / ``skipped``."""
     from rft_core.config import check_registered_names, load_config
     from rft_core.errors import RFTError
-    from rft_core.plugins import registered_names_table
+    from rft_core.registries import registered_names_table
 
     text = path.read_text(errors="replace")
     try:

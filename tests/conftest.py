@@ -305,11 +305,11 @@ def ray_head():
 @pytest.fixture(autouse=True)
 def _actor_output_released():
     """An actor built in a test and never closed (its run not driven to the end) leaves its
-    output capture (``rft_core.actor_log``) on the process's streams: released after each test,
+    output capture (``rft_core.actors.actor_log``) on the process's streams: released after each test,
     so that no later test writes through it (a W&B run started under a leftover ``write`` wrapper
     of pytest's capture stream records no history)."""
     yield
-    from rft_core.actor_log import captured_roles, release_output
+    from rft_core.actors.actor_log import captured_roles, release_output
 
     for role in captured_roles():
         release_output(role)

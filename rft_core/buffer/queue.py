@@ -118,7 +118,7 @@ class _MirroredQueue:
     def __init__(
         self, path: str | None, job_dir: str, name: str, replay: dict[str, Any] | None = None
     ):
-        from rft_core.actor_log import log_to_file
+        from rft_core.actors.actor_log import log_to_file
 
         log_to_file(Path(job_dir) / "log" / f"queue_{name}.log")
         self._body = _body(_build_mirror(path, Path(job_dir), name), replay)

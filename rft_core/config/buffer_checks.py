@@ -20,10 +20,13 @@ short. No torch, no registries: they read the config only.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rft_core.config.problems import refuse
 from rft_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rft_core.config.schema import Config
 
 # the one line both the config check and the queue give (rft_core.buffer imports it)
 QUEUE_BETWEEN_JOBS_NEEDS_PATH = (
@@ -51,7 +54,7 @@ SEVERAL_EXPERIENCES_WORKFLOWS = {
 TURN_LIMIT_ARGS = ("max_env_steps", "env_max_steps", "max_steps", "max_turns", "agent_max_steps")
 
 
-def several_experiences_per_run(cfg: Any, need: int, rollout_rows: int) -> bool:
+def several_experiences_per_run(cfg: Config, need: int, rollout_rows: int) -> bool:
     """True when ``need`` rollout experiences per trainer step can come from one explorer step
     of ``rollout_rows`` runs because the run is step-wise (module docstring; warns). False when
     the run makes one experience per run; a bound exceeded is refused here (True then: the
@@ -106,7 +109,7 @@ def several_experiences_per_run(cfg: Any, need: int, rollout_rows: int) -> bool:
     return True
 
 
-def check_replay_buffer(cfg: Any, eb: Any, path: str) -> None:
+def check_replay_buffer(cfg: Config, eb: Any, path: str) -> None:
     """``replay_buffer.enable`` on a buffer it cannot act on: an error naming the key (each
     problem reported)."""
     rb = eb.replay_buffer

@@ -1,6 +1,6 @@
 """The registered names as committed in ``registered_names.json`` (torch-free): what the web
 process checks configs against and where the schema's plug-in choices come from. The table
-its generator is ``rft_core.plugins`` (the check: ``rft_core.config.registered``); this module imports nothing of rft_core,
+its generator is ``rft_core.registries`` (the check: ``rft_core.config.registered``); this module imports nothing of rft_core,
 so the schema can read it without an import cycle."""
 
 from __future__ import annotations

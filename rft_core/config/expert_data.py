@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
@@ -25,24 +25,27 @@ from rft_core.config.presets import MIX_SAMPLE_STRATEGY_ARGS, mixes_expert_data
 from rft_core.config.problems import refuse
 from rft_core.errors import ConfigError
 
+if TYPE_CHECKING:
+    from rft_core.config.schema import Config
+
 AUX_PATH = "buffer.trainer_input.auxiliary_buffers"
 ARGS_PATH = "algorithm.sample_strategy_args"
 # Trinity's storage keys of an expert dataset that we read besides ExperienceBufferConfig's
 _PASSES = ("total_epochs", "total_steps")
 
 
-def strategy_args(cfg: Any) -> dict[str, Any]:
+def strategy_args(cfg: Config) -> dict[str, Any]:
     """``sample_strategy_args`` over Trinity's mix defaults."""
     return {**MIX_SAMPLE_STRATEGY_ARGS, **dict(cfg.algorithm.sample_strategy_args or {})}
 
 
-def expert_rows_per_step(cfg: Any) -> int:
+def expert_rows_per_step(cfg: Config) -> int:
     """Expert rows in each trainer step: ``ceil(expert_data_ratio x train_batch_size)``."""
     ratio = float(strategy_args(cfg)["expert_data_ratio"])
     return math.ceil(ratio * cfg.buffer.train_batch_size)
 
 
-def expert_buffer_config(cfg: Any) -> tuple[ExperienceBufferConfig, dict[str, int | None]]:
+def expert_buffer_config(cfg: Config) -> tuple[ExperienceBufferConfig, dict[str, int | None]]:
     """The expert dataset's buffer config (``_yaml_path`` set) and its passes
     ``{"total_epochs", "total_steps"}`` (Trinity's storage defaults: 1 epoch, no step limit)."""
     name = str(strategy_args(cfg)["sft_dataset_name"])
@@ -69,7 +72,7 @@ def expert_buffer_config(cfg: Any) -> tuple[ExperienceBufferConfig, dict[str, in
     return eb, passes
 
 
-def check_expert_data(cfg: Any) -> bool:
+def check_expert_data(cfg: Config) -> bool:
     """The validator's checks of a mix config (see the module docstring), each reported. False
     when the expert rows per step cannot be counted (a bad ``expert_data_ratio`` stops the
     checks there; a missing or unreadable expert dataset stops its own checks)."""
@@ -117,7 +120,7 @@ def check_expert_data(cfg: Any) -> bool:
     return True
 
 
-def unused_mix_settings(cfg: Any) -> list[tuple[str, Any]]:
+def unused_mix_settings(cfg: Config) -> list[tuple[str, Any]]:
     """``(yaml path, value)`` of the ``auxiliary_buffers`` and ``sample_strategy_args`` that the
     run does not read: all of them unless the algorithm mixes expert data, else every key but
     the ones of the module docstring."""

@@ -14,7 +14,7 @@ Why mode both on one GPU is adapted rather than refused: ``mode: both`` is Trini
 and the shape of every Trinity example, so a one-GPU user's config says it. On one GPU it cannot
 run as written (the explorer and the trainer would each need a GPU of their own, and NCCL cannot
 join two processes on one device), and there is exactly one way it can run: the explorer and
-the trainer in one process (``rft_core.in_process``), which keeps the sync schedule, the
+the trainer in one process (``rft_core.runtime.in_process``), which keeps the sync schedule, the
 checkpoints, the evals and the monitor events of a two-actor run. Refusing would make every
 such user write the same two edits; running it, with one warning line that says what changed
 and how to silence it, is the same run they asked for. A config that cannot run colocated
@@ -25,9 +25,12 @@ name its key (``check_cluster``, ``check_world_size``).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rft_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rft_core.config.schema import Config
 
 log = logging.getLogger("rft_core.config")
 
@@ -38,7 +41,7 @@ BYTES_PER_DTYPE = {"float32": 4, "float16": 2, "bfloat16": 2}
 # ---------------------------------------------------------------- mode both on one GPU
 
 
-def one_gpu_change(cfg: Any) -> tuple[str, str] | None:
+def one_gpu_change(cfg: Config) -> tuple[str, str] | None:
     """(mode, sync_method) a mode-``both`` config on a one-GPU cluster runs with instead, or
     None when it runs as written (or cannot run colocated either: the other checks say why).
     ``synchronizer.sync_method`` as written: unset or nccl -> memory; checkpoint is kept (it
@@ -54,7 +57,7 @@ def one_gpu_change(cfg: Any) -> tuple[str, str] | None:
     return "colocate", ("checkpoint" if sync == "checkpoint" else "memory")
 
 
-def adapt_one_gpu(cfg: Any) -> str | None:
+def adapt_one_gpu(cfg: Config) -> str | None:
     """Apply :func:`one_gpu_change` to ``cfg`` in place; returns the warning line it logged
     (None when nothing changed)."""
     change = one_gpu_change(cfg)
@@ -81,7 +84,7 @@ def adapt_one_gpu(cfg: Any) -> str | None:
 # ---------------------------------------------------------------- GPUs of the cluster
 
 
-def cluster_gpu_problem(cfg: Any, have: float, where: str) -> tuple[str, str] | None:
+def cluster_gpu_problem(cfg: Config, have: float, where: str) -> tuple[str, str] | None:
     """(key, message) when the job's GPUs (``cluster.node_num x gpu_per_node``) exceed ``have``,
     the GPUs of ``where`` (e.g. "this machine", "the Ray cluster at head:6379"); else None."""
     c = cfg.cluster
@@ -103,7 +106,7 @@ def cluster_gpu_problem(cfg: Any, have: float, where: str) -> tuple[str, str] | 
     )
 
 
-def engine_gpu_problem(cfg: Any) -> tuple[str, str] | None:
+def engine_gpu_problem(cfg: Config) -> tuple[str, str] | None:
     """(key, message) when ``tensor_parallel_size`` exceeds the GPUs one engine can hold: the
     GPUs of a node, less the trainer's in mode both (it keeps at least one), one in colocate
     (one actor on one GPU)."""
@@ -168,7 +171,7 @@ def weights_bytes(hf_config: dict[str, Any], dtype: str) -> int | None:
 
 
 def memory_fit_problem(
-    cfg: Any, hf_config: dict[str, Any], gpu_memory_bytes: int | None
+    cfg: Config, hf_config: dict[str, Any], gpu_memory_bytes: int | None
 ) -> tuple[str, str] | None:
     """(key, message) when the vLLM engine's weights, split over ``tensor_parallel_size``
     GPUs, exceed ``gpu_memory_bytes x gpu_memory_utilization`` (vLLM's share of each GPU; the KV
@@ -206,7 +209,7 @@ ADAM_MOMENT_BYTES = 8
 
 
 def colocate_memory_problem(
-    cfg: Any, hf_config: dict[str, Any], gpu_memory_bytes: int | None
+    cfg: Config, hf_config: dict[str, Any], gpu_memory_bytes: int | None
 ) -> tuple[str, str] | None:
     """(key, message) when, in mode ``colocate``, vLLM's share of the GPU
     (``gpu_memory_utilization``) and what the trainer keeps there while vLLM generates do not

@@ -83,12 +83,12 @@ def load_config_from_dict(d: Mapping[str, Any], overrides: Sequence[str] = ()) -
     return _load(raw, overrides)
 
 
-def config_to_dict(cfg: Any) -> dict[str, Any]:
+def config_to_dict(cfg: Config) -> dict[str, Any]:
     """The config (or one section) as plain dicts and lists, resolved."""
     return dataclasses.asdict(cfg)
 
 
-def config_to_yaml(cfg: Any) -> str:
+def config_to_yaml(cfg: Config) -> str:
     """The resolved config as YAML (``trinity run --dry-run`` prints it); loading it gives ``cfg`` back."""
     return yaml.safe_dump(config_to_dict(cfg), sort_keys=False, allow_unicode=True, width=100)
 

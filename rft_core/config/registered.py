@@ -8,7 +8,7 @@ process should not pay for a form); ``run_experiment`` and ``trinity run --dry-r
 The check reads a *table* of what is registered: the workflow, reward, KL fn, buffer
 storage-type, engine-type and monitor-type names, and per advantage fn / policy loss the
 arguments a config may set with their defaults. The caller hands it in, so this package imports
-no registry (``rft_core.config`` is a leaf): ``rft_core.plugins.registered_names_table()`` builds
+no registry (``rft_core.config`` is a leaf): ``rft_core.registries.registered_names_table()`` builds
 it from the live registries (imports torch; what ``trinity run`` uses, so plug-ins a user
 registered count), and ``registered_names.json`` beside this file is that table committed, for
 the web process, which checks web-submitted configs against the built-in names without importing
@@ -19,7 +19,7 @@ reference YAML and the web forms list what the registries hold. A new plug-in po
 into the JSON by hand once before the schema asks for it (the generator imports the schema).
 ``tests/core/test_registered_names.py`` fails when it is stale:
 
-    python -m rft_core.plugins   # rewrites rft_core/config/registered_names.json
+    python -m rft_core.registries   # rewrites rft_core/config/registered_names.json
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def check_registered_names(cfg: Config, table: dict[str, Any]) -> None:
     """Every workflow, reward function, advantage function and policy loss the config names is
     registered, and their ``*_fn_args`` hold no misspelt argument. ``table``: what counts as
     registered. ``table``: what counts as registered, the live registries
-    (``rft_core.plugins.registered_names_table()``, what ``trinity run`` checks against) or the
+    (``rft_core.registries.registered_names_table()``, what ``trinity run`` checks against) or the
     committed ``registered_names.json`` (``committed_names.committed_registered_names()``, the
     web's table)."""
     from rft_core.config.validate import resolve_stages

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rft_core.config.gpu_fit import engine_gpu_problem
 from rft_core.config.problems import refuse
 from rft_core.errors import ConfigError
 
+if TYPE_CHECKING:
+    from rft_core.config.schema import Config
 
-def gpu_split(cfg: Any) -> tuple[float, float]:
+
+def gpu_split(cfg: Config) -> tuple[float, float]:
     """(explorer actor GPUs, trainer GPUs) for mode both. With ``engine_num > 1`` the engines'
     placement group (``rft_core/rollout/pool.py``) holds the rollout GPUs, not the explorer."""
     total = cfg.cluster.gpu_per_node * cfg.cluster.node_num
@@ -33,7 +36,7 @@ def gpu_split(cfg: Any) -> tuple[float, float]:
     return (0 if rm.engine_num > 1 else rollout), trainer
 
 
-def trainer_gpus(cfg: Any) -> float:
+def trainer_gpus(cfg: Config) -> float:
     """GPUs the trainer's ranks hold together (0 on CPU): all of the job's in mode train, else
     what ``gpu_split`` leaves it (half of one GPU when it shares the only one)."""
     if not cfg.cluster.gpu_per_node:
@@ -43,7 +46,7 @@ def trainer_gpus(cfg: Any) -> float:
     return gpu_split(cfg)[1]
 
 
-def trainer_world_size(cfg: Any) -> int:
+def trainer_world_size(cfg: Config) -> int:
     """Trainer ranks: ``trainer.world_size`` when set, else one per whole trainer GPU (1 on
     CPU, in colocate, and when the trainer shares a GPU)."""
     if cfg.trainer.world_size is not None:
@@ -53,7 +56,7 @@ def trainer_world_size(cfg: Any) -> int:
     return max(1, int(trainer_gpus(cfg)))
 
 
-def check_world_size(cfg: Any, path: str = "trainer.world_size") -> None:
+def check_world_size(cfg: Config, path: str = "trainer.world_size") -> None:
     """A world size the job's resources can hold: one GPU per rank on a GPU cluster (the
     first problem reported; each one rules out the next)."""
     if cfg.mode in ("explore", "bench"):
@@ -101,7 +104,7 @@ class JobPlacement:
         ]
 
 
-def job_placement(cfg: Any) -> JobPlacement | None:
+def job_placement(cfg: Config) -> JobPlacement | None:
     """Where the explorer and the trainer ranks go on a GPU cluster of ``cluster.node_num``
     nodes with ``cluster.gpu_per_node`` GPUs each, or None where Ray's plain ``num_gpus``
     does (CPU runs; ``colocate``, one actor; a GPU the explorer and trainer share).
@@ -150,7 +153,7 @@ def auto_engine_type(gpus: int, tensor_parallel_size: int, vllm_installed: bool)
     return "hf"
 
 
-def check_cluster(cfg: Any) -> None:
+def check_cluster(cfg: Config) -> None:
     """The rollout engines fit the job's GPUs (``engine_type: auto`` resolved first,
     ``auto_engine_type``), leaving the trainer one in mode both. Its first problem is reported
     and ends it: each check reads the GPUs the one before found consistent."""

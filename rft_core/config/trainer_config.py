@@ -31,9 +31,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
+
+if TYPE_CHECKING:
+    from rft_core.config.schema import Config
 
 log = logging.getLogger(__name__)
 
@@ -104,14 +107,14 @@ def leaves(tree: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
         yield prefix, tree
 
 
-def unmapped_trainer_config(cfg: Any) -> list[tuple[str, Any]]:
+def unmapped_trainer_config(cfg: Config) -> list[tuple[str, Any]]:
     """``(yaml path, value)`` of each ``trainer_config`` leaf with no setting here (those that
     Trinity overwrites, :data:`_OVERWRITTEN`, among them)."""
     given = getattr(cfg.trainer, "trainer_config", None) or {}
     return [(f"{PATH}.{key}", value) for key, value in leaves(given) if key not in MAPPING]
 
 
-def apply_trainer_config(cfg: Any, written: Any) -> None:
+def apply_trainer_config(cfg: Config, written: Any) -> None:
     """Copy the mapped ``trainer_config`` values onto ``cfg`` (``written``: the config as the
     user wrote it, to tell a written field from a default), by the module's precedence."""
     given = dict(leaves(cfg.trainer.trainer_config or {}))
@@ -142,7 +145,7 @@ def apply_trainer_config(cfg: Any, written: Any) -> None:
     _apply_micro_batching(cfg, written, given)
 
 
-def _apply_micro_batching(cfg: Any, written: Any, given: dict[str, Any]) -> None:
+def _apply_micro_batching(cfg: Config, written: Any, given: dict[str, Any]) -> None:
     """verl's ``use_dynamic_bsz`` (given here, else ``trainer.use_dynamic_bsz``, Trinity's rule):
     true forms micro-batches by token count (``ppo_max_token_len_per_gpu``) and ignores
     ``ppo_micro_batch_size_per_gpu``; false uses that count (verl's default 1)."""

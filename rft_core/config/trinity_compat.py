@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rft_core.config.buffer_schema import DataSelectorConfig
 from rft_core.config.expert_data import unused_mix_settings
@@ -35,6 +35,9 @@ from rft_core.config.problems import refuse
 from rft_core.config.schema import LR_SCHEDULES
 from rft_core.config.trainer_config import unmapped_trainer_config
 from rft_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rft_core.config.schema import Config
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +67,7 @@ def unimplemented_settings(cfg: Any, prefix: str = "") -> list[tuple[str, Any]]:
     return found
 
 
-def warn_unimplemented(cfg: Any) -> list[tuple[str, Any]]:
+def warn_unimplemented(cfg: Config) -> list[tuple[str, Any]]:
     """Log one warning per setting of :func:`unimplemented_settings`; returns them."""
     found = unimplemented_settings(cfg)
     log_unimplemented(found)
@@ -83,7 +86,7 @@ def log_unimplemented(found: list[tuple[str, Any]]) -> None:
         )
 
 
-def apply_deprecated(cfg: Any) -> None:
+def apply_deprecated(cfg: Config) -> None:
     """Map deprecated spellings onto their current keys (or warn that they have no effect)."""
     e, o, t, b = cfg.explorer, cfg.algorithm.optimizer, cfg.trainer, cfg.buffer
     if e.runner_num is not None:
@@ -181,7 +184,7 @@ _ROLLOUT_OVERRIDES = {
 }
 
 
-def fold_rollout_model_overrides(cfg: Any) -> None:
+def fold_rollout_model_overrides(cfg: Config) -> None:
     """Move ``explorer.rollout_model`` overrides into ``model`` (see the module docstring)."""
     rm, m = cfg.explorer.rollout_model, cfg.model
     defaults = {f.name: _default(f) for f in dataclasses.fields(m)}

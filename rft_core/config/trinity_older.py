@@ -29,9 +29,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rft_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rft_core.config.schema import Config
 
 log = logging.getLogger("rft_core.config.trinity_compat")
 
@@ -51,7 +54,7 @@ WORKFLOW_CLASS_PATHS = {
 }
 
 
-def apply_older_spellings(cfg: Any) -> None:
+def apply_older_spellings(cfg: Config) -> None:
     """Map the older keys of the module docstring onto their current ones, in place."""
     _priority_queue(cfg)
     _add_strategy(cfg)
@@ -79,7 +82,7 @@ def apply_older_spellings(cfg: Any) -> None:
         args.pop("loss_agg_mode")
 
 
-def _priority_queue(cfg: Any) -> None:
+def _priority_queue(cfg: Config) -> None:
     eb = cfg.buffer.trainer_input.experience_buffer
     if eb is None:
         return
@@ -111,7 +114,7 @@ def _priority_queue(cfg: Any) -> None:
         eb.replay_buffer_kwargs = None
 
 
-def _add_strategy(cfg: Any) -> None:
+def _add_strategy(cfg: Config) -> None:
     a = cfg.algorithm
     if a.add_strategy is None:
         if a.add_strategy_args:
@@ -194,7 +197,7 @@ def _warn(old: str, new: str) -> None:
     log.warning("%s is an older Trinity-RFT spelling: read as %s", old, new)
 
 
-def _workflow_class_paths(cfg: Any) -> None:
+def _workflow_class_paths(cfg: Config) -> None:
     ei = cfg.buffer.explorer_input
     holders = [("", ei)] + ([("taskset.", ei.taskset)] if ei.taskset is not None else [])
     holders += [(f"tasksets[{i}].", ts) for i, ts in enumerate(ei.tasksets or [])]

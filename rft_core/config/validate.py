@@ -580,7 +580,7 @@ def _check_explorer(cfg: Config) -> None:
 
 
 def _check_auxiliary_model(aux: Any, path: str) -> None:
-    """One engine per auxiliary model, on the policy engine's device (see rft_core.explorer)."""
+    """One engine per auxiliary model, on the policy engine's device (see rft_core.explorer.explorer)."""
     if not (aux.model_path or "").strip():
         refuse(
             ConfigError(

@@ -10,13 +10,16 @@ actors (``Explorer(tasksets=...)``, ``Trainer(dataset_rows=...)``), so no datase
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rft_core.config.presets import get_preset, mixes_expert_data
 from rft_core.data.sft import check_sft_dataset
 from rft_core.data.source import Rows, missing_dataset
 from rft_core.data.taskset import ExplorerTasksets, read_explorer_tasksets
 from rft_core.errors import RFTError
+
+if TYPE_CHECKING:
+    from rft_core.config import Config
 
 # modes whose explorer reads tasksets (bench evaluates on the eval ones)
 EXPLORING_MODES = ("both", "explore", "colocate", "bench")
@@ -30,7 +33,9 @@ class RunDatasets:
     dataset_rows: Rows | None = None  # the trainer's SFT/DPO file, checked for its columns
 
 
-def read_run_datasets(cfg: Any, missing: list[str] | None = None) -> tuple[RunDatasets, list[str]]:
+def read_run_datasets(
+    cfg: Config, missing: list[str] | None = None
+) -> tuple[RunDatasets, list[str]]:
     """The datasets of stage ``cfg`` and the problems found reading them (none: all read).
     With ``missing`` (``trinity run --dry-run``), a dataset that is not on this machine (it may
     be where the run starts) is skipped with a note there; every other check runs."""

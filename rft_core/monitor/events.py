@@ -19,7 +19,7 @@ session and a demo) on one Redis server never meet. Every entry has the string f
            checkpoint -> {path}; status -> {state, message}; heartbeat -> {};
            samples -> {"samples": [{prompt, response, truth, reward, reward_parts, advantage,
            tokens, logprobs, ...}]} (the rollouts ``monitor.rollout_samples_*`` keeps of one
-           explorer step; ``rft_core.rollout_samples`` lists the fields)
+           explorer step; ``rft_core.explorer.rollout_samples`` lists the fields)
            phase -> {phase}: what the role does from now on, one of ``PHASES`` (sent when it
            changes; ``step`` is the step it works towards)
 

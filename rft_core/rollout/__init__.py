@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rft_core.errors import EngineUnavailable
 from rft_core.registry import Registry
 from rft_core.rollout.base import Generation, RolloutEngine, SamplingParams
+
+if TYPE_CHECKING:
+    from rft_core.config import Config
 
 EngineFactory = Callable[..., RolloutEngine]
 ENGINES: Registry[EngineFactory] = Registry("engine type", "explorer.rollout_model.engine_type")
@@ -32,7 +35,7 @@ def vllm_usable() -> bool:
     return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
 
 
-def engine_settings(cfg: Any) -> dict[str, Any]:
+def engine_settings(cfg: Config) -> dict[str, Any]:
     """``build_engine`` keyword arguments from a validated config: ``explorer.rollout_model``
     (dtype, seed, the vLLM engine settings, ``extra_engine_args``), ``model.max_model_len`` and
     the chat template (``model.custom_chat_template``, ``model.enable_thinking``). The hf engine
@@ -49,7 +52,7 @@ def engine_settings(cfg: Any) -> dict[str, Any]:
     return {**vllm_batch_settings(cfg), **settings}  # extra_engine_args win
 
 
-def vllm_batch_settings(cfg: Any) -> dict[str, Any]:
+def vllm_batch_settings(cfg: Config) -> dict[str, Any]:
     """The vLLM engine settings a run's shape decides (the hf engine ignores them):
     ``max_num_seqs`` = the rows of one explorer step's generate call (``buffer.batch_size x
     algorithm.repeat_times``), at least vLLM's default 256 so evals of more rows stay batched;

@@ -83,7 +83,7 @@ class EngineWorker:
         engine_kwargs: dict[str, Any],
         log_dir: str | None = None,
     ) -> None:
-        from rft_core.actor_log import log_to_file
+        from rft_core.actors.actor_log import log_to_file
 
         log_to_file(f"{log_dir}/explorer_engine_{rank}.log" if log_dir else None)
         if not use_gpu:

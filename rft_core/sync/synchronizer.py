@@ -17,7 +17,7 @@ closing evaluation sees the trained policy whatever the method.
 ``Synchronizer`` is a Ray async actor (named ``<job>/synchronizer``) so that waits never block
 the other side; ``WeightSender``/``WeightReceiver`` are the trainer's and the explorer's halves.
 ``InProcessSynchronizer`` is the same bookkeeping for an explorer and a trainer driven in one
-process (``rft_core.in_process``): its methods are plain calls, ``memory`` hands the trainer's
+process (``rft_core.runtime.in_process``): its methods are plain calls, ``memory`` hands the trainer's
 own tensors to the engine (no object store, no copy to the CPU), and nothing here imports Ray
 until a Ray synchronizer is used.
 """
@@ -42,7 +42,7 @@ class Synchronizer:
     """Version bookkeeping shared by the trainer and the explorer (run as a Ray async actor)."""
 
     def __init__(self, sync_method: str, sync_timeout: float, log_path: str | None = None):
-        from rft_core.actor_log import log_to_file
+        from rft_core.actors.actor_log import log_to_file
 
         log_to_file(log_path, log.name)
         self.sync_method = sync_method

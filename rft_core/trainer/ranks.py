@@ -126,7 +126,7 @@ class TrainerRank:
         backend: str,
         log_dir: str | None = None,
     ):
-        from rft_core.actor_log import log_to_file
+        from rft_core.actors.actor_log import log_to_file
 
         log_to_file(f"{log_dir}/trainer_rank{rank}.log" if log_dir else None)
         self.rank, self.world_size = rank, world_size
@@ -166,7 +166,7 @@ class PolicyGroup:
     ) -> None:
         import ray
 
-        from rft_core.placement import in_bundle
+        from rft_core.actors.placement import in_bundle
         from rft_core.sync.nccl import free_port
 
         if world_size < 2:

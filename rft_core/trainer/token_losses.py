@@ -15,7 +15,7 @@ and the step's rollout/expert token and row counts, and weighs its two parts its
 entropy terms cover the rollout rows only.
 
 The forward of each micro-batch also leaves, in the ``info`` of each rollout the explorer kept
-for the dashboard, the log-probs it gives its response tokens (``rft_core.rollout_samples``).
+for the dashboard, the log-probs it gives its response tokens (``rft_core.explorer.rollout_samples``).
 
 Old log-probs are the rollout engine's (``Experience.logprobs``), recomputed here only for an
 experience that carries none; the reference's come from the frozen reference model.
@@ -32,7 +32,7 @@ from rft_core.algorithms.kl import kl_loss
 from rft_core.algorithms.policy_losses import PolicyLoss
 from rft_core.algorithms.settings import AlgorithmSettings, accepted_args
 from rft_core.experience import Experience
-from rft_core.rollout_samples import SAMPLE_INFO_KEY, TRAINER_LOGPROBS_KEY
+from rft_core.explorer.rollout_samples import SAMPLE_INFO_KEY, TRAINER_LOGPROBS_KEY
 from rft_core.trainer.batching import MicroBatch, loss_weight, right_aligned
 from rft_core.trainer.critic import Critic
 from rft_core.trainer.forward import PolicyForward
@@ -165,7 +165,7 @@ def token_losses_backward(
 
 def _record_sampled(experiences: list[Experience], mb: MicroBatch, logp: torch.Tensor) -> None:
     """The log-probs this step's forward gives the response tokens of the rollouts the
-    explorer kept for the dashboard (``rft_core.rollout_samples``), in their ``info``; the
+    explorer kept for the dashboard (``rft_core.explorer.rollout_samples``), in their ``info``; the
     first epoch's only (the weights the step starts from, those the engine was handed)."""
     if mb.padding:
         return

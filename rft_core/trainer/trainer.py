@@ -9,7 +9,7 @@ the end) it writes a full checkpoint in the seed's tree and prunes to
 ``save_hf_checkpoint: never``) and hands its final weights to the explorer's closing eval.
 
 ``Trainer`` is a plain class: the launcher runs it as a Ray actor that calls ``run``;
-``rft_core.in_process`` drives the same steps (``start``, ``next_step``, ``finish``) in one
+``rft_core.runtime.in_process`` drives the same steps (``start``, ``next_step``, ``finish``) in one
 process with an explorer (``colocate``, or without Ray).
 """
 
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rft_core.actor_log import release_output, report_dropped
 from rft_core.actor_setup import RunActor
+from rft_core.actors.actor_log import release_output, report_dropped
 from rft_core.checkpoint.layout import (
     read_trainer_meta,
     step_dir,
@@ -30,12 +30,13 @@ from rft_core.checkpoint.layout import (
 )
 from rft_core.checkpoint.retention import prune_checkpoints
 from rft_core.errors import ConfigError
+from rft_core.explorer.rollout_samples import trainer_samples
 from rft_core.messages import experiences_from_messages
 from rft_core.monitor.monitor import step_summary
-from rft_core.rollout_samples import trainer_samples
 from rft_core.sync.schedule import trainer_syncs_after
 
 if TYPE_CHECKING:
+    from rft_core.config import Config
     from rft_core.data.source import Rows
 
 log = logging.getLogger("rft_core.trainer")
@@ -81,7 +82,7 @@ class Trainer(RunActor):
 
     def __init__(
         self,
-        cfg: Any,
+        cfg: Config,
         synchronizer: Any = None,
         role: str = "trainer",
         dataset_rows: Rows | None = None,

@@ -10,7 +10,7 @@ import sys
 sys.modules["ray"] = None  # type: ignore[assignment]  # `import ray` raises ImportError
 
 from rft_core.config import load_config_from_dict  # noqa: E402
-from rft_core.in_process import InProcessRun  # noqa: E402
+from rft_core.runtime.in_process import InProcessRun  # noqa: E402
 
 
 def main(config_path: str, out_path: str) -> None:

@@ -1,4 +1,4 @@
-"""What the explorer and the trainer print reaches the run's log (``rft_core.actor_log``): a
+"""What the explorer and the trainer print reaches the run's log (``rft_core.actors.actor_log``): a
 real run of the demo model whose plugin workflow (explorer) and plugin policy loss (trainer)
 print to stdout and stderr, warn, and log through a ``transformers`` logger (which does not
 propagate to the root), in one process (``InProcessRun``) and through Ray (``trinity run``),
@@ -19,10 +19,10 @@ import redis
 
 from rft_core.config import load_config_from_dict
 from rft_core.demo import build_demo
-from rft_core.in_process import InProcessRun
 from rft_core.monitor import MonitorEvent, stream_key
 from rft_core.monitor.replay import read_job_events
 from rft_core.plugins import load_plugins
+from rft_core.runtime.in_process import InProcessRun
 from tests.core.test_orchestration import _config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -199,7 +199,7 @@ def test_a_ray_runs_actors_prints_reach_the_run_log(demo, tmp_path, plugin_dir):
 def test_the_capture_cuts_long_lines_keeps_a_progress_bars_last_state_and_counts_drops(
     tmp_path, monkeypatch
 ):
-    from rft_core.actor_log import (
+    from rft_core.actors.actor_log import (
         MAX_LINE_CHARS,
         capture_output,
         log_to_file,

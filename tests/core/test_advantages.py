@@ -143,7 +143,7 @@ def test_registry_entries_and_errors():
 
 def test_filtered_groups_are_dropped_or_kept_masked_for_a_waiting_trainer():
     from rft_core.experience import Experience
-    from rft_core.explorer import apply_group_advantages
+    from rft_core.explorer.explorer import apply_group_advantages
 
     def batch():
         # group a: rewards 1, 0 (std 0.71, kept); group b: 1, 1 (std 0, filtered at 0.0)

@@ -20,9 +20,9 @@ from rft_core.config import check_registered_names, load_config, load_config_fro
 from rft_core.data.task import Task
 from rft_core.demo import build_demo
 from rft_core.errors import ConfigError
-from rft_core.in_process import InProcessRun
-from rft_core.plugins import registered_names_table
+from rft_core.registries import registered_names_table
 from rft_core.rollout.openai_server import stop_endpoint
+from rft_core.runtime.in_process import InProcessRun
 from rft_core.workflows import get
 from rft_core.workflows.react_math import calculate, run_tool
 from tests.core.test_orchestration import _config, _taskset
@@ -145,7 +145,9 @@ def _trinity_like(workflow: str, **taskset) -> dict:
 )
 def test_agent_workflows_that_need_an_outside_service_are_refused_in_one_line(workflow, service):
     with pytest.raises(ConfigError) as err:
-        check_registered_names(load_config_from_dict(_trinity_like(workflow)), registered_names_table())
+        check_registered_names(
+            load_config_from_dict(_trinity_like(workflow)), registered_names_table()
+        )
     line = str(err.value)
     assert "\n" not in line
     assert err.value.path == "buffer.explorer_input.taskset.default_workflow_type"

@@ -17,7 +17,7 @@ import pytest
 from rft_core import rewards
 from rft_core.config import load_config_from_dict
 from rft_core.demo import build_demo
-from rft_core.in_process import InProcessRun
+from rft_core.runtime.in_process import InProcessRun
 from tests.core.test_orchestration import _config
 
 # algorithm_type -> (advantage fn, policy loss) its preset picks

@@ -18,7 +18,7 @@ import yaml
 import tests.core.test_algorithm_runs  # noqa: F401  (registers the response_chars reward)
 from rft_core.config import load_config_from_dict
 from rft_core.demo import build_demo
-from rft_core.in_process import InProcessRun
+from rft_core.runtime.in_process import InProcessRun
 from tests.core.test_frozen_lake_demo import DEMO_CONFIG
 from tests.core.test_orchestration import _config
 

@@ -467,9 +467,11 @@ def test_a_pickled_config_still_resolves_its_stages(clean_env):
 
 def test_registered_names_are_checked_with_their_paths():
     from rft_core.config.registered import check_registered_names
-    from rft_core.plugins import registered_names_table
+    from rft_core.registries import registered_names_table
 
-    check_registered_names(load_config_from_dict(MINIMAL), registered_names_table())  # math_workflow, grpo: registered
+    check_registered_names(
+        load_config_from_dict(MINIMAL), registered_names_table()
+    )  # math_workflow, grpo: registered
     d = dict(MINIMAL)
     d["buffer"] = dict(MINIMAL["buffer"])
     d["buffer"]["explorer_input"] = dict(
@@ -513,7 +515,7 @@ def test_registered_names_are_checked_with_their_paths():
 )
 def test_a_misspelt_fn_argument_is_an_error_naming_it(section, key, meant, caplog):
     from rft_core.config.registered import check_registered_names
-    from rft_core.plugins import registered_names_table
+    from rft_core.registries import registered_names_table
 
     d = dict(MINIMAL, algorithm={section: {key: 0.1}})
     with pytest.raises(ConfigError) as info:

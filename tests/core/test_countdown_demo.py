@@ -14,7 +14,7 @@ import yaml
 
 from rft_core.config import load_config_from_dict
 from rft_core.demo import DEMO_SYSTEM_PROMPT
-from rft_core.launcher import run_experiment
+from rft_core.runtime.launcher import run_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from rft_core.launcher import cli_run
+from rft_core.runtime.launcher import cli_run
 
 
 def _config(tmp_path: Path, taskset_path: str, **extra) -> Path:

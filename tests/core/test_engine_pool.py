@@ -15,11 +15,11 @@ from rft_core.config import load_config_from_dict
 from rft_core.config.resources import gpu_split
 from rft_core.demo import build_demo
 from rft_core.errors import ConfigError, EngineUnavailable, ServiceUnavailable
-from rft_core.explorer import Explorer
-from rft_core.launcher import _engine_pool_cpus, preflight, run_experiment
+from rft_core.explorer.explorer import Explorer
 from rft_core.rollout import build_engine
 from rft_core.rollout.base import SamplingParams
 from rft_core.rollout.pool import EnginePool, engine_pool_name, remove_engine_pool, split_evenly
+from rft_core.runtime.launcher import _engine_pool_cpus, preflight, run_experiment
 from rft_core.sync.schedule import expected_model_versions
 from tests.core.test_orchestration import _config, _taskset
 

@@ -11,7 +11,7 @@ from ray.util.placement_group import placement_group_table
 
 from rft_core.config import load_config_from_dict
 from rft_core.demo import build_demo
-from rft_core.explorer import Explorer
+from rft_core.explorer.explorer import Explorer
 from rft_core.rollout.base import SamplingParams
 from tests.core.test_engine_pool import _cpus_back
 from tests.core.test_orchestration import _config

@@ -14,7 +14,7 @@ from rft_core.checkpoint.layout import step_dir
 from rft_core.checkpoint.store import load_checkpoint
 from rft_core.config import load_config_from_dict
 from rft_core.errors import CheckpointError
-from rft_core.launcher import run_experiment
+from rft_core.runtime.launcher import run_experiment
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""An explorer and a trainer driven step by step in one process (``rft_core.in_process``): the
+"""An explorer and a trainer driven step by step in one process (``rft_core.runtime.in_process``): the
 sync schedule, the hand-off straight from the trainer's parameters to the engine, the colocate
 memory order, and a process where ``import ray`` fails (the GPU benchmark machine has no Ray)."""
 
@@ -13,7 +13,7 @@ import torch
 
 from rft_core.config import load_config_from_dict
 from rft_core.demo import build_demo
-from rft_core.in_process import InProcessRun
+from rft_core.runtime.in_process import InProcessRun
 from rft_core.sync.schedule import expected_model_versions
 from tests.core.test_orchestration import _config, _taskset
 

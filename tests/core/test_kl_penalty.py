@@ -15,8 +15,8 @@ import torch
 from test_policy_update import algorithm, rollout
 from tiny_lm import build_tiny_model
 
-from rft_core.actor_log import release_output
 from rft_core.actor_setup import setup_actor_logging
+from rft_core.actors.actor_log import release_output
 from rft_core.algorithms.advantages import rloo_advantages
 from rft_core.algorithms.kl import kl_penalized_rewards
 from rft_core.algorithms.settings import AlgorithmSettings

@@ -10,7 +10,7 @@ import pytest
 
 from rft_core.config import load_config
 from rft_core.errors import ConfigError, ServiceUnavailable
-from rft_core.launcher import _rename_if_occupied, cli_run, preflight, start_ray
+from rft_core.runtime.launcher import _rename_if_occupied, cli_run, preflight, start_ray
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "examples" / "grpo_gsm8k" / "gsm8k.yaml"
@@ -132,7 +132,7 @@ def test_unreachable_ray_address_is_a_service_error_naming_it(tmp_path, monkeypa
 
 
 def test_a_job_server_address_joins_that_heads_cluster(monkeypatch):
-    from rft_core.ray_cluster import ray_address
+    from rft_core.runtime.ray_cluster import ray_address
 
     monkeypatch.setenv("RAY_ADDRESS", "http://ray-head.internal:8265")
     assert ray_address(load_config(DEMO)) == "ray-head.internal:6379"
@@ -191,7 +191,7 @@ def test_a_staged_config_is_validated_once_per_run(tmp_path, monkeypatch, caplog
     import logging
 
     from rft_core.config import check_registered_names, resolve_stages
-    from rft_core.plugins import registered_names_table
+    from rft_core.registries import registered_names_table
 
     monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path))
     with caplog.at_level(logging.WARNING, logger="rft_core.config"):
@@ -212,7 +212,7 @@ def test_the_preflight_reads_each_taskset_once_for_the_whole_run(tmp_path, monke
     from rft_core.config import load_config_from_dict
     from rft_core.data import source
     from rft_core.demo import build_demo
-    from rft_core.explorer import Explorer
+    from rft_core.explorer.explorer import Explorer
     from tests.core.test_orchestration import _config, _taskset
 
     demo = build_demo(tmp_path / "demo")
@@ -257,7 +257,7 @@ def test_the_preflight_reads_each_taskset_once_for_the_whole_run(tmp_path, monke
 
 
 def test_an_actor_that_never_ran_is_reported_with_rays_reason():
-    from rft_core.launcher import _one_line
+    from rft_core.runtime.launcher import _one_line
 
     message = (
         "The actor died unexpectedly before finishing this task.\n"

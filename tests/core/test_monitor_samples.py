@@ -51,7 +51,7 @@ def _explore(tmp_path, steps: int, **monitor):
     lines of monitor/explorer_samples.jsonl, the tasks of each step and the explorer's
     tokenizer."""
     from rft_core.data import TasksetReader, load_training_tasksets
-    from rft_core.explorer import Explorer
+    from rft_core.explorer.explorer import Explorer
 
     demo = build_demo(tmp_path / "demo")
     cfg = load_config_from_dict(

@@ -13,7 +13,7 @@ import torch
 from rft_core.checkpoint.store import load_checkpoint
 from rft_core.config import load_config_from_dict
 from rft_core.demo import DEMO_SYSTEM_PROMPT, build_demo
-from rft_core.launcher import run_experiment
+from rft_core.runtime.launcher import run_experiment
 from rft_core.sync.schedule import expected_model_versions
 
 
@@ -276,7 +276,7 @@ def test_a_resumed_run_reads_its_sql_buffer_on_from_where_the_checkpoint_left_it
 
 @pytest.mark.slow
 def test_a_rerun_skips_finished_stages_without_starting_ray(demo, tmp_path, monkeypatch):
-    import rft_core.launcher as launcher
+    import rft_core.runtime.launcher as launcher
 
     cfg = _config(demo, tmp_path, "staged")
     cfg["stages"] = [

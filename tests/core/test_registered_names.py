@@ -23,7 +23,7 @@ from rft_core.config.schema import (
 )
 from rft_core.errors import ConfigError
 from rft_core.monitor import MONITORS
-from rft_core.plugins import registered_names_table
+from rft_core.registries import registered_names_table
 from rft_core.rollout import ENGINES
 
 
@@ -31,7 +31,7 @@ def _built_in_table_text() -> str:
     """The table as a fresh process builds it: the built-in entries only (test modules of this
     session register rewards of their own in the live registries)."""
     code = (
-        "from rft_core.plugins import registered_names_text; "
+        "from rft_core.registries import registered_names_text; "
         "print(registered_names_text(), end='')"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -41,7 +41,7 @@ def _built_in_table_text() -> str:
 def test_the_committed_table_matches_the_live_registries():
     built_in = json.loads(_built_in_table_text())
     assert committed_registered_names() == built_in, (
-        f"{REGISTERED_NAMES_FILE} is stale; run `python -m rft_core.plugins`"
+        f"{REGISTERED_NAMES_FILE} is stale; run `python -m rft_core.registries`"
     )
     # and this process's live table holds at least those names (plus what tests registered)
     live = json.loads(json.dumps(registered_names_table()))
@@ -51,7 +51,7 @@ def test_the_committed_table_matches_the_live_registries():
 def test_the_committed_table_keeps_the_registries_order():
     # the choices and the web form's argument fields list names in the table's order
     assert REGISTERED_NAMES_FILE.read_text() == _built_in_table_text(), (
-        f"{REGISTERED_NAMES_FILE} is stale; run `python -m rft_core.plugins`"
+        f"{REGISTERED_NAMES_FILE} is stale; run `python -m rft_core.registries`"
     )
 
 

@@ -15,7 +15,7 @@ import yaml
 
 from rft_core.checkpoint.layout import dir_size, full_checkpoints, latest_checkpoint_step
 from rft_core.config import load_config_from_dict
-from rft_core.launcher import run_experiment
+from rft_core.runtime.launcher import run_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
 METRIC = "eval/arithmetic-eval/accuracy/mean@1"

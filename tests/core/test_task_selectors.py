@@ -157,7 +157,7 @@ def test_a_run_feeds_each_steps_rewards_back_to_the_selector(tmp_path):
     import pyarrow.parquet as pq
 
     from rft_core.demo import build_demo
-    from rft_core.in_process import InProcessRun
+    from rft_core.runtime.in_process import InProcessRun
     from tests.core.test_orchestration import _config
 
     demo = build_demo(tmp_path / "demo")

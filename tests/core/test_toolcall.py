@@ -13,7 +13,7 @@ from rft_core import rewards, workflows
 from rft_core.config import check_registered_names, load_config
 from rft_core.data.task import Task
 from rft_core.errors import DataError
-from rft_core.plugins import registered_names_table
+from rft_core.registries import registered_names_table
 
 CALLS = [
     {"name": "weather", "arguments": {"city": "Paris", "unit": "C"}},

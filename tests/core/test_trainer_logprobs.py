@@ -1,5 +1,5 @@
 """The trainer's log-probs of the rollouts the explorer kept for the dashboard
-(``rft_core.rollout_samples.trainer_samples``): a real one-step run of the demo model in one
+(``rft_core.explorer.rollout_samples.trainer_samples``): a real one-step run of the demo model in one
 process writes ``monitor/trainer_samples.jsonl``; each entry's ``trainer_logprobs`` equals the
 log-probs worked by hand with plain transformers on the same prompt and response ids (read
 from the experience buffer's mirror) under the weights the step started from (the demo
@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM
 
 from rft_core.config import load_config_from_dict
 from rft_core.demo import build_demo
-from rft_core.in_process import InProcessRun
+from rft_core.runtime.in_process import InProcessRun
 from tests.core.test_orchestration import _config
 
 KEPT = 4  # monitor.rollout_samples_per_step: two groups of repeat_times 2

@@ -23,7 +23,7 @@ import pytest
 from rft_core.config import load_config
 from rft_core.demo import build_demo
 from rft_core.errors import RFTError
-from rft_core.in_process import InProcessRun
+from rft_core.runtime.in_process import InProcessRun
 from tests.core.test_trinity_configs import ACCEPTED
 
 # the demo's datasets: taskset overrides per config (columns as the demo writes them)

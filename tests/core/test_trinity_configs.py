@@ -27,7 +27,7 @@ from rft_core.config import (
 )
 from rft_core.config.fields import iter_fields
 from rft_core.errors import ConfigError
-from rft_core.plugins import registered_names_table
+from rft_core.registries import registered_names_table
 
 CORPUS = Path(__file__).parent / "trinity_configs"
 FILES = sorted(CORPUS.glob("*.yaml"))
@@ -150,7 +150,7 @@ ACCEPTED = [f for f in FILES if EXPECTED[f.stem] is None]
 def test_missing_model_and_data_are_reported_when_the_run_starts(trinity_env, monkeypatch, path):
     """The model and dataset paths of these configs do not exist here: ``trinity run``'s checks
     before any actor starts name them (and the GPUs this machine lacks), in one message."""
-    from rft_core.launcher import preflight
+    from rft_core.runtime.launcher import preflight
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     cfg = load_config(path)
@@ -445,8 +445,8 @@ def test_a_stage_section_trinity_accepts_is_warned_about_with_its_stage_path(tri
 def test_unimplemented_keys_are_in_the_run_log_of_each_actor(trinity_env, monkeypatch, tmp_path):
     """The actors' logs (job_dir/log/<role>.log, also streamed to the dashboard) say which keys
     of the config this run ignores, not only the terminal that loaded it."""
-    from rft_core.actor_log import release_output
     from rft_core.actor_setup import setup_actor_logging
+    from rft_core.actors.actor_log import release_output
 
     monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path))
     cfg = load_config(CORPUS / "grpo_lora_gsm8k.yaml")

@@ -145,7 +145,7 @@ def test_trinitys_learn2ask_class_path_is_read_as_the_registered_workflow(caplog
 
 def test_another_class_path_is_refused_naming_the_plugin_directory():
     from rft_core.config import check_registered_names
-    from rft_core.plugins import registered_names_table
+    from rft_core.registries import registered_names_table
 
     path = "examples.bots.workflow.bots_math_boxed_workflow.BOTSMathBoxedWorkflow"
     cfg = load_config_from_dict(_with_workflow(path))

@@ -15,7 +15,7 @@ from rft_core.config import load_config_from_dict
 from rft_core.config.committed_names import committed_registered_names
 from rft_core.config.registered import check_registered_names
 from rft_core.errors import ConfigError
-from rft_core.plugins import registered_names_table
+from rft_core.registries import registered_names_table
 
 BASE = {
     "model": {"model_path": "/models/tiny", "max_model_len": 256, "max_response_tokens": 128},

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from rft_core.actor_log import log_to_file
+from rft_core.actors.actor_log import log_to_file
 from rft_core.checkpoint import layout
 from rft_core.monitor.events import MonitorEvent
 from rft_core.monitor.sinks import JsonlSink

@@ -1,5 +1,5 @@
 """What an actor prints, on the run's log download: a trainer's captured stdout, stderr and a
-``transformers`` warning (``rft_core.actor_log``) go through its real monitor, the Redis stream
+``transformers`` warning (``rft_core.actors.actor_log``) go through its real monitor, the Redis stream
 and the ingestor into LogLine rows, and ``/runs/<id>/logs.txt`` lists them with the role and
 level, filterable by both."""
 
@@ -11,7 +11,7 @@ import sys
 import pytest
 from api_helpers import ingest_stream, make_experiment, make_run, make_user, session_client
 
-from rft_core.actor_log import capture_output, log_to_file, release_output
+from rft_core.actors.actor_log import capture_output, log_to_file, release_output
 from rft_core.monitor import (
     ENV_REDIS_URL,
     ENV_RUN_ID,

@@ -489,7 +489,8 @@ def registered_names() -> dict[str, Any]:
     after loading them. ``TRINITY_PLUGIN_DIRS`` is never read here."""
     if not settings.RFT_PLUGIN_DIRS:
         return committed_registered_names()
-    from rft_core.plugins import load_plugins, registered_names_table
+    from rft_core.plugins import load_plugins
+    from rft_core.registries import registered_names_table
 
     load_plugins(settings.RFT_PLUGIN_DIRS)
     return registered_names_table()

@@ -2,7 +2,7 @@
 that stage and the stage's total, a fraction per stage and for the whole run, an ETA from the
 recent step rate, and what the run is doing now (its roles' phases).
 
-Stages restart their steps (``rft_core.launcher``: the GRPO stage after an SFT warmup starts at
+Stages restart their steps (``rft_core.runtime.launcher``: the GRPO stage after an SFT warmup starts at
 step 1), so a run's ``step`` is always the step *of its stage*; the whole-run fraction weighs
 each stage by its total steps (a stage that runs by epochs, with no total, counts once it is
 done). The ETA is the current stage's: a later stage runs at a rate nobody has seen yet

@@ -186,7 +186,7 @@ def _token_view(entry: dict[str, Any]) -> dict[str, list]:
 
 
 def is_trainer_entry(entry: dict) -> bool:
-    """A trainer's entry (log-probs of a kept rollout, ``rft_core.rollout_samples``), not a
+    """A trainer's entry (log-probs of a kept rollout, ``rft_core.explorer.rollout_samples``), not a
     rollout of its own."""
     return "explorer_step" in entry and "trainer_logprobs" in entry and "prompt" not in entry
 
@@ -205,7 +205,7 @@ def _sample_entries(events: Iterable[EventLike], trainer: bool) -> Iterator[tupl
 def record_samples(run: Run, events: Iterable[EventLike]) -> list[RolloutSample]:
     """One RolloutSample per entry of each ``samples`` event (``{"samples": [{prompt,
     response, truth, reward, group, advantage, response_length, truncated, tokens, logprobs,
-    ...}]}``, ``rft_core.rollout_samples``); other fields go to ``extra``. Entries that are not
+    ...}]}``, ``rft_core.explorer.rollout_samples``); other fields go to ``extra``. Entries that are not
     mappings are skipped. Returns the samples written."""
     samples = []
     # the trainer's entries hold log-probs of these rows: record_trainer_logprobs
@@ -233,7 +233,7 @@ def record_samples(run: Run, events: Iterable[EventLike]) -> list[RolloutSample]
 
 
 def record_trainer_logprobs(run: Run, events: Iterable[EventLike]) -> int:
-    """The trainer's ``samples`` entries (``rft_core.rollout_samples.trainer_samples``:
+    """The trainer's ``samples`` entries (``rft_core.explorer.rollout_samples.trainer_samples``:
     ``{explorer_step, sample_index, trainer_step, trainer_logprobs}``) put beside the tokens of
     the RolloutSample they name (the run's row of that stage, explorer step and
     ``sample_index``) as ``tokens["trainer_logprobs"]``; a list whose length is not the tokens'

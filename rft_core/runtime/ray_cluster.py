@@ -8,11 +8,14 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rft_core.errors import ServiceUnavailable
 from rft_core.monitor.events import ENV_REDIS_PREFIX, ENV_REDIS_URL, ENV_RUN_ID
 from rft_core.plugins import ENV_PLUGIN_DIRS
+
+if TYPE_CHECKING:
+    from rft_core.config import Config
 
 log = logging.getLogger("rft_core.launcher")
 
@@ -27,7 +30,7 @@ FORWARDED_ENV = (
 )
 
 
-def ray_address(cfg: Any) -> str | None:
+def ray_address(cfg: Config) -> str | None:
     """The cluster ``ray.init`` joins: ``RAY_ADDRESS``, else ``cluster.ray_address``. A job
     server address (``http://head:8265``, what the dashboard submits runs to, so often exported
     in a user's shell) cannot be joined by a driver: ``cluster.ray_address`` wins over it when
@@ -65,7 +68,7 @@ def _probe_ray_address(address: str, timeout_s: float = 5.0) -> None:
         ) from err
 
 
-def start_ray(cfg: Any, min_cpus: int = 0) -> bool:
+def start_ray(cfg: Config, min_cpus: int = 0) -> bool:
     """Join the given Ray cluster or start a local one (with at least ``min_cpus`` logical
     CPUs). Returns True when this call started (and so must stop) Ray."""
     import ray

@@ -9,10 +9,10 @@ taskset. ``explorer_meta.json`` in the job dir records the step, the taskset off
 version so a rerun resumes where it stopped. Each step kept by ``monitor.rollout_samples_interval``
 also sends the monitor a ``samples`` event: its first ``monitor.rollout_samples_per_step``
 rollouts, whole task groups, with rewards, advantages and token log-probs
-(``rft_core.rollout_samples``).
+(``rft_core.explorer.rollout_samples``).
 
 ``Explorer`` is a plain class: the launcher runs it as a Ray actor (``ray.remote(Explorer)``)
-that calls ``run``; ``rft_core.in_process`` drives the same steps (``start``, ``next_step``,
+that calls ``run``; ``rft_core.runtime.in_process`` drives the same steps (``start``, ``next_step``,
 ``end_of_data``, ``finish``) in one process with a trainer (``colocate``, or without Ray).
 """
 
@@ -23,19 +23,22 @@ import statistics
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rft_core.actor_log import release_output, report_dropped
 from rft_core.actor_setup import RunActor
+from rft_core.actors.actor_log import release_output, report_dropped
 from rft_core.checkpoint.layout import write_explorer_meta
 from rft_core.data.task import Task
 from rft_core.data.taskset import ExplorerTasksets
 from rft_core.experience import Experience
+from rft_core.explorer.rollout_samples import keeps_step, rollout_samples
 from rft_core.monitor.monitor import step_summary
-from rft_core.rollout_samples import keeps_step, rollout_samples
 from rft_core.sync.schedule import explorer_syncs_after, trainer_version_for_explorer_sync
+
+if TYPE_CHECKING:
+    from rft_core.config import Config
 
 log = logging.getLogger("rft_core.explorer")
 
@@ -96,7 +99,7 @@ class Explorer(RunActor):
 
     def __init__(
         self,
-        cfg: Any,
+        cfg: Config,
         synchronizer: Any = None,
         role: str = "explorer",
         tasksets: ExplorerTasksets | None = None,
@@ -350,7 +353,7 @@ class Explorer(RunActor):
         return metrics
 
     def _rollout_samples(self, tasks: list[Task], episodes: list[Experience], step: int) -> list:
-        """The rollouts ``monitor.rollout_*`` keeps of this step (rft_core.rollout_samples)."""
+        """The rollouts ``monitor.rollout_*`` keeps of this step (rft_core.explorer.rollout_samples)."""
         mon = self.cfg.monitor
         if not keeps_step(step, mon.rollout_samples_interval):
             return []

@@ -9,7 +9,7 @@ run and shuts it down at the end. Modes: ``both`` (explorer + trainer + synchron
 experience buffer's path and the checkpoint tree, so each may have its own Ray; see
 ``rft_core.sync.checkpoint_watch``), ``bench`` (evaluate every saved ``global_step_*`` in order)
 and ``colocate`` (explorer and trainer driven in one actor on one GPU by
-``rft_core.in_process``, weights handed over in memory). Stages run in order, each in its own
+``rft_core.runtime.in_process``, weights handed over in memory). Stages run in order, each in its own
 job dir; stage i+1 starts from stage i's last ``global_step_N/actor/huggingface``; a finished
 stage (``stage_meta.json``) is skipped on rerun.
 
@@ -43,9 +43,10 @@ from rft_core.checkpoint.layout import (
 )
 from rft_core.errors import ActorFailed, ConfigError, RFTError
 from rft_core.plugins import export_plugin_dirs, load_plugins, plugin_dirs_from_env
-from rft_core.ray_cluster import ray_address, start_ray
+from rft_core.runtime.ray_cluster import ray_address, start_ray
 
 if TYPE_CHECKING:  # read by the preflight, imported there (pyarrow)
+    from rft_core.config import Config
     from rft_core.data.run_datasets import RunDatasets
 
 log = logging.getLogger("rft_core.launcher")
@@ -78,7 +79,7 @@ class RunResult:
 # -- checks before any actor starts -----------------------------------------------------------
 
 
-def preflight(cfg: Any, check_model: bool = True) -> RunDatasets:
+def preflight(cfg: Config, check_model: bool = True) -> RunDatasets:
     """Raise one clear error when the model, the datasets or the GPUs of ``cfg`` are missing
     (``check_model=False`` for a later stage, whose model the stage before it writes). Returns
     the datasets it read, for the stage's actors."""
@@ -172,7 +173,7 @@ def _demo_judge_is_current(path: Path) -> bool:
     return judge_is_current(path)
 
 
-def dry_run_checks(cfg: Any) -> list[str]:
+def dry_run_checks(cfg: Config) -> list[str]:
     """What ``trinity run --dry-run`` checks beyond the config: every data check the run makes
     at its start (dataset columns such as ``format.response_key``, SFT/DPO/expert files, the
     experience buffer's queue path), per stage, raising one ConfigError naming them all.
@@ -195,7 +196,7 @@ def dry_run_checks(cfg: Any) -> list[str]:
     return notes
 
 
-def _local_gpu_problems(cfg: Any, check_model: bool) -> list[tuple[str, str]]:
+def _local_gpu_problems(cfg: Config, check_model: bool) -> list[tuple[str, str]]:
     """This machine's GPUs against the job's (count, and the vLLM engine's weights against one
     GPU's memory x ``gpu_memory_utilization``): ``rft_core.config.gpu_fit``."""
     import json
@@ -222,7 +223,7 @@ def _local_gpu_problems(cfg: Any, check_model: bool) -> list[tuple[str, str]]:
     return problems
 
 
-def check_joined_cluster(cfg: Any, cluster_gpus: float, address: str | None) -> None:
+def check_joined_cluster(cfg: Config, cluster_gpus: float, address: str | None) -> None:
     """After joining a Ray cluster (``RAY_ADDRESS``), before any actor: the job's GPUs against
     the cluster's ``GPU`` resource (``ray.cluster_resources()``, passed in)."""
     from rft_core.config.gpu_fit import cluster_gpu_problem, raise_first
@@ -231,7 +232,7 @@ def check_joined_cluster(cfg: Any, cluster_gpus: float, address: str | None) -> 
         raise_first(cluster_gpu_problem(cfg, cluster_gpus, f"the Ray cluster at {address}"))
 
 
-def _experience_buffer_problems(cfg: Any) -> list[tuple[str, str]]:
+def _experience_buffer_problems(cfg: Config) -> list[tuple[str, str]]:
     eb = cfg.buffer.trainer_input.experience_buffer
     if cfg.mode == "explore" and eb is not None and eb.storage_type == "queue" and not eb.path:
         from rft_core.config.buffer_checks import QUEUE_BETWEEN_JOBS_NEEDS_PATH
@@ -243,7 +244,7 @@ def _experience_buffer_problems(cfg: Any) -> list[tuple[str, str]]:
 # -- Ray actors -------------------------------------------------------------------------------
 
 
-def _actor(cls: type, name: str, cfg: Any, num_gpus: float = 0, **placed: Any) -> Any:
+def _actor(cls: type, name: str, cfg: Config, num_gpus: float = 0, **placed: Any) -> Any:
     import ray
 
     return ray.remote(cls).options(
@@ -312,7 +313,7 @@ def _one_line(err: BaseException) -> str:
 # -- stages -----------------------------------------------------------------------------------
 
 
-def _resume_step(cfg: Any) -> int | None:
+def _resume_step(cfg: Config) -> int | None:
     from rft_core.checkpoint.layout import latest_checkpoint_step
 
     if not cfg.continue_from_checkpoint:
@@ -320,7 +321,7 @@ def _resume_step(cfg: Any) -> int | None:
     return latest_checkpoint_step(Path(cfg.job_dir))
 
 
-def _progress_bar(cfg: Any, start: int, role: str = "explorer") -> Any:
+def _progress_bar(cfg: Config, start: int, role: str = "explorer") -> Any:
     """A tqdm bar of the role's steps, in a terminal only (logs and Ray jobs stay clean)."""
     if not sys.stderr.isatty():
         return None
@@ -332,7 +333,7 @@ def _progress_bar(cfg: Any, start: int, role: str = "explorer") -> Any:
     )
 
 
-def run_stage(cfg: Any, datasets: RunDatasets | None = None) -> StageResult:
+def run_stage(cfg: Config, datasets: RunDatasets | None = None) -> StageResult:
     """Run one stage (or a config without stages) to the end of its data; ``datasets``: what
     its preflight read, handed to the actors (else they read their datasets themselves)."""
     try:
@@ -341,7 +342,7 @@ def run_stage(cfg: Any, datasets: RunDatasets | None = None) -> StageResult:
         _kill_queue(cfg)
 
 
-def _kill_queue(cfg: Any) -> None:
+def _kill_queue(cfg: Config) -> None:
     """The queue actor outlives its users; a rerun in the same Ray must get a fresh one."""
     import ray
 
@@ -356,14 +357,14 @@ def _kill_queue(cfg: Any) -> None:
         pass  # never started
 
 
-def _run_stage(cfg: Any, datasets: RunDatasets | None) -> StageResult:
+def _run_stage(cfg: Config, datasets: RunDatasets | None) -> StageResult:
     import ray
 
+    from rft_core.actors.placement import JobPlacementGroup, job_placement_name
     from rft_core.checkpoint.layout import read_explorer_meta
     from rft_core.config.resources import gpu_split, job_placement, trainer_gpus, trainer_world_size
-    from rft_core.explorer import Explorer
-    from rft_core.in_process import InProcessRun, resume_point
-    from rft_core.placement import JobPlacementGroup, job_placement_name
+    from rft_core.explorer.explorer import Explorer
+    from rft_core.runtime.in_process import InProcessRun, resume_point
     from rft_core.sync.synchronizer import start_synchronizer
     from rft_core.trainer.trainer import Trainer
 
@@ -409,7 +410,9 @@ def _run_stage(cfg: Any, datasets: RunDatasets | None) -> StageResult:
         ).remote(cfg, None, tasksets=tasksets)
         refs["explorer"] = actors["explorer"].run.remote(first, 0, None)
         bar = _progress_bar(cfg, first)
-    elif mode == "colocate":  # explorer and trainer in one actor on one GPU: rft_core.in_process
+    elif (
+        mode == "colocate"
+    ):  # explorer and trainer in one actor on one GPU: rft_core.runtime.in_process
         actors["colocate"] = _actor(
             InProcessRun, f"{prefix}/colocate", cfg, 1 if cfg.cluster.gpu_per_node else 0
         ).remote(cfg, tasksets, rows)
@@ -469,7 +472,7 @@ def _latest_hf_dir(job_dir: Path) -> Path | None:
     return hf if (hf / "config.json").exists() else None
 
 
-def _rename_if_occupied(cfg: Any) -> str | None:
+def _rename_if_occupied(cfg: Config) -> str | None:
     """Trinity's rule for ``continue_from_checkpoint: false`` with a non-empty job dir: run as
     ``<name>_<timestamp>``. We say so loudly (stderr, log, run metadata)."""
     job_dir = Path(cfg.job_dir)
@@ -488,13 +491,13 @@ def _rename_if_occupied(cfg: Any) -> str | None:
     return old
 
 
-def run_experiment(cfg: Any, on_job_dir: Callable[[Any], None] | None = None) -> RunResult:
+def run_experiment(cfg: Config, on_job_dir: Callable[[Any], None] | None = None) -> RunResult:
     """Run every stage of ``cfg`` in order on Ray. Raises RFTError subclasses on user errors and
     ActorFailed when an actor fails. ``on_job_dir(cfg)`` is called once the run's name and job
     dir are final (a renamed run's) and its preflight passed, before Ray starts."""
     from rft_core.config import resolve_stages
     from rft_core.config.registered import check_registered_names
-    from rft_core.plugins import registered_names_table
+    from rft_core.registries import registered_names_table
 
     started = time.perf_counter()
     check_registered_names(cfg, registered_names_table())  # before anything is renamed or started
@@ -560,7 +563,7 @@ def cli_run(args: argparse.Namespace) -> int:
     """``trinity run --config X [--plugin-dir DIR ...] [--dry-run] [key=value ...]``."""
     from rft_core.config import config_to_yaml, load_config
     from rft_core.config.registered import check_registered_names
-    from rft_core.plugins import registered_names_table
+    from rft_core.registries import registered_names_table
 
     own_dirs = list(getattr(args, "plugin_dir", None) or ())
     load_plugins([*own_dirs, *plugin_dirs_from_env()])

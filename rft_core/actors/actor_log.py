@@ -27,6 +27,7 @@ import logging
 import os
 import sys
 import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,6 +84,17 @@ class _Busy(threading.local):
     on = False
 
 
+def capture_warnings() -> None:
+    """Python warnings into logging (``py.warnings``), so they reach the role's log.
+    ``logging.captureWarnings(True)`` does nothing when it ran before in the process, even if
+    something replaced ``warnings.showwarning`` since (a ``warnings.catch_warnings`` block, as
+    pytest opens around each test): then it is turned off and on again."""
+    logging.captureWarnings(True)
+    if getattr(warnings.showwarning, "__module__", None) != "logging":
+        logging.captureWarnings(False)
+        logging.captureWarnings(True)
+
+
 class _ActorOutput:
     """The process's captured output, routed to the active role's logger (module docstring)."""
 
@@ -110,7 +122,7 @@ class _ActorOutput:
             self._library = _LibraryHandler(self)
             for name in LIBRARY_LOGGERS:
                 logging.getLogger(name).addHandler(self._library)
-            logging.captureWarnings(True)
+        capture_warnings()
 
     def report_dropped(self, role: str) -> None:
         """Writes "… N lines dropped" into the role's log for the lines dropped since the last report."""

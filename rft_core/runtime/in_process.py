@@ -27,16 +27,19 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rft_core.actor_log import activate
+from rft_core.actors.actor_log import activate
 from rft_core.errors import ConfigError
-from rft_core.explorer import Explorer
+from rft_core.explorer.explorer import Explorer
 from rft_core.sync.schedule import explorer_resume_step
 from rft_core.sync.synchronizer import InProcessSynchronizer
 from rft_core.trainer.trainer import Trainer
+
+if TYPE_CHECKING:
+    from rft_core.config import Config
 
 log = logging.getLogger("rft_core.in_process")
 
@@ -44,7 +47,7 @@ IN_PROCESS_SYNC_METHODS = ("memory", "checkpoint")
 TRAINER_LOGGER = "rft_core.trainer"  # the trainer's log lines; the explorer's log has the rest
 
 
-def resume_point(cfg: Any, resume_step: int | None) -> tuple[int, str | None]:
+def resume_point(cfg: Config, resume_step: int | None) -> tuple[int, str | None]:
     """(explorer step to restart after, weights directory for its engine) for a run with
     explorer and trainer in one job resuming from the trainer's ``resume_step`` (None: fresh)."""
     from rft_core.checkpoint.layout import actor_dir, step_dir
@@ -57,7 +60,7 @@ def resume_point(cfg: Any, resume_step: int | None) -> tuple[int, str | None]:
     return first, str(actor_dir(step_dir(Path(cfg.job_dir), resume_step)))
 
 
-def _shared_buffer(cfg: Any) -> Any:
+def _shared_buffer(cfg: Config) -> Any:
     """The one experience buffer object the explorer writes and the trainer reads: an
     in-process queue (mirrored to ``path``) for ``storage_type: queue``; None for file/sql
     buffers, which each side opens as usual (they meet on disk)."""
@@ -81,7 +84,7 @@ class InProcessRun:
     ``tasksets`` / ``dataset_rows``: what the launcher's preflight read (else each side reads
     its own)."""
 
-    def __init__(self, cfg: Any, tasksets: Any = None, dataset_rows: Any = None):
+    def __init__(self, cfg: Config, tasksets: Any = None, dataset_rows: Any = None):
         sync = cfg.synchronizer
         if sync.sync_method not in IN_PROCESS_SYNC_METHODS:
             raise ConfigError(
@@ -125,7 +128,7 @@ class InProcessRun:
 
     @_active.setter
     def _active(self, side: Explorer | Trainer) -> None:
-        # the side that runs gets what the process prints (``rft_core.actor_log``)
+        # the side that runs gets what the process prints (``rft_core.actors.actor_log``)
         self._running = side
         activate(side.role)
 
