@@ -16,7 +16,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from webapp.events.routing import websocket_urlpatterns as event_routes  # noqa: E402
+from webapp.runs.routing import websocket_urlpatterns as event_routes  # noqa: E402
 
 websocket_urlpatterns = [*event_routes]
 

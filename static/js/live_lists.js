@@ -1,6 +1,6 @@
 // Live lists: the experiment list (last run's status badge, last/best eval accuracy) and an
 // experiment's run list (status, duration, accuracies; a new run appears as a row) follow the
-// list feed /ws/runs/ (webapp/events/list_consumer.py) without a reload. The feed carries
+// list feed /ws/runs/ (webapp/runs/list_consumer.py) without a reload. The feed carries
 // {"type": "run", "run": RunState} for the signed-in user's runs (staff: every run).
 // Hooks in the templates: <tbody data-live-runs="experiments"> with rows
 // tr[data-experiment-id][data-last-run-id][data-last-run-number], or

@@ -13,8 +13,8 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from webapp.asgi import application
-from webapp.events.list_consumer import STAFF_GROUP, user_group
 from webapp.experiments.models import Experiment
+from webapp.runs.list_consumer import STAFF_GROUP, user_group
 from webapp.runs.models import Run
 
 pytestmark = pytest.mark.django_db(transaction=True)

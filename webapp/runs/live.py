@@ -10,7 +10,7 @@ loads first, the events after a sequence number, and the pushes to the Channels 
 The ingestor sends each stored batch as ``{"type": "events", "first_seq", "last_seq",
 "events"}`` to run-<pk> (``workers.ingestor``). Every group message has the Channels type
 ``live.message`` and the protocol message under ``"message"``: a consumer forwards it as is
-(``webapp.events.consumers``).
+(``webapp.runs.consumers``).
 
 A publish is sent once the surrounding transaction commits (``transaction.on_commit``; at once
 outside one) and reads the row again then, so a client never sees a state that was rolled back

@@ -13,7 +13,7 @@ The client sends nothing; anything it sends is ignored.
 
 from __future__ import annotations
 
-from webapp.events.consumers import LiveConsumer
+from webapp.runs.consumers import LiveConsumer
 from webapp.runs.live import STAFF_GROUP, user_group
 
 CLOSE_FORBIDDEN = 4403

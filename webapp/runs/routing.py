@@ -1,7 +1,7 @@
 from django.urls import re_path
 
-from webapp.events.consumers import RunEventsConsumer
-from webapp.events.list_consumer import RunListConsumer
+from webapp.runs.consumers import RunEventsConsumer
+from webapp.runs.list_consumer import RunListConsumer
 
 websocket_urlpatterns = [
     re_path(r"^ws/runs/$", RunListConsumer.as_asgi()),  # the list feed (list_consumer.py)
