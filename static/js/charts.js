@@ -264,7 +264,9 @@
     var sec = document.createElement("section");
     sec.className = "chart-group";
     sec.dataset.group = groupKey;
-    sec.innerHTML = "<h3>" + escapeHtml(GROUP_TITLES[groupKey]) + '</h3><div class="chart-grid"></div>';
+    // the pin button sits beside the heading, not inside it (the heading's text stays its title)
+    sec.innerHTML = '<div class="group-head"><h3>' + escapeHtml(GROUP_TITLES[groupKey]) +
+      '</h3></div><div class="chart-grid"></div>';
     if (groupKey !== "pinned") {
       var self = this;
       var pin = document.createElement("button");
@@ -272,7 +274,7 @@
       pin.className = "pin-group";
       pin.dataset.group = groupKey;
       pin.addEventListener("click", function () { self.pinGroup(groupKey, !self.pinnedGroups.has(groupKey)); });
-      sec.querySelector("h3").appendChild(pin);
+      sec.querySelector(".group-head").appendChild(pin);
     }
     this.sections[groupKey] = sec;
     this._placeSection(groupKey);
@@ -298,7 +300,7 @@
       if (kids[i] !== sec && order.indexOf(kids[i].dataset.group) > order.indexOf(groupKey)) { before = kids[i]; break; }
     }
     if (sec.nextElementSibling !== before || sec.parentNode !== this.container) this.container.insertBefore(sec, before);
-    var pin = sec.querySelector(":scope > h3 > button.pin-group");
+    var pin = sec.querySelector(":scope > .group-head > button.pin-group");
     if (pin) {
       var on = this.pinnedGroups.has(groupKey);
       pin.textContent = on ? "Unpin group" : "Pin group";
