@@ -418,8 +418,11 @@ def _api_metric_points(stack: SupervisedStack, pk: int) -> int:
 
 
 def _jsonl_metric_values(job_dir: Path) -> int:
+    """Metric values the run wrote: the per-step metrics and the timed system/* samples (their
+    own file, ``<role>_system.jsonl``; a sample lands when the run outlasts the interval)."""
     files = sorted(job_dir.rglob("*_metrics.jsonl"))
     assert files, f"no monitor JSONL under {job_dir}"
+    files += sorted(job_dir.rglob("*_system.jsonl"))
     total = 0
     for path in files:
         for line in path.read_text().splitlines():
