@@ -12,9 +12,18 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from django.conf import settings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 
 app = Celery("rft_studio")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()  # each Django app's tasks.py
+
+
+def same_queue(task) -> str:
+    """The queue ``task`` (a bound task, running) was delivered from, else ``RFT_RUNS_QUEUE``:
+    a task that re-enqueues itself stays there, so a worker serving one queue (a test's, or a
+    host's that sees the checkpoint storage) keeps its runs and evaluations."""
+    info = task.request.delivery_info or {}
+    return info.get("routing_key") or settings.RFT_RUNS_QUEUE

@@ -412,7 +412,7 @@ def test_progress_takes_each_stages_total_from_the_launch_config(alice, roots):
 
 def test_a_lost_run_whose_heartbeats_resume_is_running_again(alice, roots):
     run = make_run(make_experiment(alice), status=RunStatus.RUNNING, submission_id="rft-x")
-    actions._finish(run, RunStatus.LOST, "no heartbeat for 130 s")
+    actions.finish_run(run, RunStatus.LOST, "no heartbeat for 130 s")
     run.refresh_from_db()
     actions.observe_heartbeat(run, run.finished_at.timestamp() + 5)
     run.refresh_from_db()

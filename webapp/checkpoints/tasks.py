@@ -20,9 +20,9 @@ from django.utils import timezone
 
 from rft_core.checkpoint import layout
 from rft_core.errors import RFTError
+from webapp.celery import same_queue
 from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.runs.live import publish_checkpoint
-from webapp.runs.tasks import _same_queue
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def evaluate(self, evaluation_id: int) -> str:
     evaluation = start_evaluation(evaluation_id)
     if evaluation.status == "running":
         follow_evaluation.apply_async(
-            (evaluation_id,), countdown=settings.RFT_FOLLOW_INTERVAL_S, queue=_same_queue(self)
+            (evaluation_id,), countdown=settings.RFT_FOLLOW_INTERVAL_S, queue=same_queue(self)
         )
     return evaluation.status
 
@@ -102,5 +102,5 @@ def follow_evaluation(self, evaluation_id: int) -> None:
 
     if poll(evaluation_id):
         follow_evaluation.apply_async(
-            (evaluation_id,), countdown=settings.RFT_FOLLOW_INTERVAL_S, queue=_same_queue(self)
+            (evaluation_id,), countdown=settings.RFT_FOLLOW_INTERVAL_S, queue=same_queue(self)
         )

@@ -169,7 +169,7 @@ def _enqueue_launch(run: Run, task_id: str) -> None:
             "runs.launch", args=(run.pk,), task_id=task_id, queue=settings.RFT_RUNS_QUEUE
         )
     except OperationalError as err:  # the broker went away since require_services
-        _finish(run, RunStatus.FAILED, f"could not enqueue the launch (Redis: {err})")
+        finish_run(run, RunStatus.FAILED, f"could not enqueue the launch (Redis: {err})")
 
 
 def submission_id_of(run: Run) -> str:
@@ -195,7 +195,7 @@ def start_run(run_id: int) -> Run:
             seed_fork(run, spec.job_dir)  # a fork's job dir starts with its parent's checkpoint
         except (ActionError, OSError) as err:
             reason = getattr(err, "message", None) or str(err)
-            _finish(run, RunStatus.FAILED, f"the run's config could not be prepared: {reason}")
+            finish_run(run, RunStatus.FAILED, f"the run's config could not be prepared: {reason}")
             return run
         run.status = RunStatus.STARTING
         run.job_dir = str(spec.job_dir)
@@ -215,7 +215,7 @@ def start_run(run_id: int) -> Run:
             },
         )
     except Exception as err:  # noqa: BLE001 - whatever refused the job, the run says why
-        _finish(run, RunStatus.FAILED, f"the Ray job could not be submitted: {err}")
+        finish_run(run, RunStatus.FAILED, f"the Ray job could not be submitted: {err}")
         return run
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
@@ -298,7 +298,7 @@ def stop_run(run_id: int) -> Run:
         return run
     if not run.submission_id:
         # start_run is submitting right now: cancelled here, it stops the job it submitted
-        _finish(run, RunStatus.CANCELLED, _cancel_reason(run))
+        finish_run(run, RunStatus.CANCELLED, _cancel_reason(run))
         return run
     _stop_job(run)
     return Run.objects.get(pk=run_id)
@@ -308,7 +308,7 @@ def _stop_job(run: Run) -> None:
     try:
         state = ray_jobs.stop(run.submission_id, timeout_s=settings.RFT_CANCEL_TIMEOUT_S)
     except ray_jobs.JobNotFound:
-        _finish(run, RunStatus.CANCELLED, _cancel_reason(run))
+        finish_run(run, RunStatus.CANCELLED, _cancel_reason(run))
         return
     except ray_jobs.RayJobsError as err:
         # Ray down or the job will not stop: reconcile settles it once Ray answers again
@@ -364,7 +364,7 @@ def reconcile_run(run: Run) -> bool:
         return _heartbeat_lost(run, now, timeout)  # no Ray job of ours: heartbeats only
     if not run.submission_id:
         if now - run.created > max(timeout, timedelta(minutes=5)):
-            return _finish(
+            return finish_run(
                 run,
                 RunStatus.FAILED,
                 "the launch task stopped before it submitted the Ray job (worker restarted?)",
@@ -373,7 +373,7 @@ def reconcile_run(run: Run) -> bool:
     try:
         state = ray_jobs.status(run.submission_id)
     except ray_jobs.JobNotFound:
-        return _finish(
+        return finish_run(
             run,
             RunStatus.LOST,
             f"Ray does not know job {run.submission_id}: the Ray head was restarted (or the job "
@@ -403,7 +403,7 @@ def _heartbeat_lost(run: Run, now: datetime, timeout: timedelta) -> bool:
         and now - run.last_heartbeat > timeout
     ):
         age = (now - run.last_heartbeat).total_seconds()
-        return _finish(
+        return finish_run(
             run,
             RunStatus.LOST,
             f"no heartbeat for {age:.0f} s (last at {run.last_heartbeat:%H:%M:%S} UTC; "
@@ -415,13 +415,15 @@ def _heartbeat_lost(run: Run, now: datetime, timeout: timedelta) -> bool:
 def _settle(run: Run, state: ray_jobs.JobState) -> bool:
     """The final status of ``run`` from its ended Ray job."""
     if state.status == "SUCCEEDED":
-        return _finish(run, RunStatus.SUCCEEDED, "the Ray job finished successfully")
+        return finish_run(run, RunStatus.SUCCEEDED, "the Ray job finished successfully")
     cancel_requested = Run.objects.filter(pk=run.pk, cancel_requested_at__isnull=False).exists()
     if state.status == "STOPPED":
         if cancel_requested:
-            return _finish(run, RunStatus.CANCELLED, _cancel_reason(run))
-        return _finish(run, RunStatus.FAILED, "the Ray job was stopped outside RFT Studio")
-    return _finish(run, RunStatus.FAILED, _exit_reason(state), last_error=_last_error(run, state))
+            return finish_run(run, RunStatus.CANCELLED, _cancel_reason(run))
+        return finish_run(run, RunStatus.FAILED, "the Ray job was stopped outside RFT Studio")
+    return finish_run(
+        run, RunStatus.FAILED, _exit_reason(state), last_error=_last_error(run, state)
+    )
 
 
 def _exit_reason(state: ray_jobs.JobState) -> str:
@@ -444,7 +446,7 @@ def _last_error(run: Run, state: ray_jobs.JobState) -> str:
     return ray_jobs.last_error_line(text)
 
 
-def _finish(run: Run, status: str, reason: str, *, last_error: str = "") -> bool:
+def finish_run(run: Run, status: str, reason: str, *, last_error: str = "") -> bool:
     """Move ``run`` to the final ``status`` (unless it already ended); audited as run.status."""
     with transaction.atomic():
         locked = Run.objects.select_for_update().get(pk=run.pk)

@@ -44,7 +44,7 @@ from webapp.events.store import rows_of, store_events
 from webapp.experiments.actions import experiment_for_outside_run
 from webapp.experiments.config_policy import CheckedConfig, canonical_yaml, check_config
 from webapp.experiments.models import Experiment
-from webapp.runs.actions import _finish
+from webapp.runs.actions import finish_run
 from webapp.runs.claims import claim_job_dir
 from webapp.runs.live import publish_run
 from webapp.runs.models import FINAL_STATUSES, Run, RunOrigin, RunStatus
@@ -135,12 +135,12 @@ def finish_terminal_run(actor: Actor, run: Run, *, exit_code: object, message: o
         return run
     record(actor, "run.finish", run, after={"exit_code": exit_code})
     if exit_code == 0:
-        _finish(run, RunStatus.SUCCEEDED, "trinity run exited 0 in its terminal")
+        finish_run(run, RunStatus.SUCCEEDED, "trinity run exited 0 in its terminal")
     elif exit_code == EXIT_INTERRUPTED:
-        _finish(run, RunStatus.CANCELLED, "interrupted in its terminal (Ctrl-C)")
+        finish_run(run, RunStatus.CANCELLED, "interrupted in its terminal (Ctrl-C)")
     else:
         reason = f"trinity run exited {exit_code} in its terminal"
-        _finish(run, RunStatus.FAILED, reason, last_error=text)
+        finish_run(run, RunStatus.FAILED, reason, last_error=text)
     run.refresh_from_db()
     return run
 

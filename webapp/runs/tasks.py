@@ -6,7 +6,8 @@
     runs.reconcile()        settle every live run (Celery beat; and when a worker starts)
 
 A task that re-enqueues itself (follow) stays on the queue it came from, so a worker serving
-one queue (a test's, or a host's that sees the checkpoint storage) keeps its runs.
+one queue (a test's, or a host's that sees the checkpoint storage) keeps its runs
+(``webapp.celery.same_queue``).
 """
 
 from __future__ import annotations
@@ -17,14 +18,10 @@ from celery import shared_task
 from celery.signals import worker_ready
 from django.conf import settings
 
+from webapp.celery import same_queue
 from webapp.runs import actions
 
 log = logging.getLogger(__name__)
-
-
-def _same_queue(task) -> str:
-    info = task.request.delivery_info or {}
-    return info.get("routing_key") or settings.RFT_RUNS_QUEUE
 
 
 @shared_task(name="runs.launch", bind=True)
@@ -32,7 +29,7 @@ def launch(self, run_id: int) -> str:
     run = actions.start_run(run_id)
     if run.submission_id and run.status in actions.LIVE:
         follow.apply_async(
-            (run_id,), countdown=settings.RFT_FOLLOW_INTERVAL_S, queue=_same_queue(self)
+            (run_id,), countdown=settings.RFT_FOLLOW_INTERVAL_S, queue=same_queue(self)
         )
     return run.status
 
@@ -41,7 +38,7 @@ def launch(self, run_id: int) -> str:
 def follow(self, run_id: int) -> None:
     if actions.follow_run(run_id):
         follow.apply_async(
-            (run_id,), countdown=settings.RFT_FOLLOW_INTERVAL_S, queue=_same_queue(self)
+            (run_id,), countdown=settings.RFT_FOLLOW_INTERVAL_S, queue=same_queue(self)
         )
 
 
