@@ -2,7 +2,8 @@
 
 / -> /experiments/; /experiments/ (list), /experiments/new/, /experiments/<id>/,
 /experiments/<id>/edit/, /experiments/<id>/yaml/; /runs/ (every run); /runs/<id>/; /runs/compare/?ids=1,2;
-/account/ (API tokens); /admin/; the JSON API under /api/v1/ (schema at /api/v1/schema/).
+/runs/<id>/evaluations/ (the checkpoints app's page of a run's evaluations: routed here, since
+the runs app below it never imports the checkpoints app); /account/ (API tokens); /admin/; the JSON API under /api/v1/ (schema at /api/v1/schema/).
 """
 
 from django.contrib import admin
@@ -10,6 +11,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from webapp.accounts.views import home
+from webapp.checkpoints import evaluation_views
 from webapp.health.views import health_json, health_page
 
 urlpatterns = [
@@ -21,6 +23,7 @@ urlpatterns = [
     path("api/health", health_json, name="api-health"),
     path("experiments/", include("webapp.experiments.urls")),
     path("runs/", include("webapp.runs.urls")),
+    path("runs/<int:pk>/evaluations/", evaluation_views.evaluations, name="run-evaluations"),
     path("checkpoints/", include("webapp.checkpoints.urls")),
     path("account/", include("webapp.accounts.urls")),
     path("api/v1/", include("webapp.api.urls")),

@@ -77,7 +77,7 @@ def csrf_token_of(client: Client) -> str:
 
 def task_callbacks(callbacks: list) -> list:
     """The on-commit callbacks that enqueue a Celery task, without the live pages' pushes
-    (``webapp.runs.live.publish_run`` / ``publish_checkpoint`` register one each)."""
+    (``webapp.runs.live.publish_run`` / ``webapp.checkpoints.actions.publish_checkpoint`` register one each)."""
     return [cb for cb in callbacks if not cb.__qualname__.startswith("publish_")]
 
 

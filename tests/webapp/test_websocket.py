@@ -161,8 +161,8 @@ def test_the_ingestors_batches_and_the_run_and_checkpoint_states_reach_the_socke
     import redis
 
     from rft_core.monitor import ENV_REDIS_URL, ENV_RUN_ID, build_monitor, runs_set, stream_key
+    from webapp.checkpoints.actions import publish_checkpoint
     from webapp.checkpoints.models import Checkpoint
-    from webapp.runs.live import publish_checkpoint
     from webapp.runs.models import RunStatus
     from workers.ingestor import Ingestor
 

@@ -33,6 +33,7 @@ from webapp.api.errors import api_exception_handler
 from webapp.audit.record import Actor
 from webapp.checkpoints.actions import convert_checkpoint
 from webapp.checkpoints.evaluation import evaluate_checkpoints
+from webapp.checkpoints.forks import fork_config_yaml, fork_run
 from webapp.checkpoints.models import Checkpoint
 from webapp.errors import ActionError
 from webapp.experiments.actions import create_experiment, update_experiment
@@ -45,7 +46,6 @@ from webapp.runs.external import (
     import_job_dir,
     register_terminal_run,
 )
-from webapp.runs.forks import fork_config_yaml, fork_run
 from webapp.runs.models import LogLine, MetricPoint, Run
 from webapp.runs.progress import in_stage_order
 

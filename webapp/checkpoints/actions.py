@@ -11,11 +11,11 @@ conversion to Hugging Face weights.
   (``webapp.runs.claims``: no conversion writes into a job dir another user's run owns), audit ``checkpoint.convert``,
   ``hf_status`` converting, and the Celery task (``checkpoints.tasks``) enqueued on commit.
 - :func:`refuse_if_pruned` is the one refusal of a checkpoint gone from disk, for Convert, Fork
-  (``webapp.runs.forks``) and the API alike: a 409 saying it was pruned by retention
+  (``webapp.checkpoints.forks``) and the API alike: a 409 saying it was pruned by retention
   (``trainer.max_checkpoints_to_keep``) or, in a run that keeps every checkpoint, deleted.
 
-Every new or changed row is pushed to the run's live page (``webapp.runs.live.publish_checkpoint``,
-sent on commit).
+Every new or changed row is pushed to the run's live page (:func:`publish_checkpoint`, sent on
+commit; the message's shape is ``webapp.runs.live.checkpoint_state``).
 """
 
 from __future__ import annotations
@@ -34,12 +34,27 @@ from webapp.celery import app as celery_app
 from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.errors import ActionError
 from webapp.runs.claims import claim_job_dir
-from webapp.runs.live import publish_checkpoint
+from webapp.runs.live import checkpoint_state, run_group, send
 from webapp.runs.models import Run, RunOrigin
 
 # A conversion that wrote no progress for this long is taken for dead (its worker was killed):
 # converting it again is allowed.
 CONVERT_STALE_AFTER = timedelta(minutes=15)
+
+
+def publish_checkpoint(ckpt: Checkpoint) -> None:
+    """The checkpoint's full state, ``{"type": "checkpoint", "checkpoint": CheckpointState}``, to
+    its run's page once the surrounding transaction commits (read again then, as
+    ``webapp.runs.live.publish_run`` does)."""
+    pk = ckpt.pk
+
+    def push() -> None:
+        fresh = Checkpoint.objects.filter(pk=pk).first()
+        if fresh is not None:
+            message = {"type": "checkpoint", "checkpoint": checkpoint_state(fresh)}
+            send([run_group(fresh.run_id)], message)
+
+    transaction.on_commit(push)
 
 
 def _observe(run: Run, stage: str, step: int, path: Path) -> Checkpoint:

@@ -6,7 +6,7 @@ The progress callback writes ``Checkpoint.hf_progress`` (0..1, at most once per 
 the row ends ``ready`` with ``hf_path``, or ``failed`` with ``hf_error`` set to the converter's
 one-line message. The conversion is queued by ``checkpoints.actions.convert_checkpoint``.
 Each write (start, progress, ready/failed) is pushed to the run's live page
-(``webapp.runs.live.publish_checkpoint``).
+(``webapp.checkpoints.actions.publish_checkpoint``).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from django.utils import timezone
 from rft_core.checkpoint import layout
 from rft_core.errors import RFTError
 from webapp.celery import same_queue
+from webapp.checkpoints.actions import publish_checkpoint
 from webapp.checkpoints.models import Checkpoint, HFStatus
-from webapp.runs.live import publish_checkpoint
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Checkpoint pages: POST ``/checkpoints/<id>/convert/`` queues the Hugging Face conversion
 (``actions.convert_checkpoint``) and goes back to the run page; ``/checkpoints/<id>/fork/``
 shows the run's config to start a fork from the checkpoint (GET) and launches it (POST,
-``webapp.runs.forks.fork_run``); ``GET
+``webapp.checkpoints.forks.fork_run``); ``GET
 /checkpoints/<id>/files.json`` lists the files of its converted directory (the run page's file
 list); ``GET /checkpoints/run/<run id>/disk.json`` the run's job dir size on disk (the line
 under the run page's checkpoint rows)."""
@@ -18,10 +18,10 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from webapp.accounts.access import authorize
 from webapp.audit.record import Actor
 from webapp.checkpoints.actions import convert_checkpoint, job_dir_usage, refuse_if_pruned
+from webapp.checkpoints.forks import fork_config_yaml, fork_run
 from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.errors import ActionError
 from webapp.refusals import wants_json
-from webapp.runs.forks import fork_config_yaml, fork_run
 from webapp.runs.live import checkpoint_state
 from webapp.runs.live_views import authorize_json
 from webapp.runs.models import Run

@@ -1,7 +1,7 @@
 """Every change of a run's state: launch, cancel, reconcile, and what the event ingestor observes.
 
 User actions (``launch_run``, ``cancel_run``) check permission, act and write one audit row;
-``queue_run`` is the one way a run is queued (a launch here, a fork in ``webapp.runs.forks``);
+``queue_run`` is the one way a run is queued (a launch here, a fork in ``webapp.checkpoints.forks``);
 the Celery tasks in ``tasks.py`` call the ``start_run`` / ``stop_run`` / ``follow_run`` halves,
 which talk to Ray through ``ray_jobs`` (never ``ray.init()``).
 
@@ -13,7 +13,8 @@ which talk to Ray through ``ray_jobs`` (never ``ray.init()``).
 The database follows the Ray job, which is the truth about a run: ``follow_run`` polls a run's
 job until it ends, ``reconcile_runs`` (Celery beat, and when a worker starts) sweeps every live
 run, so no run stays "running" after its job died. A final status change made by the system is
-audited as ``run.status``. Every change of a run's state is pushed to the live pages with
+audited as ``run.status``, and tells the apps above this one (``signals.run_finished``: the
+checkpoints app then reads the job dir's tree). Every change of a run's state is pushed to the live pages with
 ``webapp.runs.live.publish_run`` (sent once the change commits).
 """
 
@@ -36,7 +37,6 @@ from rft_core.plugins import ENV_PLUGIN_DIRS
 from webapp.accounts.access import check
 from webapp.audit.record import Actor, record
 from webapp.celery import app as celery_app
-from webapp.checkpoints.actions import sync_checkpoints
 from webapp.errors import ActionError
 from webapp.experiments.config_policy import CheckedConfig, check_config, config_paths
 from webapp.experiments.models import Experiment
@@ -46,6 +46,7 @@ from webapp.runs.claims import Claim, claim_job_dir, path_refusal, refusal, refu
 from webapp.runs.fork_seed import seed_fork
 from webapp.runs.live import publish_run
 from webapp.runs.models import ACTIVE_STATUSES, FINAL_STATUSES, Run, RunOrigin, RunStatus
+from webapp.runs.signals import run_finished
 from webapp.runs.snapshot import LaunchSpec, checkpoint_root, launch_spec
 from webapp.runs.stage_actions import enter_stage, observe_phase, observe_progress
 
@@ -469,11 +470,9 @@ def finish_run(run: Run, status: str, reason: str, *, last_error: str = "") -> b
         publish_run(locked)
     run.status, run.finished_at, run.exit_reason = status, locked.finished_at, locked.exit_reason
     run.last_error = locked.last_error
-    if locked.job_dir:
-        try:  # the rows of checkpoints whose events never arrived (the tree is the record)
-            sync_checkpoints(locked)
-        except OSError as err:
-            log.warning("run %s: could not read its checkpoints: %s", run.pk, err)
+    # the checkpoints app reads the job dir's tree now (rows of checkpoints whose events never
+    # arrived): webapp.checkpoints.receivers
+    run_finished.send(sender=Run, run=locked)
     return True
 
 

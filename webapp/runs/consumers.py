@@ -8,7 +8,7 @@ serialized once under ``text``) is forwarded as is:
 
     {"type": "events", "first_seq", "last_seq", "events": [Event, ...]}  one ingestor batch
     {"type": "run", "run": RunState}                                     publish_run
-    {"type": "checkpoint", "checkpoint": CheckpointState}                publish_checkpoint
+    {"type": "checkpoint", "checkpoint": CheckpointState}                publish_checkpoint (checkpoints)
 
 ``?after=<seq>`` (a client that reconnects) first sends what it missed as ONE ``events``
 message (at most 5000 events, the page refetches ``live.json?after=`` for the rest): the

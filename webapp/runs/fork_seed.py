@@ -1,4 +1,4 @@
-"""The launch task's part for a fork (``webapp.runs.forks``): before the Ray job starts, the
+"""The launch task's part for a fork (``webapp.checkpoints.forks``): before the Ray job starts, the
 parent's checkpoint linked into the fork's (stage) job dir as its latest, the stages before it
 marked finished (``rft_core.checkpoint.fork.seed_job_dir``). A module of its own because the
 launch action (``webapp.runs.actions.start_run``) calls it and the fork action queues through

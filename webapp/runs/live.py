@@ -5,7 +5,10 @@ loads first, the events after a sequence number, and the pushes to the Channels 
     snapshot(run) -> the ``live.json`` body  events_after(run, seq) -> the ``?after=`` body
     publish_run(run)         {"type": "run", "run": RunState} to run-<pk>, runs-user-<owner pk>
                              and runs-staff
-    publish_checkpoint(ckpt) {"type": "checkpoint", "checkpoint": CheckpointState} to run-<pk>
+
+A checkpoint's push, ``{"type": "checkpoint", "checkpoint": CheckpointState}`` to run-<pk>, is
+``webapp.checkpoints.actions.publish_checkpoint``: the checkpoints app sits above this one, which
+reads a run's checkpoints through the relation (``run.checkpoints``) and imports no Checkpoint.
 
 The ingestor sends each stored batch as ``{"type": "events", "first_seq", "last_seq",
 "events"}`` to run-<pk> (``workers.ingestor``). Every group message has the Channels type
@@ -31,15 +34,17 @@ import logging
 import threading
 import time
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.db.models import Max, Min, Q
 
-from webapp.checkpoints.models import Checkpoint
 from webapp.events.models import RunEvent
 from webapp.runs.models import LogLine, MetricPoint, RolloutSample, Run
 from webapp.runs.progress import in_stage_order, progress_of
+
+if TYPE_CHECKING:  # a type only: the checkpoints app imports this one
+    from webapp.checkpoints.models import Checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +214,7 @@ def snapshot(run: Run) -> dict[str, Any]:
     with transaction.atomic():
         seq = last_seq(run)
         run = Run.objects.get(pk=run.pk)
-        checkpoints = in_stage_order(run.config or {}, list(Checkpoint.objects.filter(run=run)))
+        checkpoints = in_stage_order(run.config or {}, list(run.checkpoints.all()))
         return {
             "now": time.time(),
             "seq": seq,
@@ -246,7 +251,7 @@ def events_after(run: Run, seq: int, limit: int = EVENTS_PAGE) -> dict[str, Any]
         for s, kind, role, stage, step, at, data in rows[:limit]
     ]
     fresh = Run.objects.get(pk=run.pk)
-    checkpoints = in_stage_order(fresh.config or {}, list(Checkpoint.objects.filter(run=fresh)))
+    checkpoints = in_stage_order(fresh.config or {}, list(fresh.checkpoints.all()))
     return {
         "now": time.time(),
         "seq": events[-1]["seq"] if events else seq,
@@ -326,18 +331,5 @@ def publish_run(run: Run) -> None:
             return
         message = {"type": "run", "run": run_state(fresh)}
         send([run_group(pk), user_group(fresh.experiment.owner_id), STAFF_GROUP], message)
-
-    transaction.on_commit(push)
-
-
-def publish_checkpoint(ckpt: Checkpoint) -> None:
-    """The checkpoint's full state to its run's page, on commit."""
-    pk = ckpt.pk
-
-    def push() -> None:
-        fresh = Checkpoint.objects.filter(pk=pk).first()
-        if fresh is not None:
-            message = {"type": "checkpoint", "checkpoint": checkpoint_state(fresh)}
-            send([run_group(fresh.run_id)], message)
 
     transaction.on_commit(push)

@@ -107,7 +107,7 @@ class Run(models.Model):
     )
     tags = models.ManyToManyField("experiments.Tag", blank=True, related_name="runs")
     notes = models.TextField(blank=True, help_text="the owner's notes on the run")
-    # a fork (webapp.runs.forks): the run and checkpoint it started from, at step fork_step
+    # a fork (webapp.checkpoints.forks): the run and checkpoint it started from, at step fork_step
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
     )

@@ -1,6 +1,5 @@
 from django.urls import path
 
-from webapp.checkpoints import evaluation_views
 from webapp.runs import annotation_views, downloads, live_views, rollout_views, table, views
 
 app_name = "runs"
@@ -21,5 +20,5 @@ urlpatterns = [
     path("<int:pk>/metrics.json", downloads.metrics_json, name="metrics-json"),
     path("<int:pk>/tags/", annotation_views.tags, name="tags"),
     path("<int:pk>/notes/", annotation_views.notes, name="notes"),
-    path("<int:pk>/evaluations/", evaluation_views.evaluations, name="evaluations"),
+    # /runs/<id>/evaluations/ is the checkpoints app's, routed in webapp/urls.py
 ]

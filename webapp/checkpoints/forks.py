@@ -10,7 +10,8 @@ optimizer state and LR schedule position from the checkpoint; the config's hyper
 The fork is the user's own run (its own ``run-<pk>`` job dir, queued like any other by
 ``webapp.runs.actions.queue_run``); ``Run.parent`` / ``fork_step`` link it to its parent,
 whose page lists its forks. The launch task's part, linking the checkpoint into the fork's job
-dir, is ``webapp.runs.fork_seed``.
+dir, is ``webapp.runs.fork_seed``. It lives in the checkpoints app: a fork starts from a
+checkpoint (the runs app below it knows no Checkpoint).
 """
 
 from __future__ import annotations
