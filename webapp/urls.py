@@ -2,8 +2,8 @@
 
 / -> /experiments/; /experiments/ (list), /experiments/new/, /experiments/<id>/,
 /experiments/<id>/edit/, /experiments/<id>/yaml/; /runs/ (every run); /runs/<id>/; /runs/compare/?ids=1,2;
-/runs/<id>/evaluations/ (the checkpoints app's page of a run's evaluations: routed here, since
-the runs app below it never imports the checkpoints app); /account/ (API tokens); /admin/; the JSON API under /api/v1/ (schema at /api/v1/schema/).
+/runs/import/ and /runs/<id>/evaluations/ (the pages of webapp.ingest and of the checkpoints
+app: routed here, since the runs app below them never imports them); /account/ (API tokens); /admin/; the JSON API under /api/v1/ (schema at /api/v1/schema/).
 """
 
 from django.contrib import admin
@@ -13,6 +13,7 @@ from django.urls import include, path
 from webapp.accounts.views import home
 from webapp.checkpoints import evaluation_views
 from webapp.health.views import health_json, health_page
+from webapp.ingest import views as import_views
 
 urlpatterns = [
     path("", home, name="home"),
@@ -22,6 +23,7 @@ urlpatterns = [
     path("health.json", health_json, name="health-json"),
     path("api/health", health_json, name="api-health"),
     path("experiments/", include("webapp.experiments.urls")),
+    path("runs/import/", import_views.import_page, name="run-import"),
     path("runs/", include("webapp.runs.urls")),
     path("runs/<int:pk>/evaluations/", evaluation_views.evaluations, name="run-evaluations"),
     path("checkpoints/", include("webapp.checkpoints.urls")),

@@ -8,13 +8,14 @@ consumer group (``ingestor``), so several ingestors share the work and an entry 
 one. ``<prefix>`` is the deployment's (``settings.RFT_REDIS_PREFIX``): an ingestor never sees
 the streams of another deployment on the same Redis, whatever its database number.
 
-One batch of a stream (up to ``BATCH`` entries) is stored in ONE transaction
-(``webapp.events.store.store_events``: each new entry a ``RunEvent`` with the next dense
-``seq`` of its key, in stream order, projected into metric points, log lines, samples,
-checkpoints and run status; an entry already stored, recognised by its stream id, writes
-nothing again). After the commit the batch's new events go as ONE ``{"type": "events", "first_seq",
-"last_seq", "events"}`` message to the group ``run-<run pk>`` (``webapp.runs.live``), and
-then the entries are acknowledged: a crash before the ack leaves them pending, and the next
+One batch of a stream (up to ``BATCH`` entries) is stored in ONE transaction by the web side's
+public function for it, ``webapp.ingest.actions.record_events`` (each new entry a ``RunEvent``
+with the next dense ``seq`` of its key, in stream order, projected into metric points, log
+lines, samples, checkpoints and run status; an entry already stored, recognised by its stream
+id, writes nothing again). After the commit the batch's new events go as ONE ``{"type":
+"events", "first_seq", "last_seq", "events"}`` message to the group ``run-<run pk>``
+(``webapp.ingest.actions.publish_events``), and then the entries are acknowledged: a crash
+before the ack leaves them pending, and the next
 delivery finds them stored. Sharing the load: ingestors of one group share the STREAMS. Each stream is read by one
 ingestor at a time, the holder of its lease (``rft:<prefix>:ingest-lease:<group>:<key>``, ``SET NX``
 with a ``LEASE_MS`` expiry renewed every poll), so that a run's batches are stored in stream
@@ -54,8 +55,7 @@ from channels.layers import get_channel_layer  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from rft_core.monitor.events import namespace, run_id_of, runs_set, stream_prefix  # noqa: E402
-from webapp.events.store import event_rows, store_events  # noqa: E402
-from webapp.runs.live import events_message, run_group, send  # noqa: E402
+from webapp.ingest.actions import publish_events, record_events  # noqa: E402
 
 GROUP = "ingestor"
 TRIM_S = 1.0  # a busy stream is trimmed at most this often; an idle one at once
@@ -209,17 +209,15 @@ class Ingestor:
         if not entries:
             return 0
         run_key = run_id_of(key, self.prefix)
-        rows = event_rows(run_key, entries)
         try:
-            run, new_rows = store_events(run_key, rows)
+            run, new_rows = record_events(run_key, entries)
         except Exception:  # noqa: BLE001 - one run's bad batch must not stop the others
             # not acked: the entries stay pending and are claimed again in RETRY_S
-            log.exception("storing %d entries of %s failed; they stay pending", len(rows), key)
+            log.exception("storing %d entries of %s failed; they stay pending", len(entries), key)
             self._retry_at[key] = time.monotonic() + RETRY_S
             return 0
         if run is not None and new_rows:
-            message = events_message([row.as_message() for row in new_rows])
-            send([run_group(run.pk)], message, self.channel_layer)
+            publish_events(run, new_rows, self.channel_layer)
         ids = [e[0] for e in entries]
         self.client.xack(key, self.group, *ids)
         if self.trim:

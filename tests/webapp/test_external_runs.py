@@ -1,4 +1,4 @@
-"""Runs started outside the dashboard (webapp/runs/external.py): a terminal's ``trinity run``
+"""Runs started outside the dashboard (webapp/runs/external.py, webapp/ingest/job_dir.py): a terminal's ``trinity run``
 registering itself and reporting its end through the API, and a job dir imported with its whole
 history. The job dirs here are written by rft_core's own writers (JsonlSink, log_to_file)."""
 
@@ -171,8 +171,8 @@ def test_a_silent_terminal_run_is_lost_after_the_heartbeat_timeout(area, alice_a
 
 
 def test_a_terminal_runs_checkpoint_outside_its_job_dir_is_ignored(area, alice_api, tmp_path):
-    from webapp.events.projection import project
-    from webapp.events.store import rows_of, store_events
+    from webapp.ingest.projection import project
+    from webapp.ingest.store import rows_of, store_events
 
     run = _register(alice_api, area)
     inside = layout.step_dir(area / "terminal-proj" / "from-terminal", 4)

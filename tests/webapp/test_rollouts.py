@@ -186,7 +186,7 @@ def test_another_users_rollouts_are_refused_and_staff_sees_them(client, owner_ru
 
 def test_a_stored_samples_event_keeps_its_token_arrays_once_in_the_rollout_rows(owner_run):
     from rft_core.monitor import MonitorEvent
-    from webapp.events.store import rows_of, store_events
+    from webapp.ingest.store import rows_of, store_events
 
     _, run = owner_run
     entry = _sample(1, 1.0, 0.5, "2 ok", trainer_logprobs=[-0.4, -0.3, -0.1, -0.2])
@@ -208,7 +208,7 @@ def test_a_stored_samples_event_keeps_its_token_arrays_once_in_the_rollout_rows(
 
 def test_the_trainers_logprobs_go_beside_the_tokens_of_the_sample_they_name(client, owner_run):
     from rft_core.monitor import MonitorEvent
-    from webapp.events.store import rows_of, store_events
+    from webapp.ingest.store import rows_of, store_events
 
     alice, run = owner_run
     kept = [

@@ -14,7 +14,7 @@ import pytest
 from test_runs import alice, make_experiment, make_run  # noqa: F401 - fixtures
 
 from rft_core.monitor.events import MonitorEvent
-from webapp.events.store import rows_of, store_events
+from webapp.ingest.store import rows_of, store_events
 from webapp.runs import progress
 from webapp.runs.models import RunStatus
 

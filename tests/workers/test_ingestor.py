@@ -18,7 +18,7 @@ from rft_core.monitor import ENV_REDIS_URL, ENV_RUN_ID, build_monitor, runs_set,
 from webapp.audit.models import AuditEvent
 from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.events.models import RunEvent
-from webapp.events.store import event_rows, store_events
+from webapp.ingest.store import event_rows, store_events
 from webapp.runs.models import LogLine, MetricPoint, RolloutSample, Run, RunStatus
 from workers.ingestor import Ingestor
 

@@ -153,7 +153,7 @@ class RunFinishSerializer(serializers.Serializer):
 
 
 class RunImportSerializer(serializers.Serializer):
-    """An existing job dir read into a run (``webapp.runs.external.import_job_dir``)."""
+    """An existing job dir read into a run (``webapp.ingest.job_dir.import_job_dir``)."""
 
     job_dir = serializers.CharField(max_length=1000, help_text="absolute path of the job dir")
     experiment = serializers.IntegerField(

@@ -38,14 +38,10 @@ from webapp.checkpoints.models import Checkpoint
 from webapp.errors import ActionError
 from webapp.experiments.actions import create_experiment, update_experiment
 from webapp.experiments.models import Experiment
+from webapp.ingest.job_dir import import_job_dir
 from webapp.runs.actions import cancel_run, launch_run
 from webapp.runs.annotations import set_run_notes, set_run_tags
-from webapp.runs.external import (
-    events_redis_url,
-    finish_terminal_run,
-    import_job_dir,
-    register_terminal_run,
-)
+from webapp.runs.external import events_redis_url, finish_terminal_run, register_terminal_run
 from webapp.runs.models import LogLine, MetricPoint, Run
 from webapp.runs.progress import in_stage_order
 

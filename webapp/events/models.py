@@ -5,7 +5,7 @@ twice. ``seq`` is the dense per-run sequence number (1, 2, 3, ... in stream orde
 and resume by; the ingestor assigns it under the run's lock (``workers.ingestor``). ``run_key`` is ``Run.key`` (the run's ``RFT_RUN_ID``); a key that matches no Run (a CLI
 run with ``RFT_RUN_ID`` set by hand) keeps its events here only. The dashboard's richer rows
 (metric points, log lines, checkpoints, run status) are projected from each new event by
-``webapp.events.projection`` through the runs and checkpoints apps.
+``webapp.ingest.projection`` through the runs and checkpoints apps.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ A run's life: queued (row written, Celery task enqueued) -> starting (Ray job su
 running (first heartbeat) -> succeeded | failed | cancelled | lost. ``lost`` means the Ray job
 is gone or unknown to Ray (a restarted head) or its heartbeat stopped. ``origin`` says where
 the run came from: the dashboard, a terminal's ``trinity run`` that registered itself (its
-final status comes from the CLI's report or its heartbeats), or an imported job dir
-(``webapp.runs.external``). ``key`` is the id the run's monitor streams under (``RFT_RUN_ID``,
+final status comes from the CLI's report or its heartbeats: ``webapp.runs.external``), or an
+imported job dir (``webapp.ingest.job_dir``). ``key`` is the id the run's monitor streams under (``RFT_RUN_ID``,
 Redis stream ``rft:<prefix>:run:<key>``): random, so two runs never mix their streams (and the
 deployment prefix keeps deployments and test sessions sharing one Redis apart). ``tags`` (the
 experiments' ``Tag`` rows) and ``notes`` are the owner's, set through ``webapp.runs.annotations``.

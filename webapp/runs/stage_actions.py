@@ -1,5 +1,5 @@
 """The actions that follow a run through its stages, from its monitor's events (called by the
-ingestor's projection, ``webapp.events.projection``, inside its transaction): the stage it is
+ingestor's projection, ``webapp.ingest.projection``, inside its transaction): the stage it is
 in, its furthest step there and the times of its newest steps (the ETA's rate), and what each
 role is doing (``phase`` events). What these mean on the page: ``webapp.runs.progress``.
 """

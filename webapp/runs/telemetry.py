@@ -2,7 +2,7 @@
 events, and the run's key figures (last and best eval accuracy) derived from them (a change is
 pushed to the live pages with ``webapp.runs.live.publish_run``).
 
-Called by the ingestor's projection (``webapp.events.projection``) for each event it stores
+Called by the ingestor's projection (``webapp.ingest.projection``) for each event it stores
 for the first time, inside that transaction, so a replayed stream adds nothing twice. Takes
 ``RunEvent`` rows (or anything with their attributes: ``kind``, ``role``, ``stage``, ``step``,
 ``payload``, ``emitted_at``, and ``seq`` when they have one).

@@ -7,7 +7,7 @@ urlpatterns = [
     path("", table.runs_table, name="list"),
     path("compare/", views.compare, name="compare"),
     path("compare/data.json", views.compare_data, name="compare-data"),
-    path("import/", views.import_page, name="import"),
+    # /runs/import/ is webapp.ingest's, routed in webapp/urls.py
     path("launch/<int:experiment_id>/", views.launch, name="launch"),
     path("<int:pk>/", views.run_detail, name="detail"),
     path("<int:pk>/cancel/", views.cancel, name="cancel"),

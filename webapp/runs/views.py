@@ -1,7 +1,8 @@
 """Run pages: ``/runs/<id>/`` (status, times, config snapshot, job dir, error),
 ``/runs/compare/?ids=1,2`` (the config differences of the chosen runs), the full log as text
-``/runs/<id>/logs.txt[?actor=&level=]`` (streamed; another user's run: 404), ``/runs/import/`` (a job dir read in), and
-the POSTs that launch, cancel and clone. Thin: each reads the request, calls one action and answers.
+``/runs/<id>/logs.txt[?actor=&level=]`` (streamed; another user's run: 404), and the POSTs
+that launch, cancel and clone. Thin: each reads the request, calls one action and answers.
+(``/runs/import/`` is ``webapp.ingest.views``'s.)
 
 A refused action (``ActionError``: Redis or Ray down, a config that no longer passes the
 checks, a run that already ended) answers its 4xx with a page that shows the message at the
@@ -13,7 +14,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from webapp.accounts.access import authorize, authorize_hidden
 from webapp.audit.record import Actor
@@ -22,7 +23,6 @@ from webapp.experiments.actions import clone_run_config
 from webapp.experiments.models import Experiment
 from webapp.refusals import wants_json
 from webapp.runs import actions
-from webapp.runs.claims import granted_roots, runs_area
 from webapp.runs.compare import (
     MAX_RUNS,
     compare_series,
@@ -32,7 +32,6 @@ from webapp.runs.compare import (
     parse_names,
 )
 from webapp.runs.compare_summary import parallel_coordinates, summary
-from webapp.runs.external import import_job_dir
 from webapp.runs.live import run_state
 from webapp.runs.live_views import authorize_json
 from webapp.runs.models import LogLine, Run, RunStatus
@@ -86,41 +85,6 @@ def cancel(request: HttpRequest, pk: int) -> HttpResponse:
     note = "cancelled" if done else "cancel requested; its Ray job is being stopped"
     messages.success(request, f"Run #{run.number}: {note}.")
     return redirect(run.get_absolute_url())
-
-
-@require_http_methods(["GET", "POST"])
-def import_page(request: HttpRequest) -> HttpResponse:
-    """``/runs/import/``: a job dir (and optionally the experiment to put it under, or its
-    config) read in as a run with its whole history. The page names the user's runs area and
-    granted roots; a refused claim is its 403 with the rule beside the field."""
-    actor = Actor.from_request(request)
-    experiments = Experiment.objects.visible_to(request.user).order_by("name")
-    context = {"experiments": experiments, "values": {}, "errors": {}, "message": ""}
-    context["runs_area"] = runs_area(request.user)
-    context["granted_roots"] = granted_roots(request.user)
-    if request.method == "POST":
-        values = {k: request.POST.get(k, "") for k in ("job_dir", "experiment", "config_yaml")}
-        context["values"] = values
-        try:
-            experiment = None
-            if values["experiment"]:
-                experiment = authorize(actor, Experiment, values["experiment"], "run.import")
-            run = import_job_dir(
-                actor,
-                job_dir=values["job_dir"],
-                config_yaml=values["config_yaml"] or None,
-                experiment=experiment,
-            )
-        except ActionError as err:
-            context.update(message=err.message, errors=err.errors)
-            return render(request, "runs/import.html", context, status=err.status)
-        note = f"Imported {run.job_dir} as run #{run.number} of {run.experiment} ({run.status})."
-        if run.import_problems:
-            note += f" Skipped {len(run.import_problems)} unreadable line(s): "
-            note += "; ".join(run.import_problems[:3])
-        messages.success(request, note)
-        return redirect(run.get_absolute_url())
-    return render(request, "runs/import.html", context)
 
 
 @require_POST

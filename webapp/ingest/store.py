@@ -1,10 +1,10 @@
-"""Storing a run's events: rows keyed by stream id, each with the next dense ``seq`` of its run
+"""Storing a run's events (the ``webapp.events`` log): rows keyed by stream id, each with the next dense ``seq`` of its run
 key, projected into the dashboard's rows, in one transaction (the ingestor's batches, and the
 import of a job dir's record).
 
 One batch (``store_events``) runs under the run's row lock (PostgreSQL: an advisory lock on the
 key when no Run has it): every event not stored yet becomes a ``RunEvent`` with the next seq
-of its key (1, 2, 3, ... in the given order) and is projected (``webapp.events.projection``);
+of its key (1, 2, 3, ... in the given order) and is projected (``webapp.ingest.projection``);
 a ``samples`` event's token arrays are stored once, in its ``RolloutSample`` rows, not in
 its ``RunEvent.payload`` (``without_token_arrays`` says why).
 An event already stored (a replay, or a claimed stream entry whose first consumer was only
@@ -23,7 +23,7 @@ from django.db.models import Max
 
 from rft_core.monitor.events import MonitorEvent
 from webapp.events.models import RunEvent
-from webapp.events.projection import project
+from webapp.ingest.projection import project
 from webapp.runs.models import Run
 from webapp.runs.telemetry import TOKEN_FIELDS
 
