@@ -1,6 +1,7 @@
 """The import graph stays layered: no import cycle between modules, between boxes (the packages
-and loose modules under ``rft_core``, ``webapp``, ``workers``) or between those top packages, and
-``rft_core.config`` a leaf. The graph is ``scripts/import_graph.py``'s (its doc says what counts
+and loose modules under ``rft_core``, ``webapp``, ``workers``) or between those top packages,
+``rft_core.config`` a leaf, webapp's apps importing each other one way, and ``workers`` reaching
+``webapp`` only through its public modules. The graph is ``scripts/import_graph.py``'s (its doc says what counts
 as an edge: imports inside functions count, ``if TYPE_CHECKING:`` ones do not); a failure names
 each cycle (``a (line 3) -> b (line 9) -> a``).
 """
@@ -17,6 +18,9 @@ _spec.loader.exec_module(ig)
 
 # what rft_core.config may import besides itself: the contracts at rft_core's root
 CONFIG_MAY_IMPORT = {"rft_core.errors", "rft_core.registry", "rft_core.dtypes"}
+# the only webapp modules the worker processes may import: the Celery app, the supervisor's
+# restart counts, and the action functions the ingestor writes a run's events through
+WORKERS_MAY_IMPORT = {"webapp.celery", "webapp.health.supervisor", "webapp.ingest.actions"}
 
 
 def test_rft_core_has_no_import_cycle():
@@ -116,6 +120,38 @@ def test_webapp_never_imports_workers():
     tops = ig.collapse(graph, lambda m: m.split(".")[0])
     assert tops["rft_core"] == {}  # the engine imports neither web package
     assert not ig.find_cycles(tops)
+
+
+def test_webapp_apps_import_each_other_in_one_direction():
+    graph = ig.import_graph(ROOT, "webapp")
+    boxes = ig.collapse(graph, lambda m: ig.box_of(m, graph))
+    # the apps are read, and layered as docs/ARCHITECTURE.md draws them
+    assert boxes["webapp.runs"]["webapp.experiments"] > 0
+    assert boxes["webapp.checkpoints"]["webapp.runs"] > 0
+    assert boxes["webapp.ingest"]["webapp.checkpoints"] > 0
+    cycles = [" -> ".join(c) for c in ig.find_cycles(boxes)]
+    back = [f"{a} -> {b} ({n})" for a, b, n in ig.back_arrows(boxes)]
+    assert not cycles and not back, (
+        "webapp's boxes import each other (find each arrow with scripts/import_graph.py):\n"
+        + "\n".join(cycles + back)
+    )
+
+
+def test_workers_import_only_webapps_public_modules():
+    graph = ig.import_graph(ROOT, ("webapp", "workers"))
+    assert graph["workers.ingestor"]  # the ingestor was read
+    found = sorted(
+        f"{m} (line {line}) -> {target}"
+        for m, targets in graph.items()
+        if m.split(".")[0] == "workers"
+        for target, line in targets.items()
+        if target.split(".")[0] == "webapp" and target not in WORKERS_MAY_IMPORT
+    )
+    assert not found, (
+        f"workers import webapp beyond {sorted(WORKERS_MAY_IMPORT)} (give the web side a "
+        "public action function for it instead):\n" + "\n".join(found)
+    )
+    assert "webapp.ingest.actions" in graph["workers.ingestor"]
 
 
 def test_the_pictures_in_docs_are_drawn_from_the_code_now():

@@ -256,12 +256,10 @@ def update_experiment(
 
 def delete_experiment(actor: Actor, experiment: Experiment) -> None:
     """Delete an experiment with its runs; refused (409) while one of its runs is active."""
-    from webapp.runs.models import Run
-
     check(actor, experiment, "experiment.delete")
     with transaction.atomic():
         experiment = Experiment.objects.select_for_update().get(pk=experiment.pk)
-        active = Run.objects.filter(experiment=experiment).active().order_by("number").first()
+        active = experiment.runs.active().order_by("number").first()
         if active is not None:
             raise ActionError(
                 f"run #{active.number} of {experiment.name!r} is {active.status}; cancel it "

@@ -24,7 +24,7 @@ from webapp.experiments import actions
 from webapp.experiments.config_policy import PATHS_EXIST_ELSEWHERE, canonical_yaml, parse_yaml
 from webapp.experiments.models import Experiment, Tag
 from webapp.experiments.schema_form import ExperimentForm, attach_errors, build_form, merge_form
-from webapp.runs.models import ACTIVE_STATUSES, RunStatus
+from webapp.run_status import ACTIVE_STATUSES, RunStatus
 
 PAGE_SIZE = 25
 SORTS = {

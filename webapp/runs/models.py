@@ -23,31 +23,19 @@ import secrets
 from django.conf import settings
 from django.db import models
 
+# the status vocabulary has a module of its own (webapp/run_status.py says why); the runs app's
+# modules import it from here, beside Run
+from webapp.run_status import ACTIVE_STATUSES, FINAL_STATUSES, RunStatus  # noqa: F401
+
 
 def new_run_key() -> str:
     return f"r{secrets.token_hex(8)}"
-
-
-class RunStatus(models.TextChoices):
-    QUEUED = "queued"
-    STARTING = "starting"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    LOST = "lost"
 
 
 class RunOrigin(models.TextChoices):
     DASHBOARD = "dashboard"  # launched from the dashboard (a Ray job it submitted)
     TERMINAL = "terminal"  # a `trinity run` that registered itself (RFT_DASHBOARD_URL + token)
     IMPORT = "import"  # an existing job dir read into the database
-
-
-ACTIVE_STATUSES = frozenset({RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING})
-FINAL_STATUSES = frozenset(
-    {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.LOST}
-)
 
 
 class RunQuerySet(models.QuerySet):
