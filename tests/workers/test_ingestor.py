@@ -380,16 +380,16 @@ def test_a_batch_whose_store_fails_stays_pending_and_is_stored_once_on_redeliver
     import workers.ingestor as ingestor_module
 
     group, key = f"g-{run_stream}", stream_key(run_stream)
-    real_store = ingestor_module.store_events
+    real_record = ingestor_module.record_events
     calls = []
 
-    def store_failing_once(run_key, rows):
-        calls.append(len(rows))
+    def record_failing_once(run_key, entries):
+        calls.append(len(entries))
         if len(calls) == 1:
             raise OperationalError("database is locked")
-        return real_store(run_key, rows)
+        return real_record(run_key, entries)
 
-    monkeypatch.setattr(ingestor_module, "store_events", store_failing_once)
+    monkeypatch.setattr(ingestor_module, "record_events", record_failing_once)
     monkeypatch.setattr(ingestor_module, "RETRY_S", 0.0)  # retried at the next round
     ingestor = _ingestor(redis_url, run_stream, group)
     assert ingestor.poll(block_ms=100) == 0
