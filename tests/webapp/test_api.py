@@ -1,5 +1,5 @@
 """The JSON API's read side: lists filtered and limited to what the user may see, single
-objects through the access rule (403 + audit row for another user's, 404 for none), metric and
+objects through the access rule (another user's: the 404 of a missing one, with an audit row), metric and
 log pages by sequence number, the error body, session auth with CSRF, the OpenAPI schema."""
 
 from __future__ import annotations
@@ -91,12 +91,13 @@ def test_it_reads_an_experiment_with_config_version_and_last_run(alice, api):
     assert body["last_run"]["id"] == run.pk and body["last_run"]["status"] == "failed"
 
 
-def test_it_refuses_another_users_experiment_with_403_and_an_audit_row(bob, api):
+def test_it_answers_another_users_experiment_as_a_missing_one_with_an_audit_row(bob, api):
     secret = make_experiment(bob, "bob-secret")
     response = api.get(f"/api/v1/experiments/{secret.pk}/")
-    assert response.status_code == 403
+    assert response.status_code == 404
+    # word for word a missing experiment's answer: nothing says that it exists
     assert response.json() == {
-        "detail": f"permission denied: experiment {secret.pk} belongs to another user (experiment.view)",
+        "detail": f"no experiment {secret.pk}",
         "errors": {},
         "error_list": [],
     }
@@ -150,7 +151,7 @@ def test_it_reads_a_run_with_its_config_snapshot(alice, api):
 def test_it_refuses_another_users_run_and_its_metrics_logs_checkpoints(bob, api):
     run = make_run(make_experiment(bob, "bobs"))
     for suffix in ("", "metrics/", "logs/", "checkpoints/"):
-        assert api.get(f"/api/v1/runs/{run.pk}/{suffix}").status_code == 403
+        assert api.get(f"/api/v1/runs/{run.pk}/{suffix}").status_code == 404
     assert AuditEvent.objects.filter(action="permission.denied").count() == 4
 
 

@@ -152,7 +152,7 @@ def test_it_refuses_to_update_another_users_experiment(api, roots):
     response = api.patch(
         f"/api/v1/experiments/{other.pk}/", {"name": "mine"}, content_type="application/json"
     )
-    assert response.status_code == 403
+    assert response.status_code == 404
     other.refresh_from_db()
     assert other.name == "bobs" and len(audit("permission.denied")) == 1
 

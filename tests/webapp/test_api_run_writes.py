@@ -1,7 +1,8 @@
 """The API writes what the run page writes (issue 23): a run's tags and notes
 (``PATCH /api/v1/runs/<id>/``), a fork from a checkpoint (``POST /api/v1/checkpoints/<id>/fork/``)
 and an evaluation of checkpoints (``/api/v1/runs/<id>/evaluations/``), each through the same
-action as the page (the same audit rows), another user's run answered as the pages answer it,
+action as the page (the same audit rows), another user's run or checkpoint answered as a missing
+one (404, audited) as on every API endpoint,
 bad input a 400 with ``{path, message}`` errors and nothing written."""
 
 from __future__ import annotations
@@ -162,7 +163,10 @@ def test_a_fork_with_bad_input_is_a_400_by_path_and_writes_nothing(alice, parent
 def test_another_users_checkpoint_cannot_be_forked_through_the_api(alice, bob, parent):  # noqa: F811
     _, checkpoint = parent
     response = _send(token_client(bob)[0], "POST", f"/api/v1/checkpoints/{checkpoint.pk}/fork/")
-    assert response.status_code == 403
+    assert (
+        response.status_code == 404
+        and response.json()["detail"] == f"no checkpoint {checkpoint.pk}"
+    )
     assert Run.objects.count() == 1 and audit("run.fork") == []
     assert audit("permission.denied")[-1].after == {"attempted": "run.fork"}
 
@@ -220,7 +224,8 @@ def test_bad_evaluation_choices_are_a_400_by_field_and_write_nothing(
     assert response.status_code == 400 and set(_paths(response)) == {"checkpoints", "tasksets"}
     assert Evaluation.objects.count() == 0 and audit("checkpoint.evaluate") == []
     other = _send(token_client(bob)[0], "POST", url, {"checkpoints": [rft10.pk], "tasksets": ["x"]})
-    assert other.status_code == 403 and Evaluation.objects.count() == 0
+    assert other.status_code == 404 and Evaluation.objects.count() == 0
+    assert audit("permission.denied")[-1].after == {"attempted": "checkpoint.evaluate"}
 
 
 def test_the_schema_documents_the_new_writes(alice):

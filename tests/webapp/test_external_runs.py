@@ -132,7 +132,7 @@ def test_another_users_report_is_refused_and_audited(area, alice_api):
     run = _register(alice_api, area)
     bob_api = token_client(make_user("bob"))[0]
     answer = post(bob_api, f"/api/v1/runs/{run.pk}/finish/", {"exit_code": 0})
-    assert answer.status_code == 403
+    assert answer.status_code == 404  # another user's run is answered as a missing one
     run.refresh_from_db()
     assert run.status == "running"
     assert AuditEvent.objects.filter(action="permission.denied", target_id=str(run.pk)).exists()
@@ -255,7 +255,7 @@ def test_an_import_goes_under_a_chosen_experiment_and_uses_a_given_config(area, 
     bob_api = token_client(make_user("bob"))[0]
     answer = post(bob_api, "/api/v1/runs/import/", {"job_dir": str(job_dir),
                                                     "experiment": experiment.pk})  # fmt: skip
-    assert answer.status_code == 403
+    assert answer.status_code == 404  # another user's experiment is answered as a missing one
 
 
 def test_a_job_dir_without_a_config_needs_an_experiment_or_a_config(area, alice, alice_api):

@@ -6,8 +6,9 @@
 ``authorize`` is what every view, API endpoint, consumer and action calls: a missing object is
 a 404 (``Http404``), an object of another user a 403 (``PermissionDenied``) and one audit row
 ``permission.denied`` naming who asked for what. ``authorize_hidden`` is the same rule for
-what must not even be known to exist by another user (downloads, a run's tags and notes): their
-refusal is audited the same way and answered as the 404 of a missing object.
+what must not even be known to exist by another user (downloads, a run's tags and notes, and
+every object of the JSON API): their refusal is audited the same way and answered as the 404 of
+a missing object.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """The JSON API (``/api/v1/``): thin views over the apps' actions.
 
 Every object goes through the one access rule (``webapp.accounts.access``): lists are
-``.visible_to(user)``, single objects ``authorize(...)`` (missing: 404; another user's: 403 and a
-``permission.denied`` audit row). State changes are the actions' (``create_experiment``,
+``.visible_to(user)``, single objects ``authorize_hidden(...)``: a missing object and another
+user's answer the same 404, so the API never tells anyone that an object they may not see
+exists; the refusal of another user's is still audited (one ``permission.denied`` row), on every
+endpoint alike. State changes are the actions' (``create_experiment``,
 ``launch_run``, ``cancel_run``, ``convert_checkpoint``, ``set_run_tags``, ``fork_run``,
 ``evaluate_checkpoints``, ...: the same functions the pages call), which check, act and audit;
 errors a user can fix come back as ``{"detail", "errors": {yaml_path: message}}`` with a 4xx.
-A run's tags and notes are hidden like on the pages: another user's run answers 404.
 
 Metrics and logs page by sequence number (the row id): ``?after=<next_after of the last page>``;
 each page is one range scan of the (run, name, id) / (run, id) index.
@@ -27,7 +28,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from webapp.accounts.access import authorize, authorize_hidden
+from webapp.accounts.access import authorize_hidden
 from webapp.api import serializers as s
 from webapp.api.errors import api_exception_handler
 from webapp.audit.record import Actor
@@ -143,7 +144,7 @@ class ExperimentDetailView(ApiView):
     @extend_schema(responses={200: s.ExperimentDetailSerializer, **ERRORS})
     def get(self, request: Request, pk: int) -> Response:
         """One experiment with its config (canonical YAML and parsed), version and last run."""
-        experiment = authorize(self.actor(), Experiment, pk, "experiment.view")
+        experiment = authorize_hidden(self.actor(), Experiment, pk, "experiment.view")
         experiment = experiment_queryset(request.user).get(pk=experiment.pk)
         return Response(s.ExperimentDetailSerializer(experiment).data)
 
@@ -154,7 +155,7 @@ class ExperimentDetailView(ApiView):
     def patch(self, request: Request, pk: int) -> Response:
         """Change fields; a changed config becomes a new version (``note`` describes it)."""
         actor = self.actor()
-        experiment = authorize(actor, Experiment, pk, "experiment.update")
+        experiment = authorize_hidden(actor, Experiment, pk, "experiment.update")
         data = self.body(s.ExperimentUpdateSerializer)
         tags = data.get("tags")
         experiment = update_experiment(
@@ -180,7 +181,7 @@ class ExperimentLaunchView(ApiView):
     def post(self, request: Request, pk: int) -> Response:
         """Launch a run of the experiment's current config (queued; a worker submits it)."""
         actor = self.actor()
-        experiment = authorize(actor, Experiment, pk, "run.launch")
+        experiment = authorize_hidden(actor, Experiment, pk, "run.launch")
         run = launch_run(actor, experiment)
         return Response(s.RunDetailSerializer(run).data, status.HTTP_201_CREATED)
 
@@ -207,7 +208,7 @@ class RunDetailView(ApiView):
     @extend_schema(responses={200: s.RunDetailSerializer, **ERRORS})
     def get(self, request: Request, pk: int) -> Response:
         """One run: status, times, stage and step, exit reason, config snapshot."""
-        run = authorize(self.actor(), Run, pk, "run.view")
+        run = authorize_hidden(self.actor(), Run, pk, "run.view")
         return Response(s.RunDetailSerializer(run).data)
 
     @extend_schema(
@@ -215,8 +216,7 @@ class RunDetailView(ApiView):
         responses={200: s.RunDetailSerializer, 400: s.ErrorSerializer, 404: s.ErrorSerializer},
     )
     def patch(self, request: Request, pk: int) -> Response:
-        """Replace the run's ``tags`` and/or ``notes`` (yours only: another user's run is a
-        404), each audited (``run.tags`` / ``run.notes``) as on the run page; both or neither
+        """Replace the run's ``tags`` and/or ``notes`` (yours only), each audited (``run.tags`` / ``run.notes``) as on the run page; both or neither
         are written."""
         actor = self.actor()
         wants_tags = isinstance(request.data, dict) and "tags" in request.data
@@ -237,7 +237,7 @@ class RunCancelView(ApiView):
     def post(self, request: Request, pk: int) -> Response:
         """Cancel the run (a queued run never submits; a running one's Ray job is stopped)."""
         actor = self.actor()
-        run = authorize(actor, Run, pk, "run.cancel")
+        run = authorize_hidden(actor, Run, pk, "run.cancel")
         run = cancel_run(actor, run)
         return Response(s.RunDetailSerializer(run).data)
 
@@ -275,7 +275,7 @@ class RunFinishView(ApiView):
     def post(self, request: Request, pk: int) -> Response:
         """A terminal run's exit (0 succeeded, 130 cancelled, else failed with ``message``)."""
         actor = self.actor()
-        run = authorize(actor, Run, pk, "run.finish")
+        run = authorize_hidden(actor, Run, pk, "run.finish")
         body = self.body(s.RunFinishSerializer)
         run = finish_terminal_run(
             actor, run, exit_code=body["exit_code"], message=body.get("message", "")
@@ -294,7 +294,7 @@ class RunImportView(ApiView):
         body = self.body(s.RunImportSerializer)
         experiment = None
         if "experiment" in body:
-            experiment = authorize(actor, Experiment, body["experiment"], "run.import")
+            experiment = authorize_hidden(actor, Experiment, body["experiment"], "run.import")
         run = import_job_dir(
             actor,
             job_dir=body["job_dir"],
@@ -330,7 +330,7 @@ class RunMetricsView(ApiView):
     def get(self, request: Request, pk: int) -> Response:
         """Without ``name``: the run's metric names. With it: that metric's points after
         sequence ``after`` (``seq`` ascending, at most ``limit`` ≤ 5000) and ``next_after``."""
-        run = authorize(self.actor(), Run, pk, "run.view")
+        run = authorize_hidden(self.actor(), Run, pk, "run.view")
         query = self.query(s.MetricQuerySerializer)
         if "name" not in query:
             names = (
@@ -364,7 +364,7 @@ class RunLogsView(ApiView):
     )
     def get(self, request: Request, pk: int) -> Response:
         """Log lines after sequence ``after`` (optionally of one ``actor`` / ``level``)."""
-        run = authorize(self.actor(), Run, pk, "run.view")
+        run = authorize_hidden(self.actor(), Run, pk, "run.view")
         query = self.query(s.LogQuerySerializer)
         after = query["after"]
         lines = LogLine.objects.filter(run=run, id__gt=after)
@@ -389,7 +389,7 @@ class RunCheckpointsView(ApiView):
     @extend_schema(responses={200: s.CheckpointSerializer(many=True), **ERRORS})
     def get(self, request: Request, pk: int) -> Response:
         """The run's checkpoints (stage, step), with their Hugging Face conversion state."""
-        run = authorize(self.actor(), Run, pk, "run.view")
+        run = authorize_hidden(self.actor(), Run, pk, "run.view")
         checkpoints = in_stage_order(run.config or {}, list(Checkpoint.objects.filter(run=run)))
         return Response(s.CheckpointSerializer(checkpoints, many=True).data)
 
@@ -402,7 +402,7 @@ class CheckpointConvertView(ApiView):
         """Convert the checkpoint to Hugging Face format (a worker does it; poll ``hf_status``).
         403 when its run's job dir is not one you may claim (another user's run owns it)."""
         actor = self.actor()
-        checkpoint = authorize(actor, Checkpoint, pk, "checkpoint.convert")
+        checkpoint = authorize_hidden(actor, Checkpoint, pk, "checkpoint.convert")
         checkpoint = convert_checkpoint(actor, checkpoint)
         return Response(s.CheckpointSerializer(checkpoint).data, status.HTTP_202_ACCEPTED)
 
@@ -419,7 +419,7 @@ class CheckpointForkView(ApiView):
         the parent's config, resuming). 409 when the checkpoint was pruned by retention
         (``trainer.max_checkpoints_to_keep``) or Redis / Ray do not answer."""
         actor = self.actor()
-        checkpoint = authorize(actor, Checkpoint, pk, "run.fork")
+        checkpoint = authorize_hidden(actor, Checkpoint, pk, "run.fork")
         body = self.body(s.ForkSerializer)
         if "config" in body:
             config_yaml = yaml.safe_dump(body["config"], sort_keys=False, allow_unicode=True)
@@ -433,7 +433,7 @@ class RunEvaluationsView(ApiView):
     @extend_schema(responses={200: s.EvaluationSerializer(many=True), **ERRORS})
     def get(self, request: Request, pk: int) -> Response:
         """The run's evaluations, newest first, with their ``results`` once they succeeded."""
-        run = authorize(self.actor(), Run, pk, "run.view")
+        run = authorize_hidden(self.actor(), Run, pk, "run.view")
         evaluations = run.evaluations.prefetch_related("checkpoints")
         return self.paginated(evaluations, s.EvaluationSerializer)
 
@@ -445,7 +445,7 @@ class RunEvaluationsView(ApiView):
         """Evaluate checkpoints of the run (one stage, on disk) on eval tasksets of its config:
         a ``mode: bench`` Ray job of its own (queued; poll ``status`` and ``results``)."""
         actor = self.actor()
-        run = authorize(actor, Run, pk, "checkpoint.evaluate")
+        run = authorize_hidden(actor, Run, pk, "checkpoint.evaluate")
         body = self.body(s.EvaluateSerializer)
         found = {c.pk: c for c in Checkpoint.objects.filter(run=run, pk__in=body["checkpoints"])}
         if unknown := [i for i in body["checkpoints"] if i not in found]:
