@@ -1,9 +1,9 @@
 """The import graph stays layered: no import cycle between modules, between boxes (the packages
 and loose modules under ``rft_core``, ``webapp``, ``workers``) or between those top packages,
 ``rft_core.config`` a leaf, webapp's apps importing each other one way, and ``workers`` reaching
-``webapp`` only through its public modules. The graph is ``scripts/import_graph.py``'s (its doc says what counts
-as an edge: imports inside functions count, ``if TYPE_CHECKING:`` ones do not); a failure names
-each cycle (``a (line 3) -> b (line 9) -> a``).
+``webapp`` only through its public modules. The graph is ``scripts/import_graph.py``'s (its doc
+says what counts as an edge: imports inside functions count, ``if TYPE_CHECKING:`` ones do not);
+a failure names each cycle (``a (line 3) -> b (line 9) -> a``).
 """
 
 from __future__ import annotations

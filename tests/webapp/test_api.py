@@ -1,6 +1,7 @@
 """The JSON API's read side: lists filtered and limited to what the user may see, single
-objects through the access rule (another user's: the 404 of a missing one, with an audit row), metric and
-log pages by sequence number, the error body, session auth with CSRF, the OpenAPI schema."""
+objects through the access rule (another user's: the 404 of a missing one, with an audit row),
+metric and log pages by sequence number, the error body, session auth with CSRF, the OpenAPI
+schema."""
 
 from __future__ import annotations
 

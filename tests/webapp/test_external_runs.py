@@ -1,6 +1,6 @@
-"""Runs started outside the dashboard (webapp/runs/external.py, webapp/ingest/job_dir.py): a terminal's ``trinity run``
-registering itself and reporting its end through the API, and a job dir imported with its whole
-history. The job dirs here are written by rft_core's own writers (JsonlSink, log_to_file)."""
+"""Runs started outside the dashboard (webapp/runs/external.py, webapp/ingest/job_dir.py): a
+terminal's ``trinity run`` registering itself and reporting its end through the API, and a job
+dir imported with its whole history. The job dirs here are written by rft_core's own writers (JsonlSink, log_to_file)."""
 
 from __future__ import annotations
 

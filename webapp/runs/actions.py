@@ -1,9 +1,10 @@
 """Every change of a run's state: launch, cancel, reconcile, and what the event ingestor observes.
 
 User actions (``launch_run``, ``cancel_run``) check permission, act and write one audit row;
-``queue_run`` is the one way a run is queued (a launch here, a fork in ``webapp.checkpoints.forks``);
-the Celery tasks in ``tasks.py`` call the ``start_run`` / ``stop_run`` / ``follow_run`` halves,
-which talk to Ray through ``ray_jobs`` (never ``ray.init()``).
+``queue_run`` is the one way a run is queued (a launch here, a fork in
+``webapp.checkpoints.forks``); the Celery tasks in ``tasks.py`` call the ``start_run`` /
+``stop_run`` / ``follow_run`` halves, which talk to Ray through ``ray_jobs`` (never
+``ray.init()``).
 
     queued --start_run--> starting --first heartbeat / "running" status--> running
     starting | running --the Ray job ends--> succeeded | failed | cancelled
@@ -14,8 +15,8 @@ The database follows the Ray job, which is the truth about a run: ``follow_run``
 job until it ends, ``reconcile_runs`` (Celery beat, and when a worker starts) sweeps every live
 run, so no run stays "running" after its job died. A final status change made by the system is
 audited as ``run.status``, and tells the apps above this one (``signals.run_finished``: the
-checkpoints app then reads the job dir's tree). Every change of a run's state is pushed to the live pages with
-``webapp.runs.live.publish_run`` (sent once the change commits).
+checkpoints app then reads the job dir's tree). Every change of a run's state is pushed to the
+live pages with ``webapp.runs.live.publish_run`` (sent once the change commits).
 """
 
 from __future__ import annotations
