@@ -21,6 +21,18 @@ response token in its step (``trainer_logprobs``, the same weights' view of the 
 the train/inference mismatch) and sends ``trainer_samples`` entries
 ``{explorer_step, sample_index, trainer_step, trainer_logprobs}`` that the dashboard puts
 beside the entry's tokens. Only the marked experiences are recorded, so the cost stays bounded.
+With several trainer ranks each rank records the marked experiences of its shard and hands them
+back to the trainer (``rft_core.trainer.recorded_logprobs``), so each is sent once.
+
+DPO (``train`` mode on offline pairs) has no explorer and no rollout engine, so no ``samples``
+of the explorer's: the trainer keeps the first pairs of its steps by the same settings
+(``mark_pairs``, whole pairs up to ``rollout_samples_per_step`` rows, trainer steps 1, 1+N, ...)
+and sends them as rollout entries of its own (``pair_samples``), two a pair (``group`` = the
+pair, ``side`` chosen/rejected), that the rollout explorer shows like the explorer's:
+``reward`` is the side's implicit reward (β·(log π − log π_ref) of the response), the reward
+parts the pair loss's terms of that pair alone (loss, both rewards, margin, accuracy),
+``logprob_sum`` / ``reference_logprob_sum`` the response's log-prob under the policy and the
+reference, and the tokens carry ``trainer_logprobs`` only (there is no sampling log-prob).
 
 Only the kept rollouts are decoded token by token, so the cost is bounded by the setting, not by
 the batch. This module imports no torch and nothing of Django.
@@ -28,6 +40,7 @@ the batch. This module imports no torch and nothing of Django.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -37,6 +50,7 @@ from rft_core.experience import Experience
 LOGPROB_DECIMALS = 4
 SAMPLE_INFO_KEY = "rollout_sample"  # Experience.info: the sample_index of a kept rollout
 TRAINER_LOGPROBS_KEY = "trainer_logprobs"  # Experience.info: the trainer's, once computed
+PAIR_INFO_KEY = "trainer_pair"  # Experience.info: a kept DPO pair's, once computed
 
 
 def keeps_step(step: int, interval: int) -> bool:
@@ -135,3 +149,66 @@ def trainer_samples(experiences: list[Experience], trainer_step: int) -> list[di
             }
         )
     return entries
+
+
+def mark_pairs(experiences: list[Experience], limit: int) -> list[Experience]:
+    """The step's batch with its first pairs marked for ``pair_samples`` (whole pairs, two rows
+    each, up to ``limit`` rows rounded up to a pair): marked copies, so that the dataset's own
+    experiences stay unmarked for the later epochs' steps."""
+    pairs = (limit + 1) // 2 if limit > 0 else 0
+    return [
+        dataclasses.replace(exp, info={**exp.info, SAMPLE_INFO_KEY: i}) if i < pairs else exp
+        for i, exp in enumerate(experiences)
+    ]
+
+
+def pair_samples(
+    experiences: list[Experience],
+    trainer_step: int,
+    *,
+    tokenizer: Any = None,
+    token_logprobs: bool = True,
+) -> list[dict[str, Any]]:
+    """The rollout entries of the pairs ``mark_pairs`` marked and the trainer recorded
+    (module docstring): chosen then rejected, pair by pair; ``tokenizer`` decodes the texts
+    and the tokens (None, or ``token_logprobs`` False: no tokens)."""
+    entries = []
+    for exp in experiences:
+        recorded = exp.info.pop(PAIR_INFO_KEY, None)
+        if recorded is None or SAMPLE_INFO_KEY not in exp.info:
+            continue
+        pair = exp.info[SAMPLE_INFO_KEY]
+        terms = {k: _number(v) for k, v in recorded["terms"].items()}
+        for k, (side, ids) in enumerate(
+            (("chosen", exp.response_ids), ("rejected", exp.rejected_ids))
+        ):
+            values = recorded[side]
+            entry = {
+                "prompt": _decoded(tokenizer, exp.prompt_ids),
+                "response": _decoded(tokenizer, ids),
+                "truth": None,
+                "reward": terms.get(f"dpo_{side}_reward"),
+                "reward_parts": terms,
+                "group": pair,
+                "advantage": None,
+                "prompt_length": len(exp.prompt_ids),
+                "response_length": len(ids),
+                "truncated": False,
+                "model_version": trainer_step - 1,  # the weights the step's forward ran
+                "sample_index": 2 * pair + k,
+                "side": side,
+                "trainer_step": trainer_step,
+                "logprob_sum": _number(sum(values)),
+                "reference_logprob_sum": _number(recorded["reference_sums"][side]),
+            }
+            if token_logprobs and tokenizer is not None:
+                entry["tokens"] = token_texts(tokenizer, ids)
+                entry["trainer_logprobs"] = rounded_logprobs(values)
+            entries.append(entry)
+    return entries
+
+
+def _decoded(tokenizer: Any, ids: list[int]) -> str:
+    if tokenizer is None:
+        return ""
+    return tokenizer.decode(ids, skip_special_tokens=False)

@@ -6,6 +6,9 @@ prompt. A micro-batch runs its chosen rows and its rejected rows together (half 
 size in pairs) under the policy and the frozen reference; the loss takes the per-pair sums of
 response log-probs. Pair losses are means over pairs, weighted by each micro-batch's share of
 the trained pairs of the global batch.
+
+The forward also leaves, in the ``info`` of each pair the trainer kept for the dashboard, its
+per-token log-probs and the loss's terms of that pair (``recorded_logprobs.record_pairs``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from rft_core.experience import Experience
 from rft_core.trainer.batching import collate, is_trained, micro_batches
 from rft_core.trainer.forward import PolicyForward
 from rft_core.trainer.metrics import add_weighted
+from rft_core.trainer.recorded_logprobs import record_pairs
 
 
 def pair_losses_backward(
@@ -42,6 +46,10 @@ def pair_losses_backward(
     size = max(1, (forward.micro_batch_size or len(experiences)) // 2)
     groups, padding = ranks.in_step(micro_batches(pair_lengths, size, forward.max_token_len))
     (total_rows,) = ranks.total(sum(map(is_trained, experiences)))
+
+    def pair_terms(*pair_sums: torch.Tensor) -> dict[str, float]:
+        return loss.fn(*pair_sums, **args)[1]
+
     for k, group in enumerate(groups + [groups[0][:1]] * padding):
         chosen = [_sequence(experiences[i], experiences[i].response_ids) for i in group]
         rejected = [_sequence(experiences[i], experiences[i].rejected_ids) for i in group]
@@ -54,10 +62,13 @@ def pair_losses_backward(
         )
         with torch.no_grad():
             ref_sums = (forward.logprobs(ref_model, mb)[0] * mb.mask).sum(-1)
-        logp_sums = (forward.logprobs(model, mb)[0] * mb.mask).sum(-1)
+        logp = forward.logprobs(model, mb)[0]
+        logp_sums = (logp * mb.mask).sum(-1)
         p = len(group)
         pair_loss, m = loss.fn(logp_sums[:p], logp_sums[p:], ref_sums[:p], ref_sums[p:], **args)
         real = k < len(groups) and all(is_trained(experiences[i]) for i in group)
+        if k < len(groups):  # not a padding micro-batch (its rows are recorded in theirs)
+            record_pairs(experiences, group, mb, logp, logp_sums, ref_sums, pair_terms)
         weight = p / max(total_rows, 1) if real else 0.0  # padding: in step, no share
         (pair_loss * (weight * ranks.world_size)).backward()
         for name, value in m.items():

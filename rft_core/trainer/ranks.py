@@ -13,7 +13,9 @@ same number of collective calls: PolicyTrainer agrees on the global token/row co
 micro-batch count and the horizon (``rft_core.trainer.collectives``), so each
 rank's loss is its share of the global batch loss, and FSDP2's gradient average equals the
 gradient of one process over the whole batch (tested against W = 1). Metrics come back as each
-rank's contribution and are merged by ``merge_metrics``.
+rank's contribution and are merged by ``merge_metrics``; the log-probs a rank recorded for the
+dashboard (``rft_core.trainer.recorded_logprobs``) come back with them, into the batch's own
+experiences.
 
 Every call reaches all ranks at once; if a remote rank fails, the call raises its error at once
 instead of waiting in a collective for the process group's timeout.
@@ -32,7 +34,9 @@ import torch
 import torch.distributed as dist
 
 from rft_core.experience import Experience
+from rft_core.explorer.rollout_samples import SAMPLE_INFO_KEY
 from rft_core.trainer.policy import PolicyTrainer
+from rft_core.trainer.recorded_logprobs import recorded_in, restore_recorded
 
 log = logging.getLogger("rft_core.trainer.ranks")
 
@@ -78,6 +82,8 @@ def stand_in(experience: Experience, rank: int) -> Experience:
         reward=0.0,
         group_id=f"__stand_in__/{rank}",
         metrics={},
+        # not a kept rollout or pair: its log-probs are recorded by the rank that trains it
+        info={k: v for k, v in experience.info.items() if k != SAMPLE_INFO_KEY},
     )
 
 
@@ -143,6 +149,11 @@ class TrainerRank:
 
     def call(self, method: str, *args: Any) -> Any:
         return getattr(self.policy, method)(*args)
+
+    def train_step(self, shard: list[Experience]) -> tuple[dict[str, float], dict[int, Any]]:
+        """The step's metrics, and the log-probs it recorded in this copy of the shard (by
+        position) for the trainer to put into its own experiences."""
+        return self.policy.train_step(shard), recorded_in(shard)
 
     def leave(self) -> None:
         if dist.is_initialized():
@@ -227,8 +238,16 @@ class PolicyGroup:
         return [local, *ray.get(refs)]
 
     def train_step(self, experiences: list[Experience]) -> dict[str, float]:
+        import ray
+
         shards = shard_experiences(experiences, self.world_size)
-        return merge_metrics(self._on_all("train_step", [(s,) for s in shards]))
+        refs = [r.train_step.remote(s) for r, s in zip(self.ranks, shards[1:], strict=True)]
+        # rank 0 trains the batch's own experiences and records into them; the others copies
+        local = self._together(refs, self.policy.train_step, shards[0])
+        remote = ray.get(refs)
+        for shard, (_, recorded) in zip(shards[1:], remote, strict=True):
+            restore_recorded(shard, recorded)
+        return merge_metrics([local, *(metrics for metrics, _ in remote)])
 
     def save(self, job_dir: Any, step: int, save_hf: bool) -> None:
         self._on_all("save", [(job_dir, step, save_hf)] * self.world_size)

@@ -15,7 +15,7 @@ and the step's rollout/expert token and row counts, and weighs its two parts its
 entropy terms cover the rollout rows only.
 
 The forward of each micro-batch also leaves, in the ``info`` of each rollout the explorer kept
-for the dashboard, the log-probs it gives its response tokens (``rft_core.explorer.rollout_samples``).
+for the dashboard, the log-probs it gives its response tokens (``recorded_logprobs``).
 
 Old log-probs are the rollout engine's (``Experience.logprobs``), recomputed here only for an
 experience that carries none; the reference's come from the frozen reference model.
@@ -32,11 +32,11 @@ from rft_core.algorithms.kl import kl_loss
 from rft_core.algorithms.policy_losses import PolicyLoss
 from rft_core.algorithms.settings import AlgorithmSettings, accepted_args
 from rft_core.experience import Experience
-from rft_core.explorer.rollout_samples import SAMPLE_INFO_KEY, TRAINER_LOGPROBS_KEY
 from rft_core.trainer.batching import MicroBatch, loss_weight, right_aligned
 from rft_core.trainer.critic import Critic
 from rft_core.trainer.forward import PolicyForward
 from rft_core.trainer.metrics import add_weighted
+from rft_core.trainer.recorded_logprobs import record_sampled
 from rft_core.trainer.step_masks import step_token_masks
 from rft_core.trainer.token_advantages import step_advantages
 
@@ -104,7 +104,7 @@ def token_losses_backward(
         term_mask, term_weight, loss_scale = mb.mask, weight, weight
         entropy_bonus = algo.entropy_coef > 0
         logp, entropy = forward.logprobs(model, mb, entropy=True, entropy_grad=entropy_bonus)
-        _record_sampled(experiences, mb, logp)
+        record_sampled(experiences, mb, logp)
         if mixed:
             expert = expert_rows[k].to(mb.mask.device)
             term_mask = mb.mask * (~expert).unsqueeze(-1).to(mb.mask.dtype)
@@ -161,20 +161,6 @@ def token_losses_backward(
             )
         )
     return metrics, total_tokens > 0
-
-
-def _record_sampled(experiences: list[Experience], mb: MicroBatch, logp: torch.Tensor) -> None:
-    """The log-probs this step's forward gives the response tokens of the rollouts the
-    explorer kept for the dashboard (``rft_core.explorer.rollout_samples``), in their ``info``; the
-    first epoch's only (the weights the step starts from, those the engine was handed)."""
-    if mb.padding:
-        return
-    for b, row in enumerate(mb.rows):
-        exp = experiences[row]
-        if SAMPLE_INFO_KEY in exp.info and TRAINER_LOGPROBS_KEY not in exp.info:
-            n = len(exp.response_ids)
-            values = logp[b, mb.response_width - n :] if n else logp[b, :0]
-            exp.info[TRAINER_LOGPROBS_KEY] = values.detach().float().cpu().tolist()
 
 
 def _old_and_reference_logprobs(

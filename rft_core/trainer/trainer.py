@@ -7,6 +7,8 @@ publishes its weights to the synchronizer; every ``trainer.save_interval`` steps
 the end) it writes a full checkpoint in the seed's tree and prunes to
 ``max_checkpoints_to_keep``. At end of data it saves a final checkpoint (HF weights unless
 ``save_hf_checkpoint: never``) and hands its final weights to the explorer's closing eval.
+Each step sends the monitor its log-probs of the rollouts the explorer kept for the dashboard,
+or (DPO) the pairs it kept itself (``rft_core.explorer.rollout_samples``).
 
 ``Trainer`` is a plain class: the launcher runs it as a Ray actor that calls ``run``;
 ``rft_core.runtime.in_process`` drives the same steps (``start``, ``next_step``, ``finish``) in one
@@ -30,7 +32,12 @@ from rft_core.checkpoint.layout import (
 )
 from rft_core.checkpoint.retention import prune_checkpoints
 from rft_core.errors import ConfigError
-from rft_core.explorer.rollout_samples import trainer_samples
+from rft_core.explorer.rollout_samples import (
+    keeps_step,
+    mark_pairs,
+    pair_samples,
+    trainer_samples,
+)
 from rft_core.messages import experiences_from_messages
 from rft_core.monitor.monitor import step_summary
 from rft_core.sync.schedule import trainer_syncs_after
@@ -102,6 +109,7 @@ class Trainer(RunActor):
         self._experience_buffer = experience_buffer  # shared with an in-process explorer
         self._expert_source: DatasetExperiences | None = None  # mix, mix_chord
         self._last_saved: int | None = None
+        self._trains_pairs = False  # DPO: the trainer keeps pairs for the rollout explorer
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -153,6 +161,7 @@ class Trainer(RunActor):
                 "trainer resumed from global_step_%d (model, optimizer, lr schedule)", self.step
             )
         preset = get_preset(cfg.algorithm.algorithm_type)
+        self._trains_pairs = preset.schema == "dpo"  # no explorer: the trainer keeps samples
         eb = cfg.buffer.trainer_input.experience_buffer
         # mode train with rollouts: the explorer is a separate ``mode: explore`` job
         beside_explore_job = cfg.mode == "train" and preset.use_rollout
@@ -341,6 +350,10 @@ class Trainer(RunActor):
         """One optimizer step; ``waited``: the seconds its batch was waited for
         (``time/waiting``)."""
         start = time.perf_counter()
+        mon = self.cfg.monitor
+        keeps_pairs = self._trains_pairs and keeps_step(self.step + 1, mon.rollout_samples_interval)
+        if keeps_pairs:
+            experiences = mark_pairs(experiences, mon.rollout_samples_per_step)
         metrics = dict(self.policy.train_step(experiences))
         self.step += 1
         metrics["time/train_step"] = time.perf_counter() - start
@@ -356,8 +369,17 @@ class Trainer(RunActor):
         self.last_metrics = {k: float(v) for k, v in metrics.items()}
         self.monitor.log(metrics, self.step)
         log.info("trainer step %d: %s", self.step, step_summary(self.last_metrics))
-        # the trainer's log-probs of the rollouts the explorer kept, beside their tokens
-        self.monitor.samples(trainer_samples(experiences, self.step), self.step)
+        # the trainer's log-probs of the rollouts the explorer kept, beside their tokens; DPO:
+        # the pairs it kept itself, as rollouts of its own
+        samples = trainer_samples(experiences, self.step)
+        if keeps_pairs:
+            samples += pair_samples(
+                experiences,
+                self.step,
+                tokenizer=self.policy.tokenizer,
+                token_logprobs=mon.rollout_token_logprobs,
+            )
+        self.monitor.samples(samples, self.step)
         return metrics
 
     def progress(self) -> dict[str, Any]:
