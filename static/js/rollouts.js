@@ -3,7 +3,9 @@
    chosen order), each with its reward parts, advantage, length, cut flag and a token view that
    colours every response token by the log-prob it was sampled with (red: unlikely, green:
    likely), or where the trainer recorded its own log-prob of the token by that one or by their
-   difference (trainer − rollout: the train/inference mismatch), all three in the tooltip. The query lives in the URL so
+   difference (trainer − rollout: the train/inference mismatch), all three in the tooltip. A DPO
+   run's pairs (the trainer's own entries: a group is a pair, each row a side) were not sampled,
+   so their tokens are coloured by the trainer's log-prob alone. The query lives in the URL so
    a view can be linked. */
 (function () {
   "use strict";
@@ -120,14 +122,16 @@
     var t = r.tokens || {};
     if (!t.tokens || !t.tokens.length) return '<p class="hint">No tokens recorded for this rollout (monitor.rollout_token_logprobs).</p>';
     var trainer = t.trainer_logprobs, rollout = t.logprobs || [];
-    var by = trainer ? S.colour : "rollout";
+    // a DPO pair's response was not sampled: the trainer's log-probs are all there is
+    var sampled = !!t.logprobs;
+    var by = !trainer ? "rollout" : sampled ? S.colour : "trainer";
     var diffs = t.tokens.map(function (tok, i) {
       return trainer && isNum(trainer[i]) && isNum(rollout[i]) ? trainer[i] - rollout[i] : null;
     });
     var spans = t.tokens.map(function (tok, i) {
       var lp = rollout[i], tl = trainer ? trainer[i] : null, d = diffs[i];
-      var title = JSON.stringify(tok) + "  rollout log-prob " + num(lp, 4) + (isNum(lp) ? " (p " + Math.exp(lp).toFixed(3) + ")" : "");
-      if (trainer) title += "  trainer " + num(tl, 4) + (isNum(tl) ? " (p " + Math.exp(tl).toFixed(3) + ")" : "") + "  Δ " + num(d, 4);
+      var title = JSON.stringify(tok) + (sampled ? "  rollout log-prob " + num(lp, 4) + (isNum(lp) ? " (p " + Math.exp(lp).toFixed(3) + ")" : "") : "");
+      if (trainer) title += "  trainer " + num(tl, 4) + (isNum(tl) ? " (p " + Math.exp(tl).toFixed(3) + ")" : "") + (sampled ? "  Δ " + num(d, 4) : "");
       var colour = by === "diff" ? diffColour(d) : tokenColour(by === "trainer" ? tl : lp);
       return '<span class="token" data-logprob="' + esc(lp) + '"' +
         (trainer ? ' data-trainer-logprob="' + esc(tl) + '" data-diff="' + esc(d === null ? "" : d.toFixed(4)) + '"' : "") +
@@ -137,7 +141,13 @@
       ? "Δ −" + DIFF_FULL + ' <span class="scale diff"></span> +' + DIFF_FULL
       : 'p 0 <span class="scale"></span> 1';
     var absDiffs = diffs.filter(isNum).map(Math.abs);
-    return '<div class="token-view" data-colour="' + by + '" aria-label="response tokens coloured by ' + esc(COLOUR_BY[by]) + '">' + spans + "</div>" +
+    var view = '<div class="token-view" data-colour="' + by + '" aria-label="response tokens coloured by ' + esc(COLOUR_BY[by]) + '">' + spans + "</div>";
+    if (!sampled && trainer) {
+      return view + '<p class="token-legend">' + esc(COLOUR_BY[by]) + ": " + scale + " · " + t.tokens.length + " tokens, mean trainer log-prob " + num(mean(trainer), 3) +
+        ", sum " + num(r.logprob_sum, 3) + (isNum(r.reference_logprob_sum) ? " (reference " + num(r.reference_logprob_sum, 3) + ")" : "") +
+        (r.trainer_step !== undefined && r.trainer_step !== null ? " at trainer step " + esc(r.trainer_step) : "") + " · not sampled by a rollout engine</p>";
+    }
+    return view +
       '<p class="token-legend">' + esc(COLOUR_BY[by]) + ": " + scale + " · " + t.tokens.length + " tokens, mean log-prob " + num(mean(rollout), 3) +
       (trainer ? " (trainer " + num(mean(trainer), 3) + "), mean Δ " + num(mean(diffs), 4) + ", max |Δ| " + num(absDiffs.length ? Math.max.apply(null, absDiffs) : null, 4) +
         (r.trainer_step !== undefined && r.trainer_step !== null ? " at trainer step " + esc(r.trainer_step) : "") : " · no trainer log-probs recorded") + "</p>";
@@ -146,6 +156,7 @@
   function rolloutHtml(r) {
     return '<article class="rollout" data-id="' + esc(r.id) + '" data-reward="' + esc(r.reward) + '" data-advantage="' + esc(r.advantage) + '">' +
       '<div class="rollout-figures">' +
+      (r.side ? '<span class="side">' + esc(r.side) + "</span>" : "") +
       '<span>reward <span class="value reward">' + num(r.reward) + "</span></span>" + parts(r) +
       '<span>advantage <span class="value advantage">' + num(r.advantage) + "</span></span>" +
       '<span>length <span class="value length">' + esc(r.response_length === null ? "—" : r.response_length) + "</span></span>" +
@@ -179,8 +190,11 @@
       html = groups.map(function (g) {
         var rs = byGroup[g], rewards = rs.map(function (r) { return r.reward; }).filter(function (v) { return typeof v === "number"; });
         var mean = rewards.length ? rewards.reduce(function (a, b) { return a + b; }, 0) / rewards.length : null;
-        return '<section class="rollout-group" data-group="' + esc(g) + '"><h3>Task group ' + esc(g) + (rs[0].task_index !== undefined ? " · task " + esc(rs[0].task_index) : "") +
-          " · truth " + esc(String(rs[0].truth || "").trim().split("\n").pop()) + " · reward mean " + num(mean) + "</h3>" + rs.map(rolloutHtml).join("") + "</section>";
+        var heading = rs[0].side
+          ? "Pair " + esc(g) + " · margin " + num((rs[0].reward_parts || {}).dpo_margin, 4) + " · loss " + num((rs[0].reward_parts || {}).dpo_loss, 4)
+          : "Task group " + esc(g) + (rs[0].task_index !== undefined ? " · task " + esc(rs[0].task_index) : "") +
+            " · truth " + esc(String(rs[0].truth || "").trim().split("\n").pop()) + " · reward mean " + num(mean);
+        return '<section class="rollout-group" data-group="' + esc(g) + '"><h3>' + heading + "</h3>" + rs.map(rolloutHtml).join("") + "</section>";
       }).join("");
     } else {
       html = items.map(rolloutHtml).join("");

@@ -239,3 +239,43 @@ def test_the_trainers_logprobs_go_beside_the_tokens_of_the_sample_they_name(clie
     by_index = {item["sample_index"]: item for item in body["items"]}
     assert by_index[1]["tokens"]["trainer_logprobs"] == [-0.25, -1.5, -0.5]
     assert by_index[1]["trainer_step"] == 2
+
+
+def test_a_dpo_trainers_pairs_are_rollouts_with_the_trainers_logprobs_alone(client, owner_run):
+    from rft_core.demo import build_tokenizer
+    from rft_core.experience import Experience
+    from rft_core.explorer.rollout_samples import PAIR_INFO_KEY, mark_pairs, pair_samples
+    from rft_core.monitor import MonitorEvent
+    from webapp.ingest.store import rows_of, store_events
+
+    alice, run = owner_run
+    tokenizer = build_tokenizer()  # one token a character
+
+    def ids(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    (pair,) = mark_pairs([Experience(ids("1+2=?"), ids("3"), rejected_ids=ids("4!"))], limit=2)
+    # what the trainer's forward records (rft_core.trainer.recorded_logprobs.record_pairs)
+    pair.info[PAIR_INFO_KEY] = {
+        "chosen": [-0.5],
+        "rejected": [-1.0, -2.0],
+        "reference_sums": {"chosen": -0.75, "rejected": -2.5},
+        "terms": {"dpo_chosen_reward": 0.025, "dpo_rejected_reward": -0.05, "dpo_margin": 0.075},
+    }
+    entries = pair_samples([pair], trainer_step=4, tokenizer=tokenizer)
+    event = MonitorEvent(run.key, "samples", "trainer", 4, {"samples": entries}, stage="rft")
+    store_events(run.key, rows_of(run.key, [("1-0", event)]))
+
+    chosen, rejected = RolloutSample.objects.filter(run=run).order_by("id")
+    assert (chosen.step, chosen.group, chosen.response, chosen.reward) == (4, 0, "3", 0.025)
+    assert (rejected.response, rejected.reward, rejected.response_length) == ("4!", -0.05, 2)
+    # no rollout engine sampled them: the token view has the trainer's log-probs alone
+    assert chosen.tokens == {"tokens": ["3"], "trainer_logprobs": [-0.5]}
+    assert rejected.tokens == {"tokens": ["4", "!"], "trainer_logprobs": [-1.0, -2.0]}
+    client.force_login(alice)
+    _, body = _get(client, run)
+    assert [(i["side"], i["logprob_sum"], i["reference_logprob_sum"]) for i in body["items"]] == [
+        ("chosen", -0.5, -0.75),
+        ("rejected", -3.0, -2.5),
+    ]
+    assert body["items"][0]["reward_parts"]["dpo_margin"] == 0.075
