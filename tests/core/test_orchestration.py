@@ -224,6 +224,19 @@ def test_two_trainer_ranks_train_sync_and_checkpoint_in_mode_both(demo, local_ra
     assert "trainer: 2 ranks (gloo), FSDP2" in (job_dir / "log" / "trainer.log").read_text()
     logs = {p.name for p in (job_dir / "log").iterdir()}
     assert {"trainer_rank1.log", "queue_exp.log", "synchronizer.log", "explorer.log"} <= logs
+    # the trainer's log-probs of every kept rollout (2 groups a step: one a rank), each once
+    monitor = job_dir / "monitor"
+    kept = [json.loads(x) for x in (monitor / "explorer_samples.jsonl").read_text().splitlines()]
+    recorded = [json.loads(x) for x in (monitor / "trainer_samples.jsonl").read_text().splitlines()]
+    assert len(kept) == 3 * 4 and all(e["tokens"] for e in kept)
+    assert sorted((e["explorer_step"], e["sample_index"]) for e in recorded) == sorted(
+        (e["step"], e["sample_index"]) for e in kept
+    )
+    tokens = {(e["step"], e["sample_index"]): len(e["tokens"]) for e in kept}
+    assert all(
+        len(e["trainer_logprobs"]) == tokens[e["explorer_step"], e["sample_index"]]
+        for e in recorded
+    )
     actor = job_dir / "global_step_3" / "actor"
     assert sorted(p.name for p in actor.glob("model_*.pt")) == [
         "model_world_size_2_rank_0.pt",
