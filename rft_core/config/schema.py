@@ -479,17 +479,18 @@ class MonitorConfig:
     rollout_samples_per_step: int = _field(
         16,
         "rollouts of each kept explorer step written to monitor/explorer_samples.jsonl and the "
-        "dashboard's rollout explorer: whole task groups in task order (0: none)",
+        "dashboard's rollout explorer: whole task groups in task order (0: none); DPO: the "
+        "first preference pairs of each kept trainer step, two rows a pair",
     )
     rollout_samples_interval: int = _field(
         1,
-        "keep the rollouts of explorer steps 1, 1+N, 1+2N, ... (1: every step; a larger N bounds "
-        "the disk they take on long runs)",
+        "keep the rollouts of explorer steps 1, 1+N, 1+2N, ... (DPO: trainer steps; 1: every "
+        "step; a larger N bounds the disk they take on long runs)",
     )
     rollout_token_logprobs: bool = _field(
         True,
-        "with each kept rollout, its response tokens and their log-probs (the rollout explorer's "
-        "token view; about 20 bytes a token)",
+        "with each kept rollout, its response tokens and their log-probs, the rollout engine's "
+        "and the trainer's (the rollout explorer's token view; about 20 bytes a token)",
     )
     system_metrics_interval: float = _field(
         10.0,
