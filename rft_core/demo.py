@@ -59,7 +59,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rft_core import demo_frozen_lake as frozen_lake
+from rft_core.demo_judge import JUDGE_RECIPE, JUDGE_STAMP, judge_is_current, train_judge
 from rft_core.errors import DataError
+from rft_core.runtime.preflight import AUX_MODEL_CHECKS
 
 if TYPE_CHECKING:  # transformers is imported lazily: `trinity --help` should stay fast
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -391,7 +393,6 @@ def build_demo(
         rewrite,
     )
     if judge:
-        from rft_core.demo_judge import JUDGE_RECIPE, JUDGE_STAMP, judge_is_current, train_judge
 
         def train_judge_into(d: Path) -> None:
             train_judge(
@@ -412,6 +413,26 @@ def build_demo(
     # last when rewriting: a rebuild interrupted halfway still carries the old marker, is redone
     _install(paths.marker_path, write_marker, overwrite=rewrite)
     return paths
+
+
+def demo_judge_problem(path: Path) -> str | None:
+    """The run's check of an auxiliary model where ``trinity init-demo --judge`` puts the demo
+    judge (``judge`` in a demo directory, or in one not built yet): it is built on request, and
+    one of an older :data:`~rft_core.demo_judge.JUDGE_RECIPE` is refused. None elsewhere."""
+    parent = path.parent
+    if path.name != "judge" or (parent.exists() and not (parent / MARKER_NAME).is_file()):
+        return None
+    if not (path / "config.json").is_file():
+        return (
+            "is not a model directory (no config.json); the demo judge is built on request: "
+            "run `trinity init-demo --judge`"
+        )
+    if not judge_is_current(path):
+        return "holds a demo judge of an older recipe; run `trinity init-demo --judge` to train the current one"
+    return None
+
+
+AUX_MODEL_CHECKS.append(demo_judge_problem)  # `trinity run` imports this module to register it
 
 
 def _check_target(paths: DemoPaths, seed: int, force: bool) -> bool:

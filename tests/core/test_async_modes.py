@@ -30,7 +30,7 @@ from rft_core.config import load_config, load_config_from_dict
 from rft_core.demo import build_demo
 from rft_core.errors import ConfigError
 from rft_core.experience import Experience
-from rft_core.runtime.launcher import preflight
+from rft_core.runtime.preflight import preflight
 from rft_core.sync.checkpoint_watch import CheckpointWatch
 from tests.core.test_orchestration import _taskset
 

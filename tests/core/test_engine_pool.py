@@ -19,7 +19,8 @@ from rft_core.explorer.explorer import Explorer
 from rft_core.rollout import build_engine
 from rft_core.rollout.base import SamplingParams
 from rft_core.rollout.pool import EnginePool, engine_pool_name, remove_engine_pool, split_evenly
-from rft_core.runtime.launcher import _engine_pool_cpus, preflight, run_experiment
+from rft_core.runtime.launcher import _engine_pool_cpus, run_experiment
+from rft_core.runtime.preflight import preflight
 from rft_core.sync.schedule import expected_model_versions
 from tests.core.test_orchestration import _config, _taskset
 

@@ -29,7 +29,7 @@ from rft_core.config.gpu_fit import (
 )
 from rft_core.config.resources import auto_engine_type
 from rft_core.errors import ConfigError
-from rft_core.runtime.launcher import check_joined_cluster
+from rft_core.runtime.preflight import check_joined_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "examples" / "demo" / "grpo_demo.yaml"

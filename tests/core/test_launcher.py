@@ -10,7 +10,8 @@ import pytest
 
 from rft_core.config import load_config
 from rft_core.errors import ConfigError, ServiceUnavailable
-from rft_core.runtime.launcher import _rename_if_occupied, cli_run, preflight, start_ray
+from rft_core.runtime.launcher import _rename_if_occupied, cli_run, start_ray
+from rft_core.runtime.preflight import preflight
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "examples" / "grpo_gsm8k" / "gsm8k.yaml"
@@ -257,7 +258,7 @@ def test_the_preflight_reads_each_taskset_once_for_the_whole_run(tmp_path, monke
 
 
 def test_an_actor_that_never_ran_is_reported_with_rays_reason():
-    from rft_core.runtime.launcher import _one_line
+    from rft_core.runtime.stage import _one_line
 
     message = (
         "The actor died unexpectedly before finishing this task.\n"

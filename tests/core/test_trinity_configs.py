@@ -150,7 +150,7 @@ ACCEPTED = [f for f in FILES if EXPECTED[f.stem] is None]
 def test_missing_model_and_data_are_reported_when_the_run_starts(trinity_env, monkeypatch, path):
     """The model and dataset paths of these configs do not exist here: ``trinity run``'s checks
     before any actor starts name them (and the GPUs this machine lacks), in one message."""
-    from rft_core.runtime.launcher import preflight
+    from rft_core.runtime.preflight import preflight
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     cfg = load_config(path)

@@ -331,7 +331,7 @@ def test_the_launchers_preflight_names_an_untested_or_missing_vllm(
     import sys
 
     from rft_core.config import load_config_from_dict
-    from rft_core.runtime.launcher import preflight
+    from rft_core.runtime.preflight import preflight
     from tests.core.test_orchestration import _config
 
     if version is None:

@@ -103,7 +103,7 @@ def test_a_missing_judge_model_is_named_before_the_run_starts(tmp_path):
     import yaml
 
     from rft_core.config import load_config_from_dict
-    from rft_core.runtime.launcher import preflight
+    from rft_core.runtime.preflight import preflight
 
     seed = Path(__file__).resolve().parents[2] / "examples" / "grpo_gsm8k" / "gsm8k.yaml"
     d = yaml.safe_load(seed.read_text())
