@@ -28,6 +28,7 @@ per batch and epoch), as in Trinity, and is warned about when set.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -196,8 +197,6 @@ def _get(cfg: Any, dotted: str) -> Any:
 
 def _is_written(written: Any, dotted: str) -> bool:
     """The user wrote ``dotted`` (its value differs from the schema default)."""
-    import dataclasses
-
     section, name = dotted.rsplit(".", 1)
     holder = _get(written, section)
     for f in dataclasses.fields(holder):

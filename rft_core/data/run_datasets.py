@@ -10,16 +10,14 @@ actors (``Explorer(tasksets=...)``, ``Trainer(dataset_rows=...)``), so no datase
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from rft_core.config import Config
 from rft_core.config.presets import get_preset, mixes_expert_data
 from rft_core.data.sft import check_sft_dataset
 from rft_core.data.source import Rows, missing_dataset
 from rft_core.data.taskset import ExplorerTasksets, read_explorer_tasksets
 from rft_core.errors import RFTError
-
-if TYPE_CHECKING:
-    from rft_core.config import Config
 
 # modes whose explorer reads tasksets (bench evaluates on the eval ones)
 EXPLORING_MODES = ("both", "explore", "colocate", "bench")

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from rft_core.config import Config
 from rft_core.errors import EngineUnavailable
 from rft_core.registry import Registry
 from rft_core.rollout.base import Generation, RolloutEngine, SamplingParams
-
-if TYPE_CHECKING:
-    from rft_core.config import Config
 
 EngineFactory = Callable[..., RolloutEngine]
 ENGINES: Registry[EngineFactory] = Registry("engine type", "explorer.rollout_model.engine_type")

@@ -31,7 +31,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from rft_core.actors.actor_log import log_to_file
+from rft_core.actors.placement import in_bundle
 from rft_core.experience import Experience
+from rft_core.sync.nccl import free_port
 from rft_core.trainer.policy import PolicyTrainer
 
 log = logging.getLogger("rft_core.trainer.ranks")
@@ -126,8 +129,6 @@ class TrainerRank:
         backend: str,
         log_dir: str | None = None,
     ):
-        from rft_core.actors.actor_log import log_to_file
-
         log_to_file(f"{log_dir}/trainer_rank{rank}.log" if log_dir else None)
         self.rank, self.world_size = rank, world_size
         self.init_method, self.backend = init_method, backend
@@ -165,9 +166,6 @@ class PolicyGroup:
         **kwargs: Any,
     ) -> None:
         import ray
-
-        from rft_core.actors.placement import in_bundle
-        from rft_core.sync.nccl import free_port
 
         if world_size < 2:
             raise ValueError("PolicyGroup needs world_size >= 2; use PolicyTrainer for one rank")

@@ -17,27 +17,34 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from rft_core.actor_setup import RunActor
 from rft_core.actors.actor_log import release_output, report_dropped
+from rft_core.buffer import build_buffer
+from rft_core.buffer.queue import replay_settings
 from rft_core.checkpoint.layout import (
     read_trainer_meta,
     step_dir,
     write_trainer_meta,
 )
 from rft_core.checkpoint.retention import prune_checkpoints
+from rft_core.config import Config
+from rft_core.config.expert_data import expert_buffer_config, expert_rows_per_step
+from rft_core.config.presets import get_preset, mixes_expert_data
+from rft_core.config.resources import trainer_world_size
+from rft_core.data import load_sft_dataset
+from rft_core.data.source import Rows
 from rft_core.errors import ConfigError
 from rft_core.explorer.rollout_samples import trainer_samples
 from rft_core.messages import experiences_from_messages
 from rft_core.monitor.monitor import step_summary
 from rft_core.sync.schedule import trainer_syncs_after
-
-if TYPE_CHECKING:
-    from rft_core.config import Config
-    from rft_core.data.source import Rows
+from rft_core.sync.synchronizer import WeightSender, sync_call
+from rft_core.trainer.policy import PolicyTrainer
+from rft_core.trainer.ranks import PolicyGroup
 
 log = logging.getLogger("rft_core.trainer")
 
@@ -106,10 +113,6 @@ class Trainer(RunActor):
     # -- setup -------------------------------------------------------------------------------
 
     def _build(self, model_path: str, resume_step: int | None) -> None:
-        from rft_core.config.presets import get_preset, mixes_expert_data
-        from rft_core.config.resources import trainer_world_size
-        from rft_core.trainer.policy import PolicyTrainer
-        from rft_core.trainer.ranks import PolicyGroup
 
         cfg = self.cfg
         self.device = (
@@ -159,8 +162,6 @@ class Trainer(RunActor):
         if not preset.use_rollout:
             self._source = self._dataset_source(preset.schema)
         else:
-            from rft_core.buffer import build_buffer
-            from rft_core.buffer.queue import replay_settings
 
             def open_buffer(role: str) -> Any:
                 return build_buffer(
@@ -199,8 +200,6 @@ class Trainer(RunActor):
         if mixes_expert_data(cfg.algorithm.algorithm_type):
             self._expert_source = self._expert_data_source()
         if self.synchronizer is not None or beside_explore_job:
-            from rft_core.sync.synchronizer import WeightSender
-
             sync = cfg.synchronizer
             self._sender = WeightSender(
                 self.synchronizer,
@@ -238,8 +237,6 @@ class Trainer(RunActor):
         return cfg.trainer.total_steps or cfg.buffer.total_steps
 
     def _dataset_source(self, schema: str) -> DatasetExperiences:
-        from rft_core.data import load_sft_dataset
-
         cfg = self.cfg
         eb = cfg.buffer.trainer_input.experience_buffer
         rows = load_sft_dataset(eb, schema=schema, rows=self._dataset_rows)
@@ -258,8 +255,6 @@ class Trainer(RunActor):
         """mix, mix_chord: the expert SFT dataset, ``expert_rows_per_step`` rows a step over its
         ``total_epochs`` / ``total_steps`` (``rft_core.config.expert_data``); resumed at the
         step the checkpoint reached, as the SFT trainer's dataset is."""
-        from rft_core.config.expert_data import expert_buffer_config, expert_rows_per_step
-        from rft_core.data import load_sft_dataset
 
         cfg = self.cfg
         eb, passes = expert_buffer_config(cfg)
@@ -448,8 +443,6 @@ class Trainer(RunActor):
         self.monitor.status("failed", f"{self.role}: {err}")
         log.exception("%s failed", self.role)
         if self.synchronizer is not None:
-            from rft_core.sync.synchronizer import sync_call
-
             sync_call(self.synchronizer, "trainer_failed", f"{type(err).__name__}: {err}")
 
     def _weights_for_sync(self) -> dict[str, torch.Tensor]:
