@@ -56,15 +56,25 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+from transformers import (
+    GenerationConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
 
 from rft_core import demo_frozen_lake as frozen_lake
 from rft_core.demo_judge import JUDGE_RECIPE, JUDGE_STAMP, judge_is_current, train_judge
 from rft_core.errors import DataError
 from rft_core.runtime.preflight import AUX_MODEL_CHECKS
-
-if TYPE_CHECKING:  # transformers is imported lazily: `trinity --help` should stay fast
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from rft_core.synthetic import cli_synthetic
 
 DEMO_FORMAT_VERSION = 3  # bump when the files' content changes: older demo dirs are rebuilt
 MARKER_NAME = ".rft_demo.json"
@@ -291,8 +301,6 @@ def sft_row(problem: Problem, answer: str) -> dict:
 
 def build_tokenizer() -> PreTrainedTokenizerBase:
     """A byte-level BPE tokenizer with no merges (one token per ASCII char) and ChatML."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
     for char in sorted(pre_tokenizers.ByteLevel.alphabet()):
@@ -315,8 +323,6 @@ def build_tokenizer() -> PreTrainedTokenizerBase:
 
 def build_model(tokenizer: PreTrainedTokenizerBase, seed: int) -> PreTrainedModel:
     """A randomly initialised Qwen2 causal LM sized for :func:`build_tokenizer`'s vocabulary."""
-    import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     eos, pad = tokenizer.convert_tokens_to_ids(IM_END), tokenizer.convert_tokens_to_ids(ENDOFTEXT)
     config = Qwen2Config(
@@ -520,8 +526,6 @@ def _save_model(
 
 
 def _write_parquet(path: Path, problems: list[Problem]) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     table = pa.table(
         {
@@ -534,8 +538,6 @@ def _write_parquet(path: Path, problems: list[Problem]) -> None:
 
 def _write_countdown_parquet(path: Path, games: list[tuple[list[int], int]]) -> None:
     """Trinity's Countdown taskset form: ``question`` and the JSON truth in ``answer``."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     table = pa.table(
         {
@@ -558,8 +560,6 @@ def cli_init_demo(args: argparse.Namespace) -> int:
     """``trinity init-demo``: build the demo and print where its parts are (``--synthetic``:
     the random model and taskset of ``rft_core.synthetic`` instead)."""
     if getattr(args, "synthetic", None):
-        from rft_core.synthetic import cli_synthetic
-
         env = os.environ.get("RFT_SYNTHETIC_DIR")
         default = Path(env).expanduser() if env else Path.cwd() / "var" / "synthetic"
         out = Path(args.out).expanduser() if args.out else default

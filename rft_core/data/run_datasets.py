@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rft_core.config import Config
+from rft_core.config.expert_data import expert_buffer_config
 from rft_core.config.presets import get_preset, mixes_expert_data
 from rft_core.data.sft import check_sft_dataset
 from rft_core.data.source import Rows, missing_dataset
@@ -50,8 +51,6 @@ def read_run_datasets(
             except RFTError as err:
                 problems.append(str(err))
     if mixes_expert_data(cfg.algorithm.algorithm_type) and cfg.mode != "explore":
-        from rft_core.config.expert_data import expert_buffer_config
-
         expert = expert_buffer_config(cfg)[0]
         if not _noted_missing(expert, "the expert SFT dataset", missing):
             try:  # mix, mix_chord: the expert SFT file (the trainer reads it at its start)

@@ -33,6 +33,7 @@ import logging
 from typing import Any
 
 import numpy as np
+import torch
 
 from rft_core.errors import ConfigError
 
@@ -97,8 +98,6 @@ class DifficultySelector:
         return np.random.default_rng(self.seed + position).beta(self.alphas, self.betas)
 
     def select(self, position: int, k: int) -> list[int]:
-        import torch
-
         scores = -np.abs(self.target - self.pass_rates(position))
         k = min(k, len(scores))
         if self.tau == 0:

@@ -28,6 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+from tqdm import tqdm
 
 from rft_core.errors import DataError
 
@@ -85,8 +88,6 @@ def read_rows(
     tables: list[pa.Table] = []
     records: list[dict[str, Any]] = []
     if progress:
-        from tqdm import tqdm
-
         files_iter = tqdm(files, desc=f"reading {path} ({split})", unit="file")
     else:
         files_iter = files
@@ -329,8 +330,6 @@ def _find_in_cache(name: str, subset_name: str | None, split: str) -> list[Path]
 def _read_file(file: Path) -> pa.Table | list[dict[str, Any]]:
     try:
         if file.suffix == ".parquet":
-            import pyarrow.parquet as pq
-
             return pq.read_table(file)
         if file.suffix == ".arrow":
             return _read_arrow(file)
@@ -342,8 +341,6 @@ def _read_file(file: Path) -> pa.Table | list[dict[str, Any]]:
 
 
 def _read_arrow(file: Path) -> pa.Table:
-    import pyarrow.ipc as ipc
-
     try:
         with pa.memory_map(str(file)) as source:
             return ipc.open_stream(source).read_all()  # what datasets writes

@@ -165,6 +165,7 @@ class PolicyGroup:
         placement: tuple[Any, list[int]] | None = None,
         **kwargs: Any,
     ) -> None:
+        # no Ray in the in-process run (GPU machine)
         import ray
 
         if world_size < 2:
@@ -201,6 +202,7 @@ class PolicyGroup:
     def _together(self, remote_refs: list, local_fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Run ``local_fn`` here while the ranks run their part; return the local result.
         A remote rank's failure raises at once (the local part may be stuck in a collective)."""
+        # no Ray in the in-process run (GPU machine)
         import ray
 
         local = self._pool.submit(local_fn, *args, **kwargs)
@@ -216,6 +218,7 @@ class PolicyGroup:
                 concurrent.futures.wait([local], timeout=0.2)
 
     def _on_all(self, method: str, per_rank_args: list[tuple]) -> list[Any]:
+        # no Ray in the in-process run (GPU machine)
         import ray
 
         refs = [
@@ -242,6 +245,7 @@ class PolicyGroup:
         return self._on_all("state_dict_for_sync", [()] * self.world_size)[0]
 
     def close(self) -> None:
+        # no Ray in the in-process run (GPU machine)
         import ray
 
         try:
