@@ -48,13 +48,13 @@ from __future__ import annotations
 import copy
 import logging
 from contextlib import nullcontext
-from typing import Any
 
 from rft_core.config.gpu_fit import adapt_one_gpu
 from rft_core.config.presets import get_preset, ignored_kl_penalty
 from rft_core.config.problems import at_least, collecting, is_collecting, refuse, report
 from rft_core.config.resources import check_cluster, check_world_size
-from rft_core.config.schema import Config
+from rft_core.config.rollout_schema import AuxiliaryModelConfig
+from rft_core.config.schema import Config, StageConfig
 from rft_core.config.stages import check_stage_list, in_stage, stage_config
 from rft_core.config.trainer_config import apply_trainer_config
 from rft_core.config.trinity_compat import (
@@ -124,7 +124,7 @@ def validate_stage(cfg: Config, index: int) -> Config:
     return out
 
 
-def _derive_stage(out: Config, stage: Any, index: int) -> None:
+def _derive_stage(out: Config, stage: StageConfig, index: int) -> None:
     _derive(out)
     if stage.buffer is not None:  # data errors name the stage's own section
         ei = out.buffer.explorer_input
@@ -337,7 +337,7 @@ def _check_explorer(cfg: Config) -> None:
         _check_auxiliary_model(aux, f"explorer.auxiliary_models[{i}]")
 
 
-def _check_auxiliary_model(aux: Any, path: str) -> None:
+def _check_auxiliary_model(aux: AuxiliaryModelConfig, path: str) -> None:
     """One engine per auxiliary model, on the policy engine's device (see rft_core.explorer.explorer)."""
     if not (aux.model_path or "").strip():
         refuse(

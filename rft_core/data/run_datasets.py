@@ -10,13 +10,12 @@ actors (``Explorer(tasksets=...)``, ``Trainer(dataset_rows=...)``), so no datase
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from rft_core.config import Config
 from rft_core.config.expert_data import expert_buffer_config
 from rft_core.config.presets import get_preset, mixes_expert_data
 from rft_core.data.sft import check_sft_dataset
-from rft_core.data.source import Rows, missing_dataset
+from rft_core.data.source import DatasetConfig, Rows, missing_dataset
 from rft_core.data.taskset import ExplorerTasksets, read_explorer_tasksets
 from rft_core.errors import RFTError
 
@@ -60,7 +59,7 @@ def read_run_datasets(
     return out, problems
 
 
-def _noted_missing(cfg: Any, where: str, missing: list[str] | None) -> bool:
+def _noted_missing(cfg: DatasetConfig, where: str, missing: list[str] | None) -> bool:
     if missing is None:
         return False
     absent = missing_dataset(cfg)

@@ -32,7 +32,11 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from rft_core.config.schema import ExperienceBufferConfig, TasksetConfig
 from rft_core.errors import DataError
+
+# what names a dataset: a taskset, or a buffer the trainer reads (SFT/DPO/expert data)
+DatasetConfig = TasksetConfig | ExperienceBufferConfig
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +121,7 @@ def read_rows(
     return rows
 
 
-def read_config_rows(cfg: Any, where: str, what: str) -> Rows:
+def read_config_rows(cfg: DatasetConfig, where: str, what: str) -> Rows:
     """The rows named by a taskset/buffer config (``path``, ``subset_name``, ``split``); errors
     start with ``<where>.path``, the config's YAML path."""
     if not cfg.path:
@@ -140,7 +144,7 @@ class DatasetMissing(DataError):
     may exist where the run starts; ``trinity run --dry-run`` notes it and goes on)."""
 
 
-def missing_dataset(cfg: Any) -> str | None:
+def missing_dataset(cfg: DatasetConfig) -> str | None:
     """Why the dataset of a taskset/buffer config is not on this machine, or None when it is
     (or has no path, or fails otherwise: the read reports that)."""
     if not getattr(cfg, "path", None):

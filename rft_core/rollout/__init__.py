@@ -16,6 +16,7 @@ import torch
 
 from rft_core.config import Config
 from rft_core.config.resources import auto_engine_type
+from rft_core.config.rollout_schema import AuxiliaryModelConfig
 from rft_core.errors import EngineUnavailable
 from rft_core.registry import Registry
 from rft_core.rollout.base import Generation, RolloutEngine, SamplingParams
@@ -67,7 +68,7 @@ def vllm_batch_settings(cfg: Config) -> dict[str, Any]:
     return out
 
 
-def auxiliary_engine_settings(aux: Any) -> dict[str, Any]:
+def auxiliary_engine_settings(aux: AuxiliaryModelConfig) -> dict[str, Any]:
     """``build_engine`` keyword arguments of one ``explorer.auxiliary_models`` entry: its own
     lengths and chat template, never the policy model's."""
     return _settings(

@@ -31,6 +31,7 @@ import torch
 
 from rft_core.algorithms.policy_losses import POLICY_LOSSES
 from rft_core.algorithms.settings import AlgorithmSettings
+from rft_core.config.schema import AlgorithmConfig
 from rft_core.experience import Experience
 from rft_core.modeling import resolve_device
 from rft_core.trainer.batching import MicroBatch
@@ -56,7 +57,7 @@ class PolicyTrainer(PolicyCheckpoints):
     def __init__(
         self,
         model_path: str,
-        algorithm_cfg: Any,
+        algorithm_cfg: AlgorithmConfig,
         *,
         device: str | None = None,
         dtype: str = "auto",

@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from rft_core.actors.actor_log import log_to_file
 from rft_core.actors.placement import in_bundle
+from rft_core.config.schema import AlgorithmConfig
 from rft_core.experience import Experience
 from rft_core.sync.nccl import free_port
 from rft_core.trainer.policy import PolicyTrainer
@@ -139,7 +140,9 @@ class TrainerRank:
             _cpu_threads(self.world_size)
         _init_process_group(self.init_method, self.rank, self.world_size, self.backend)
 
-    def build(self, model_path: str, algorithm_cfg: Any, kwargs: dict[str, Any]) -> None:
+    def build(
+        self, model_path: str, algorithm_cfg: AlgorithmConfig, kwargs: dict[str, Any]
+    ) -> None:
         self.policy = PolicyTrainer(model_path, algorithm_cfg, **kwargs)
 
     def call(self, method: str, *args: Any) -> Any:
@@ -157,7 +160,7 @@ class PolicyGroup:
         self,
         world_size: int,
         model_path: str,
-        algorithm_cfg: Any,
+        algorithm_cfg: AlgorithmConfig,
         *,
         device: str = "cpu",
         name: str = "trainer",
