@@ -85,7 +85,7 @@ class JobPlacementGroup:
         return in_bundle(self.pg, self.plan.index(role))
 
     def trainer_ranks(self) -> tuple[Any, list[int]] | None:
-        """(placement group, bundle index of each trainer rank 1..W-1) for ``PolicyGroup``."""
+        """(placement group, bundle index of each trainer rank 1..W-1) for ``TrainerRanks``."""
         if self.pg is None or not self.plan.trainer_rank_indices():
             return None
         return self.pg, self.plan.trainer_rank_indices()

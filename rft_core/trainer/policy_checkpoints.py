@@ -1,4 +1,4 @@
-"""PolicyTrainer's weights and checkpoints: the full state dict for weight sync, saving a step in
+"""PolicyUpdater's weights and checkpoints: the full state dict for weight sync, saving a step in
 the seed's tree (:mod:`rft_core.checkpoint.store`), adding HF weights to a saved step, and
 resuming, at one process or several FSDP2 ranks (every rank takes part; rank 0 writes).
 
@@ -26,7 +26,7 @@ from rft_core.checkpoint.retention import pinned_step
 
 
 class PolicyCheckpoints:
-    """Mixed into PolicyTrainer: needs ``model``, ``optimizer``, ``master`` (fp32 master
+    """Mixed into PolicyUpdater: needs ``model``, ``optimizer``, ``master`` (fp32 master
     weights or None), ``scheduler``, ``critic``, ``algo``, ``tokenizer``, ``model_path``, ``sharded``, ``rank``, ``world_size``."""
 
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:

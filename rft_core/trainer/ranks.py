@@ -1,6 +1,6 @@
-"""Data-parallel trainer ranks: ``trainer.world_size`` PolicyTrainers sharded with FSDP2.
+"""Data-parallel trainer ranks: ``trainer.world_size`` PolicyUpdaters sharded with FSDP2.
 
-``PolicyGroup`` has PolicyTrainer's interface (``train_step``, ``save``, ``load``,
+``TrainerRanks`` has PolicyUpdater's interface (``train_step``, ``save``, ``load``,
 ``state_dict_for_sync``, ``tokenizer``) and runs it on W ranks: rank 0 in the calling process
 (the trainer actor), ranks 1..W-1 in Ray actors (``TrainerRank``), one GPU each on a GPU
 cluster, each in its bundle of the job's placement group when the launcher made one
@@ -9,7 +9,7 @@ gloo on CPU, so the same code runs on a laptop), built from a TCP store on rank 
 
 A step splits the batch into W shards of whole groups (``shard_experiences``), so group
 advantages computed in the trainer see every response of their group. Each rank then runs the
-same number of collective calls: PolicyTrainer agrees on the global token/row counts, the
+same number of collective calls: PolicyUpdater agrees on the global token/row counts, the
 micro-batch count and the horizon (``rft_core.trainer.collectives``), so each
 rank's loss is its share of the global batch loss, and FSDP2's gradient average equals the
 gradient of one process over the whole batch (tested against W = 1). Metrics come back as each
@@ -36,7 +36,7 @@ from rft_core.actors.placement import in_bundle
 from rft_core.config.schema import AlgorithmConfig
 from rft_core.experience import Experience
 from rft_core.sync.nccl import free_port
-from rft_core.trainer.policy import PolicyTrainer
+from rft_core.trainer.policy import PolicyUpdater
 
 log = logging.getLogger("rft_core.trainer.ranks")
 
@@ -120,7 +120,7 @@ def _cpu_threads(world_size: int) -> None:
 
 
 class TrainerRank:
-    """Ranks 1..W-1 of a PolicyGroup, each in a Ray actor of its own."""
+    """Ranks 1..W-1 of a TrainerRanks, each in a Ray actor of its own."""
 
     def __init__(
         self,
@@ -143,7 +143,7 @@ class TrainerRank:
     def build(
         self, model_path: str, algorithm_cfg: AlgorithmConfig, kwargs: dict[str, Any]
     ) -> None:
-        self.policy = PolicyTrainer(model_path, algorithm_cfg, **kwargs)
+        self.policy = PolicyUpdater(model_path, algorithm_cfg, **kwargs)
 
     def call(self, method: str, *args: Any) -> Any:
         return getattr(self.policy, method)(*args)
@@ -153,8 +153,9 @@ class TrainerRank:
             dist.destroy_process_group()
 
 
-class PolicyGroup:
-    """PolicyTrainer's interface over ``world_size`` FSDP2 ranks (module docstring)."""
+class TrainerRanks:
+    """The trainer's ``world_size`` FSDP2 ranks behind PolicyUpdater's interface: rank 0 in this
+    process, ranks 1..W-1 in ``TrainerRank`` actors (module docstring)."""
 
     def __init__(
         self,
@@ -172,7 +173,7 @@ class PolicyGroup:
         import ray
 
         if world_size < 2:
-            raise ValueError("PolicyGroup needs world_size >= 2; use PolicyTrainer for one rank")
+            raise ValueError("TrainerRanks needs world_size >= 2; use PolicyUpdater for one rank")
         self.world_size = world_size
         use_gpu = device.startswith("cuda")
         backend = "nccl" if use_gpu else "gloo"
@@ -196,7 +197,7 @@ class PolicyGroup:
         log.info("%s: %d ranks (%s), FSDP2", name, world_size, backend)
         args = dict(kwargs, device=device)
         built = [r.build.remote(model_path, algorithm_cfg, args) for r in self.ranks]
-        self.policy = self._together(built, PolicyTrainer, model_path, algorithm_cfg, **args)
+        self.policy = self._together(built, PolicyUpdater, model_path, algorithm_cfg, **args)
 
     @property
     def tokenizer(self) -> Any:

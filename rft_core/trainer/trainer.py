@@ -2,15 +2,18 @@
 
 One trainer step reads ``buffer.train_batch_size`` experiences (from the explorer's buffer, or
 from the SFT/DPO dataset in ``train`` mode) and makes one optimizer step through
-``PolicyTrainer``. After the steps ``rft_core.sync.schedule.trainer_syncs_after`` names it
+``PolicyUpdater``. After the steps ``rft_core.sync.schedule.trainer_syncs_after`` names it
 publishes its weights to the synchronizer; every ``trainer.save_interval`` steps (0 = only at
 the end) it writes a full checkpoint in the seed's tree and prunes to
 ``max_checkpoints_to_keep``. At end of data it saves a final checkpoint (HF weights unless
 ``save_hf_checkpoint: never``) and hands its final weights to the explorer's closing eval.
 
-``Trainer`` is a plain class: the launcher runs it as a Ray actor that calls ``run``;
-``rft_core.runtime.in_process`` drives the same steps (``start``, ``next_step``, ``finish``) in one
-process with an explorer (``colocate``, or without Ray).
+``Trainer`` (the role, as Trinity names it) is a plain class: the launcher runs it as a Ray actor
+that calls ``run``; ``rft_core.runtime.in_process`` drives the same steps (``start``,
+``next_step``, ``finish``) in one process with an explorer (``colocate``, or without Ray). The
+updates themselves are ``PolicyUpdater``'s (``rft_core.trainer.policy``), or, with
+``trainer.world_size`` > 1, ``TrainerRanks``' (``rft_core.trainer.ranks``: the same interface
+over data-parallel ranks).
 """
 
 from __future__ import annotations
@@ -43,8 +46,8 @@ from rft_core.messages import experiences_from_messages
 from rft_core.monitor.monitor import step_summary
 from rft_core.sync.schedule import trainer_syncs_after
 from rft_core.sync.synchronizer import WeightSender, sync_call
-from rft_core.trainer.policy import PolicyTrainer
-from rft_core.trainer.ranks import PolicyGroup
+from rft_core.trainer.policy import PolicyUpdater
+from rft_core.trainer.ranks import TrainerRanks
 
 log = logging.getLogger("rft_core.trainer")
 
@@ -139,9 +142,9 @@ class Trainer(RunActor):
         )
         world_size = trainer_world_size(cfg)
         if world_size == 1:
-            self.policy = PolicyTrainer(model_path, cfg.algorithm, **settings)
+            self.policy = PolicyUpdater(model_path, cfg.algorithm, **settings)
         else:
-            self.policy = PolicyGroup(
+            self.policy = TrainerRanks(
                 world_size,
                 model_path,
                 cfg.algorithm,
@@ -463,7 +466,7 @@ class Trainer(RunActor):
         }
 
     def _close_ranks(self) -> None:
-        # a PolicyGroup's ranks leave their process group (an exiting actor's die with it)
+        # the ranks of a TrainerRanks leave their process group (an exiting actor's die with it)
         if hasattr(self.policy, "close"):
             self.policy.close()
             self.policy = None

@@ -15,7 +15,7 @@ from rft_core.config.schema import AlgorithmConfig, OptimizerConfig
 from rft_core.experience import Experience
 from rft_core.modeling import token_logprobs
 from rft_core.trainer.chunked_logprobs import chunked_token_scores
-from rft_core.trainer.policy import PolicyTrainer
+from rft_core.trainer.policy import PolicyUpdater
 
 
 def test_a_hand_worked_logprob_and_entropy():
@@ -100,12 +100,12 @@ def experiences() -> list[Experience]:
     ]
 
 
-def trainer(model_dir: str, **kwargs) -> PolicyTrainer:
+def trainer(model_dir: str, **kwargs) -> PolicyUpdater:
     algo = AlgorithmConfig(algorithm_type="grpo", optimizer=OptimizerConfig(lr=1e-3))
-    return PolicyTrainer(model_dir, algo, temperature=0.7, micro_batch_size=8, **kwargs)
+    return PolicyUpdater(model_dir, algo, temperature=0.7, micro_batch_size=8, **kwargs)
 
 
-def full_logits_reference(t: PolicyTrainer, mb) -> tuple[torch.Tensor, torch.Tensor]:
+def full_logits_reference(t: PolicyUpdater, mb) -> tuple[torch.Tensor, torch.Tensor]:
     """The formula before chunking: [B, R, V] logits held whole, on the padded layout."""
     logits = t.model(
         input_ids=mb.input_ids,

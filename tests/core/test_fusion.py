@@ -13,7 +13,7 @@ from rft_core.config.schema import AlgorithmConfig, OptimizerConfig
 from rft_core.experience import Experience
 from rft_core.trainer.chunked_logprobs import chunked_token_scores
 from rft_core.trainer.fusion import compile_model, wants_compile
-from rft_core.trainer.policy import PolicyTrainer
+from rft_core.trainer.policy import PolicyUpdater
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +38,9 @@ def experiences() -> list[Experience]:
     ]
 
 
-def trainer(model_dir: str, compiled: bool, scope: str = "parts") -> PolicyTrainer:
+def trainer(model_dir: str, compiled: bool, scope: str = "parts") -> PolicyUpdater:
     algo = AlgorithmConfig(algorithm_type="grpo", optimizer=OptimizerConfig(lr=1e-3))
-    return PolicyTrainer(
+    return PolicyUpdater(
         model_dir,
         algo,
         micro_batch_size=8,

@@ -110,7 +110,7 @@ def test_colocate_hands_the_trainers_parameters_to_the_engine_and_frees_memory_i
         assert torch.equal(engine[name], tensor), name  # copied, not converted through a file
     assert [r.get("time/sync_weight") is not None for r in reports] == [False, True, True]
     # per step: generate, free the KV cache, bring the optimizer back, train, offload it;
-    # PolicyTrainer.train_step also reloads first (a no-op once the driver has: recorded twice)
+    # PolicyUpdater.train_step also reloads first (a no-op once the driver has: recorded twice)
     assert events == [
         ("release_kv", 1, 0),  # nothing offloaded yet: only train_step's own (no-op) reload
         ("reload_optimizer", 1, 0),

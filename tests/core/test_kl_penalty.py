@@ -22,7 +22,7 @@ from rft_core.algorithms.kl import kl_penalized_rewards
 from rft_core.algorithms.settings import AlgorithmSettings
 from rft_core.config import load_config
 from rft_core.config.presets import ALGORITHM_TYPES, get_preset, ignored_kl_penalty
-from rft_core.trainer.policy import PolicyTrainer
+from rft_core.trainer.policy import PolicyUpdater
 
 SEED = Path(__file__).parents[2] / "examples" / "grpo_gsm8k" / "gsm8k.yaml"
 
@@ -119,7 +119,7 @@ def test_rloo_trainer_recomputes_advantages_from_penalized_rewards(model_dir):
     for exp in experiences:
         exp.advantage = 100.0  # the explorer's, from raw rewards: must not be used
     cfg = algorithm("rloo", kl_penalty_fn="k1", kl_penalty_fn_args={"kl_coef": 0.5})
-    trainer = PolicyTrainer(model_dir, cfg, temperature=0.8, micro_batch_size=5)
+    trainer = PolicyUpdater(model_dir, cfg, temperature=0.8, micro_batch_size=5)
     metrics = trainer.train_step(experiences)
     # reference == the rollout policy (up to 1e-4 per token), so KL = delta on every token
     assert metrics["actor/kl_penalty"] == pytest.approx(0.5, abs=1e-3)
@@ -161,7 +161,7 @@ def test_rloo_trainer_keeps_the_explorer_advantages(model_dir):
     lengths = shorten_and_shift(experiences, delta=0.0)
     for i, exp in enumerate(experiences):
         exp.advantage = 0.25 * (i % 3) - 0.3  # not what rloo of the rewards gives
-    trainer = PolicyTrainer(model_dir, algorithm("rloo"), temperature=0.8, micro_batch_size=5)
+    trainer = PolicyUpdater(model_dir, algorithm("rloo"), temperature=0.8, micro_batch_size=5)
     metrics = trainer.train_step(experiences)
     given = sum(e.advantage * n for e, n in zip(experiences, lengths, strict=True)) / sum(lengths)
     assert metrics["critic/advantages/mean"] == pytest.approx(given, abs=1e-6)
@@ -172,7 +172,7 @@ def test_grpo_trainer_keeps_the_explorer_advantages(model_dir, caplog):
     lengths = shorten_and_shift(experiences, delta=0.5)
     cfg = algorithm("grpo", kl_penalty_fn="k1", kl_penalty_fn_args={"kl_coef": 0.5})
     with caplog.at_level(logging.WARNING, logger="rft_core"):
-        trainer = PolicyTrainer(model_dir, cfg, temperature=0.8, micro_batch_size=5)
+        trainer = PolicyUpdater(model_dir, cfg, temperature=0.8, micro_batch_size=5)
     assert "is ignored for algorithm_type grpo" in caplog.text
     metrics = trainer.train_step(experiences)
     assert "actor/kl_penalty" not in metrics

@@ -11,7 +11,7 @@ from tiny_lm import build_tiny_model
 from rft_core.config.schema import AlgorithmConfig, OptimizerConfig
 from rft_core.experience import Experience
 from rft_core.trainer import models
-from rft_core.trainer.policy import PolicyTrainer
+from rft_core.trainer.policy import PolicyUpdater
 from rft_core.trainer.token_losses import token_losses_backward
 
 
@@ -34,9 +34,9 @@ def experiences() -> list[Experience]:
     ]
 
 
-def trainer(model_dir: str, lr: float = 1e-3, micro_batch_size: int = 8) -> PolicyTrainer:
+def trainer(model_dir: str, lr: float = 1e-3, micro_batch_size: int = 8) -> PolicyUpdater:
     algo = AlgorithmConfig(algorithm_type="grpo", optimizer=OptimizerConfig(lr=lr))
-    return PolicyTrainer(model_dir, algo, micro_batch_size=micro_batch_size, seed=3)
+    return PolicyUpdater(model_dir, algo, micro_batch_size=micro_batch_size, seed=3)
 
 
 def test_auto_on_cpu_keeps_fp32_parameters_and_no_masters(model_dir):

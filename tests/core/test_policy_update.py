@@ -1,4 +1,4 @@
-"""PolicyTrainer on a tiny random Qwen2 (hidden 64, 2 layers, byte-level vocab), fp32 CPU."""
+"""PolicyUpdater on a tiny random Qwen2 (hidden 64, 2 layers, byte-level vocab), fp32 CPU."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from rft_core.rollout import SamplingParams, build_engine
 from rft_core.trainer.batching import response_blocks
 from rft_core.trainer.forward import shares_prefix
 from rft_core.trainer.optimizer import lr_factor
-from rft_core.trainer.policy import PolicyTrainer
+from rft_core.trainer.policy import PolicyUpdater
 
 CONVERSATIONS = [
     [{"role": "user", "content": "1+2=?"}],
@@ -57,13 +57,13 @@ def rollout(model_dir: str, temperature: float = 0.8, n: int = 4, max_tokens: in
     return experiences
 
 
-def sequence_logprob(trainer: PolicyTrainer, experiences: list[Experience]) -> list[float]:
+def sequence_logprob(trainer: PolicyUpdater, experiences: list[Experience]) -> list[float]:
     return [sum(lp) for lp in trainer.logprobs_of(experiences)]
 
 
 def test_on_policy_ratio_is_one_with_engine_logprobs(model_dir):
     experiences = rollout(model_dir, temperature=0.8)
-    trainer = PolicyTrainer(model_dir, algorithm(), temperature=0.8, micro_batch_size=5)
+    trainer = PolicyUpdater(model_dir, algorithm(), temperature=0.8, micro_batch_size=5)
     recomputed = trainer.logprobs_of(experiences)
     for exp, lp in zip(experiences, recomputed, strict=True):
         torch.testing.assert_close(torch.tensor(lp), torch.tensor(exp.logprobs), atol=1e-4, rtol=0)
@@ -82,7 +82,7 @@ def test_on_policy_ratio_is_one_with_engine_logprobs(model_dir):
 
 def test_a_positive_advantage_raises_that_responses_logprob(model_dir):
     experiences = rollout(model_dir, n=2)
-    trainer = PolicyTrainer(model_dir, algorithm(lr=1e-2), temperature=0.8)
+    trainer = PolicyUpdater(model_dir, algorithm(lr=1e-2), temperature=0.8)
     before = sequence_logprob(trainer, experiences)
     trainer.train_step(experiences)
     after = sequence_logprob(trainer, experiences)
@@ -95,7 +95,7 @@ def test_trainer_computes_group_advantages_when_the_explorer_did_not(model_dir):
     for i, exp in enumerate(experiences):
         exp.advantage = None
         exp.reward = float(i % 2)  # groups of two: rewards (0, 1) -> advantages (-1/√2·…, +)
-    trainer = PolicyTrainer(model_dir, algorithm(), temperature=0.8)
+    trainer = PolicyUpdater(model_dir, algorithm(), temperature=0.8)
     metrics = trainer.train_step(experiences)
     # GRPO: (r - mean) / (std + 1e-6), unbiased std of (0, 1) = 1/√2 -> ±0.7071
     tokens = [len(e.response_ids) for e in experiences]
@@ -120,7 +120,7 @@ def test_gradient_accumulation_equals_one_big_batch(model_dir, mode):
     )
     results = []
     for micro in (2, 9):  # 9 rollouts: 5 micro-batches vs 1
-        trainer = PolicyTrainer(
+        trainer = PolicyUpdater(
             model_dir,
             algorithm(lr=1.0, **cfg),
             micro_batch_size=micro,
@@ -152,7 +152,7 @@ def sft_rows():
 
 
 def test_sft_masks_all_but_the_assistant_turns(model_dir):
-    trainer = PolicyTrainer(model_dir, algorithm("sft"))
+    trainer = PolicyUpdater(model_dir, algorithm("sft"))
     rows = [
         {
             "messages": [
@@ -177,7 +177,7 @@ def test_sft_masks_all_but_the_assistant_turns(model_dir):
 
 
 def test_sft_loss_decreases_on_one_batch(model_dir):
-    trainer = PolicyTrainer(model_dir, algorithm("sft", lr=5e-3), micro_batch_size=4)
+    trainer = PolicyUpdater(model_dir, algorithm("sft", lr=5e-3), micro_batch_size=4)
     experiences = experiences_from_messages(sft_rows(), trainer.tokenizer, max_len=128)
     losses = [trainer.train_step(experiences)["actor/sft_loss"] for _ in range(6)]
     assert losses[0] == pytest.approx(
@@ -189,7 +189,7 @@ def test_sft_loss_decreases_on_one_batch(model_dir):
 
 
 def test_dpo_prefers_the_chosen_response(model_dir):
-    trainer = PolicyTrainer(model_dir, algorithm("dpo", lr=5e-3), micro_batch_size=4)
+    trainer = PolicyUpdater(model_dir, algorithm("dpo", lr=5e-3), micro_batch_size=4)
     rows = [
         {"prompt": f"{a}+{b}=?", "chosen": str(a + b), "rejected": str(a + b + 1)}
         for a, b in [(1, 2), (3, 4), (5, 1), (2, 2)]
@@ -209,7 +209,7 @@ def test_token_level_algorithms_take_a_step(model_dir, kind):
     for exp in experiences:
         exp.advantage = None
     cfg = algorithm(kind, kl_penalty_fn="k1", kl_penalty_fn_args={"kl_coef": 0.05})
-    trainer = PolicyTrainer(model_dir, cfg, temperature=0.8, micro_batch_size=4)
+    trainer = PolicyUpdater(model_dir, cfg, temperature=0.8, micro_batch_size=4)
     metrics = trainer.train_step(experiences)
     # whitened token advantages have mean 0 over the batch's tokens
     assert metrics["critic/advantages/mean"] == pytest.approx(0.0, abs=1e-5)
@@ -225,14 +225,14 @@ def test_save_and_load_restore_optimizer_and_schedule(model_dir, tmp_path):
         lr=1e-2,
         optimizer={"lr_scheduler_type": "cosine", "lr_warmup_steps": 1, "min_lr_ratio": 0.1},
     )
-    first = PolicyTrainer(model_dir, cfg, total_steps=5, temperature=0.8)
+    first = PolicyUpdater(model_dir, cfg, total_steps=5, temperature=0.8)
     for _ in range(2):
         first.train_step(experiences)
     first.save(tmp_path, 2, save_hf=True)
     third = first.train_step(experiences)
     reference = first.state_dict_for_sync()
 
-    resumed = PolicyTrainer(model_dir, cfg, total_steps=5, temperature=0.8, seed=99)
+    resumed = PolicyUpdater(model_dir, cfg, total_steps=5, temperature=0.8, seed=99)
     assert resumed.load(tmp_path, 2) == 2
     again = resumed.train_step(experiences)
     assert (
@@ -253,7 +253,7 @@ def test_hf_weights_join_a_saved_checkpoint_without_rewriting_its_shards(tmp_pat
     base = build_tiny_model(tmp_path / "base")
     (base / "vocab.json").write_text('{"a": 0}')
     (base / "merges.txt").write_text("#version: 0.2\n")
-    trainer = PolicyTrainer(str(base), algorithm(), temperature=0.8)
+    trainer = PolicyUpdater(str(base), algorithm(), temperature=0.8)
     trainer.save(tmp_path / "job", 3, save_hf=False)
     actor = tmp_path / "job" / "global_step_3" / "actor"
     hf = actor / "huggingface"
@@ -279,7 +279,7 @@ def test_lr_schedule_numbers():
 
 def test_weights_sync_into_the_engine(model_dir):
     experiences = rollout(model_dir, n=2)
-    trainer = PolicyTrainer(model_dir, algorithm(lr=1e-2), temperature=0.8)
+    trainer = PolicyUpdater(model_dir, algorithm(lr=1e-2), temperature=0.8)
     trainer.train_step(experiences)
     engine = build_engine("hf", model_dir)
     engine.load_weights(trainer.state_dict_for_sync(), version=1)
@@ -321,7 +321,7 @@ def mixed_prompt_batch(model_dir: str) -> list[Experience]:
 
 def test_shared_prompt_prefix_gives_the_plain_logprobs_and_gradients(model_dir):
     experiences = mixed_prompt_batch(model_dir)
-    trainer = PolicyTrainer(model_dir, algorithm(), temperature=0.8, micro_batch_size=None)
+    trainer = PolicyUpdater(model_dir, algorithm(), temperature=0.8, micro_batch_size=None)
     (mb,) = trainer._micro_batches(experiences)
     prefix = mb.shared_prefix
     assert prefix is not None and shares_prefix(trainer.model)
@@ -362,7 +362,7 @@ def test_train_step_is_the_same_with_and_without_the_shared_prefix(model_dir):
     )
     outcomes = []
     for share in (False, True):
-        trainer = PolicyTrainer(
+        trainer = PolicyUpdater(
             model_dir,
             algorithm(lr=0.5, **cfg),
             temperature=0.8,
@@ -387,7 +387,7 @@ def test_the_plain_layout_serves_unique_prompts_and_checkpointed_models(model_di
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     experiences = rollout(model_dir, n=1)  # three different prompts
-    trainer = PolicyTrainer(model_dir, algorithm(), gradient_checkpointing=True)
+    trainer = PolicyUpdater(model_dir, algorithm(), gradient_checkpointing=True)
     (mb,) = trainer._micro_batches(experiences)
     assert mb.shared_prefix is None
     (mb,) = trainer._micro_batches(rollout(model_dir, n=2))
@@ -439,7 +439,7 @@ def test_masked_rows_count_as_dropped_and_a_fully_masked_batch_changes_nothing(m
     cfg = dict(loss_agg_mode=mode, optimizer={"optimizer_type": "sgd", "weight_decay": 0.0})
     results = []
     for batch in (kept, kept + masked):
-        trainer = PolicyTrainer(model_dir, algorithm(lr=1.0, **cfg), grad_clip=1e9, temperature=0.8)
+        trainer = PolicyUpdater(model_dir, algorithm(lr=1.0, **cfg), grad_clip=1e9, temperature=0.8)
         metrics = trainer.train_step(batch)
         results.append((metrics, trainer.state_dict_for_sync()))
     (m_kept, w_kept), (m_all, w_all) = results
@@ -448,7 +448,7 @@ def test_masked_rows_count_as_dropped_and_a_fully_masked_batch_changes_nothing(m
     for key in ("actor/pg_loss", "critic/rewards/mean", "response_length/mean"):
         assert m_all[key] == pytest.approx(m_kept[key], rel=1e-5, abs=1e-7), key
     # nothing to train on: no update at all (AdamW would still decay the weights)
-    trainer = PolicyTrainer(model_dir, algorithm(lr=1e-2), temperature=0.8)
+    trainer = PolicyUpdater(model_dir, algorithm(lr=1e-2), temperature=0.8)
     before = trainer.state_dict_for_sync()
     trainer.train_step(masked)
     for name, value in trainer.state_dict_for_sync().items():

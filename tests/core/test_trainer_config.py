@@ -10,7 +10,7 @@ import pytest
 from tiny_lm import build_tiny_model
 
 from rft_core.config import load_config_from_dict
-from rft_core.trainer.policy import PolicyTrainer
+from rft_core.trainer.policy import PolicyUpdater
 from tests.core.test_policy_update import algorithm, rollout
 
 ACTOR = "trainer.trainer_config.actor_rollout_ref.actor"
@@ -144,7 +144,7 @@ def model_dir(tmp_path_factory):
 
 
 def test_ppo_epochs_take_that_many_optimizer_steps_and_one_lr_step(model_dir):
-    trainer = PolicyTrainer(
+    trainer = PolicyUpdater(
         model_dir, algorithm("grpo", lr=1e-3), device="cpu", dtype="float32", ppo_epochs=3
     )
     experiences = rollout(model_dir, n=2, max_tokens=6)

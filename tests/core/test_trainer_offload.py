@@ -9,7 +9,7 @@ from tiny_lm import build_tiny_model
 from rft_core.config.schema import AlgorithmConfig, OptimizerConfig
 from rft_core.experience import Experience
 from rft_core.trainer.offload import offload_optimizer_state, reload_optimizer_state
-from rft_core.trainer.policy import PolicyTrainer
+from rft_core.trainer.policy import PolicyUpdater
 
 
 def batch() -> list[Experience]:
@@ -22,7 +22,7 @@ def batch() -> list[Experience]:
 def test_a_step_after_offload_and_reload_equals_a_step_without(tmp_path):
     model_dir = build_tiny_model(tmp_path)
     algo = AlgorithmConfig(algorithm_type="grpo", optimizer=OptimizerConfig(lr=1e-2))
-    plain, offloaded = (PolicyTrainer(str(model_dir), algo, micro_batch_size=2) for _ in "ab")
+    plain, offloaded = (PolicyUpdater(str(model_dir), algo, micro_batch_size=2) for _ in "ab")
     for trainer in (plain, offloaded):
         trainer.train_step(batch())  # AdamW now holds moments and a step count
     state = offloaded.optimizer.state
@@ -43,7 +43,7 @@ def test_a_step_after_offload_and_reload_equals_a_step_without(tmp_path):
     ):
         torch.testing.assert_close(q, p, atol=0, rtol=0, msg=name)
     # and the second step did move the weights (the comparison is not of two untouched models)
-    fresh = PolicyTrainer(str(model_dir), algo, micro_batch_size=2)
+    fresh = PolicyUpdater(str(model_dir), algo, micro_batch_size=2)
     moved_weights = [
         not torch.equal(p, q)
         for p, q in zip(plain.model.parameters(), fresh.model.parameters(), strict=True)

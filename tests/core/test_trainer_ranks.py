@@ -15,8 +15,8 @@ from tiny_lm import build_tiny_model
 
 from rft_core.checkpoint.store import load_checkpoint
 from rft_core.experience import Experience
-from rft_core.trainer.policy import PolicyTrainer
-from rft_core.trainer.ranks import PolicyGroup, merge_metrics, shard_experiences
+from rft_core.trainer.policy import PolicyUpdater
+from rft_core.trainer.ranks import TrainerRanks, merge_metrics, shard_experiences
 
 
 @pytest.fixture(scope="module")
@@ -78,12 +78,12 @@ def test_two_ranks_take_the_step_of_one_process(model_dir, local_ray, case):
     opt = {"optimizer_type": "sgd", "weight_decay": 0.0}
     algo = algorithm(spec["kind"], lr=1.0, optimizer=opt, **spec["cfg"])
 
-    single = PolicyTrainer(model_dir, algo, **settings)
+    single = PolicyUpdater(model_dir, algo, **settings)
     start = _weights(single)
     m1 = single.train_step(experiences)
     after1 = _weights(single)
 
-    group = PolicyGroup(2, model_dir, algo, **settings)
+    group = TrainerRanks(2, model_dir, algo, **settings)
     try:
         torch.testing.assert_close(_weights(group), start)  # same start
         m2 = group.train_step(experiences)
@@ -120,9 +120,9 @@ def test_a_rank_without_a_group_runs_a_stand_in_and_the_step_is_unchanged(
     algo = algorithm(
         "grpo", lr=1.0, optimizer={"optimizer_type": "sgd", "weight_decay": 0.0}, loss_agg_mode=mode
     )
-    single = PolicyTrainer(model_dir, algo, **settings)
+    single = PolicyUpdater(model_dir, algo, **settings)
     m1 = single.train_step(experiences)
-    group = PolicyGroup(2, model_dir, algo, **settings)
+    group = TrainerRanks(2, model_dir, algo, **settings)
     try:
         m2 = group.train_step(experiences)
         after2 = _weights(group)
@@ -144,7 +144,7 @@ def test_two_ranks_save_the_sharded_tree_and_resume_at_either_world_size(
 ):
     experiences = _uneven_batch(model_dir)
     algo = algorithm("grpo", lr=1e-3)
-    group = PolicyGroup(2, model_dir, algo, micro_batch_size=4, temperature=0.8)
+    group = TrainerRanks(2, model_dir, algo, micro_batch_size=4, temperature=0.8)
     try:
         group.train_step(experiences)
         group.train_step(experiences)
@@ -167,7 +167,7 @@ def test_two_ranks_save_the_sharded_tree_and_resume_at_either_world_size(
     assert max(s["step"] for s in ckpt.optimizer_state["state"].values()) == 2  # Adam steps
 
     # resume on one process: its third step is the group's third step
-    single = PolicyTrainer(model_dir, algo, micro_batch_size=4, temperature=0.8)
+    single = PolicyUpdater(model_dir, algo, micro_batch_size=4, temperature=0.8)
     assert single.load(tmp_path, 2) == 2
     torch.testing.assert_close(_weights(single), saved)
     single.train_step(experiences)
@@ -176,7 +176,7 @@ def test_two_ranks_save_the_sharded_tree_and_resume_at_either_world_size(
     single.save(tmp_path, 3, False)
 
     # and a checkpoint of one process resumes on two ranks
-    group = PolicyGroup(2, model_dir, algo, micro_batch_size=4, temperature=0.8)
+    group = TrainerRanks(2, model_dir, algo, micro_batch_size=4, temperature=0.8)
     try:
         assert group.load(tmp_path, 3) == 3
         torch.testing.assert_close(_weights(group), _weights(single))
@@ -217,7 +217,7 @@ def test_merged_metrics_add_shares_and_keep_extremes():
 @pytest.mark.timeout(300)
 def test_a_failing_rank_raises_at_once_instead_of_waiting_in_a_collective(model_dir, local_ray):
     experiences = _uneven_batch(model_dir)
-    group = PolicyGroup(2, model_dir, algorithm("grpo"), micro_batch_size=4, temperature=0.8)
+    group = TrainerRanks(2, model_dir, algorithm("grpo"), micro_batch_size=4, temperature=0.8)
     try:
         # rank 1 gets no experiences and fails; rank 0 waits for it in its first collective
         with pytest.raises(ray.exceptions.RayTaskError, match="at least one experience") as err:
@@ -247,11 +247,11 @@ def test_two_ranks_take_the_mix_chord_step_of_one_process(model_dir, local_ray):
         entropy_loss_fn_args={"entropy_coef": 0.01},
         policy_loss_fn_args={"mu_peak": 0.4, "mu_valley": 0.4},
     )
-    single = PolicyTrainer(model_dir, algo, **settings)
+    single = PolicyUpdater(model_dir, algo, **settings)
     start = _weights(single)
     m1 = single.train_step(experiences)
     after1 = _weights(single)
-    group = PolicyGroup(2, model_dir, algo, **settings)
+    group = TrainerRanks(2, model_dir, algo, **settings)
     try:
         m2 = group.train_step(experiences)
         after2 = _weights(group)
