@@ -13,7 +13,7 @@ On a random Qwen2.5-0.5B-shaped model (24 layers, hidden 896) with the demo's by
   two ranks so that it shards (DTensor parameters, bf16 mixed precision, gathered state dicts,
   world-size-2 checkpoint files, resume). Its collectives then run on the real one-rank group
   and its loss scale is 2x: this checks the code path, not the numbers (those are checked on CPU
-  by ``tests/core/test_trainer_ranks.py``).
+  by ``tests/core/trainer/test_trainer_ranks.py``).
 
 It needs no Ray, OmegaConf or datasets (the device image has none of them).
 """

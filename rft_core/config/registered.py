@@ -17,7 +17,7 @@ schema: the ``choices`` of the fields that pick a KL fn, a storage type, an engi
 monitor type are ``committed_names.registered_choices(...)`` of it, so the config loader, the
 reference YAML and the web forms list what the registries hold. A new plug-in point's key goes
 into the JSON by hand once before the schema asks for it (the generator imports the schema).
-``tests/core/test_registered_names.py`` fails when it is stale:
+``tests/core/config/test_registered_names.py`` fails when it is stale:
 
     python -m rft_core.registries   # rewrites rft_core/config/registered_names.json
 """
