@@ -17,7 +17,7 @@ Printed, in one JSON object (also written to ``$OUT/gpu_grpo.json``):
 * rollout tokens/s (bf16, best of ``steps`` after a warm-up call): the hf engine (static cache +
   CUDA graphs), the same eagerly, the generic path, ``model.generate`` and ``model.generate``
   with ``cache_implementation="static"``, all at the same batch (prompts × group rows);
-* trainer: ``PolicyTrainer.train_step`` on the rollout's experiences (``dtype: auto``: bf16
+* trainer: ``PolicyUpdater.train_step`` on the rollout's experiences (``dtype: auto``: bf16
   parameters with fp32 master weights), tokens/s and MFU = 6 · N · tokens / time / 790e12 (N: the model's parameters; the
   H200's measured dense bf16 rate), peak memory;
 * the hand-off from the trainer to the engine on the one GPU (what colocate's sync costs), the
@@ -251,16 +251,16 @@ def experiences_of(groups: list[list], seed: int) -> list[Experience]:
 def train_and_step(model_dir: Path, groups: list[list], args, out: dict) -> None:
     """Trainer tokens/s and MFU, the hand-off to the engine, the whole colocated step."""
     from rft_core.trainer.fusion import DEFAULT_SCOPE
-    from rft_core.trainer.policy import PolicyTrainer
+    from rft_core.trainer.policy import PolicyUpdater
 
     experiences = experiences_of(groups, 3)
     tokens = sum(len(e.prompt_ids) + len(e.response_ids) for e in experiences)
     algo = types.SimpleNamespace(algorithm_type="grpo", optimizer=types.SimpleNamespace(lr=1e-6))
 
-    def trainer(spec: str) -> PolicyTrainer:
+    def trainer(spec: str) -> PolicyUpdater:
         micro, checkpointing, dtype, *rest = spec.split(":")
         packing, fusion = (rest + [None, None])[:2]
-        return PolicyTrainer(
+        return PolicyUpdater(
             str(model_dir),
             algo,
             device=DEVICE,

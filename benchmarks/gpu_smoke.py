@@ -6,14 +6,14 @@ On a random Qwen2.5-0.5B-shaped model (24 layers, hidden 896) with the demo's by
 
 * the hf engine on CUDA: per-row response budgets under ``max_model_len`` and prompts cut to
   ``max_prompt_tokens``; a rollout of 8 prompts x 8 samples x 96 tokens, timed;
-* ``PolicyTrainer`` on CUDA (fp32 master weights, bf16 autocast): the largest gap between the
+* ``PolicyUpdater`` on CUDA (fp32 master weights, bf16 autocast): the largest gap between the
   engine's and the trainer's log-probs of the sampled tokens, ``train_step`` times, ``save`` +
   ``add_hf_weights`` and a reload of the HF weights;
-* the sharded (FSDP2) path on one GPU: a one-rank NCCL group, with PolicyTrainer told there are
+* the sharded (FSDP2) path on one GPU: a one-rank NCCL group, with PolicyUpdater told there are
   two ranks so that it shards (DTensor parameters, bf16 mixed precision, gathered state dicts,
   world-size-2 checkpoint files, resume). Its collectives then run on the real one-rank group
   and its loss scale is 2x: this checks the code path, not the numbers (those are checked on CPU
-  by ``tests/core/test_trainer_ranks.py``).
+  by ``tests/core/trainer/test_trainer_ranks.py``).
 
 It needs no Ray, OmegaConf or datasets (the device image has none of them).
 """
@@ -38,7 +38,7 @@ from transformers import Qwen2ForCausalLM  # noqa: E402
 
 from rft_core.experience import Experience  # noqa: E402
 from rft_core.rollout import SamplingParams, build_engine  # noqa: E402
-from rft_core.trainer.policy import PolicyTrainer  # noqa: E402
+from rft_core.trainer.policy import PolicyUpdater  # noqa: E402
 
 ROOT = Path("/tmp/rft_gpu_smoke")
 
@@ -63,15 +63,15 @@ def build_model() -> Path:
     )
 
 
-def trainer(model_dir: Path, algo: object, *, pretend_ranks: int | None = None) -> PolicyTrainer:
+def trainer(model_dir: Path, algo: object, *, pretend_ranks: int | None = None) -> PolicyUpdater:
     if pretend_ranks is None:
-        return PolicyTrainer(
+        return PolicyUpdater(
             str(model_dir), algo, device="cuda", micro_batch_size=64, loss_horizon=96
         )
     real = dist.get_world_size
     dist.get_world_size = lambda *a, **k: pretend_ranks
     try:
-        return PolicyTrainer(
+        return PolicyUpdater(
             str(model_dir), algo, device="cuda", micro_batch_size=64, loss_horizon=96
         )
     finally:

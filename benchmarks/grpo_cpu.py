@@ -11,7 +11,7 @@ One step is, on each side:
 
 * rft_core (in-process, no Ray): the ``hf`` rollout engine samples ``group`` responses for
   each of ``prompts`` tasks through ``math_workflow`` (which scores them with ``math_reward``),
-  GRPO group advantages, one ``PolicyTrainer.train_step`` (reference log-probs, PPO-clip loss,
+  GRPO group advantages, one ``PolicyUpdater.train_step`` (reference log-probs, PPO-clip loss,
   one optimizer step), then the in-memory weight copy from the trainer back into the rollout
   engine (what ``sync_interval: 1`` costs).
 * TRL: one optimizer step of ``GRPOTrainer`` with ``per_device_train_batch_size = prompts ×
@@ -182,7 +182,7 @@ def math_reward_fn():
 
 RFT_WHAT = (
     "rft_core in-process (no Ray): hf engine rollout via math_workflow + math_reward + "
-    "grpo advantages + PolicyTrainer.train_step + weight copy to the engine"
+    "grpo advantages + PolicyUpdater.train_step + weight copy to the engine"
 )
 
 
@@ -198,7 +198,7 @@ class RftCoreSide:
         from rft_core.algorithms.advantages import get_advantage_fn
         from rft_core.config.schema import AlgorithmConfig, OptimizerConfig
         from rft_core.rollout import build_engine
-        from rft_core.trainer.policy import PolicyTrainer
+        from rft_core.trainer.policy import PolicyUpdater
 
         torch.manual_seed(w.seed)
         self.w = w
@@ -210,7 +210,7 @@ class RftCoreSide:
             kl_loss_fn_args={"kl_coef": w.kl_coef},
         )
         self.engine = build_engine("hf", w.model_dir, dtype="float32", device="cpu", seed=w.seed)
-        self.policy = PolicyTrainer(
+        self.policy = PolicyUpdater(
             w.model_dir,
             algorithm,
             device="cpu",

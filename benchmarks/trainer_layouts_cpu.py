@@ -32,7 +32,7 @@ def main() -> None:
     from rft_core.config.schema import AlgorithmConfig
     from rft_core.demo import MODEL_SHAPE, build_tokenizer
     from rft_core.experience import Experience
-    from rft_core.trainer.policy import PolicyTrainer
+    from rft_core.trainer.policy import PolicyUpdater
 
     tokenizer = build_tokenizer()
     directory = tempfile.mkdtemp()
@@ -46,7 +46,7 @@ def main() -> None:
         for _ in range(args.group):
             response = [rng.randrange(3, 250) for _ in range(rng.randint(8, 64))]
             experiences.append(Experience(prompt_ids=prompt, response_ids=response))
-    trainer = PolicyTrainer(directory, AlgorithmConfig(), device="cpu", micro_batch_size=None)
+    trainer = PolicyUpdater(directory, AlgorithmConfig(), device="cpu", micro_batch_size=None)
     forward = trainer.forward
     layouts = {"padded": (False, False), "packed": (True, False), "shared-prefix": (False, True)}
     for name, (pack, share) in layouts.items():

@@ -14,10 +14,17 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from rft_core.config import Config
+import torch
+from transformers.utils import logging as hf_logging
+
+from rft_core.actors.actor_log import capture_output, log_to_file
+from rft_core.config import Config
+from rft_core.config.trinity_compat import log_unimplemented
+from rft_core.monitor import build_monitor
+from rft_core.monitor.monitor import MonitorLogHandler
+from rft_core.plugins import load_plugins_from_env
 
 
 def run_name(cfg: Config) -> str:
@@ -44,9 +51,6 @@ def setup_actor_logging(
     log lines for the dashboard). Returns the monitor. ``exclude_logger``: records of that
     logger stay out of both (an explorer sharing its process with a trainer leaves the
     ``rft_core.trainer`` lines to the trainer's log)."""
-    from rft_core.actors.actor_log import capture_output, log_to_file
-    from rft_core.monitor import build_monitor
-    from rft_core.monitor.monitor import MonitorLogHandler
 
     job_dir = Path(cfg.job_dir)
     path = job_dir / "log" / f"{role}.log"
@@ -71,15 +75,12 @@ def setup_actor_logging(
             mine = isinstance(h, logging.FileHandler) and Path(h.baseFilename) == path.resolve()
             if h is handler or mine:
                 h.addFilter(_NotUnder(exclude_logger))
-    from rft_core.config.trinity_compat import log_unimplemented
 
     # Trinity keys this run accepts but ignores, in the run's own log (the validator's list)
     log_unimplemented(cfg._unimplemented)
-    from rft_core.plugins import load_plugins_from_env
 
     load_plugins_from_env()  # the workflows, rewards and losses the config names may be there
     _use_all_cores(cfg)
-    from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # "Loading weights" bars from every actor drown the log
     return monitor
@@ -88,8 +89,6 @@ def setup_actor_logging(
 def _use_all_cores(cfg: Config) -> None:
     # Ray sets OMP_NUM_THREADS=1 in workers; a CPU run wants torch on every core it has
     if cfg.cluster.gpu_per_node == 0:
-        import torch
-
         torch.set_num_threads(max(1, os.cpu_count() or 1))
 
 

@@ -23,6 +23,9 @@ COMMANDS = {
     "convert": ("rft_core.convert", "cli_convert"),
     "init-demo": ("rft_core.demo", "cli_init_demo"),
 }
+# modules a sub-command imports first: they register checks its run makes (the demo judge's
+# directory in the preflight), so that rft_core.runtime imports no demo module
+REGISTER_FIRST = {"run": ("rft_core.demo",)}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -110,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     module_name, func_name = COMMANDS[args.command]
+    for name in REGISTER_FIRST.get(args.command, ()):
+        importlib.import_module(name)
     func = getattr(importlib.import_module(module_name), func_name)
     try:
         return int(func(args) or 0)

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
+from transformers import AutoConfig, GenerationConfig
 
 from rft_core import dtypes
 from rft_core.checkpoint.formats import check_against_architecture, open_actor_weights
@@ -176,8 +178,6 @@ def _convert_step(
     progress: Callable[[int, int], None] | None,
     max_shard_bytes: int,
 ) -> StepOutcome:
-    from transformers import AutoConfig, GenerationConfig
-
     outcome = StepOutcome(step_of(step_path), step_path)
     started = time.perf_counter()
     actor = actor_dir(step_path)
@@ -278,8 +278,6 @@ def convert_checkpoints(
         def on_tensor(done: int, total: int, _path: Path = path, _bars: list = bars) -> None:
             if show_progress_bar:
                 if not _bars:
-                    from tqdm import tqdm
-
                     _bars.append(tqdm(total=total, desc=_path.name, unit="tensor", file=sys.stderr))
                 _bars[0].update(done - _bars[0].n)
             if progress is not None:

@@ -56,13 +56,25 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+from transformers import (
+    GenerationConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
 
 from rft_core import demo_frozen_lake as frozen_lake
+from rft_core.demo_judge import JUDGE_RECIPE, JUDGE_STAMP, judge_is_current, train_judge
 from rft_core.errors import DataError
-
-if TYPE_CHECKING:  # transformers is imported lazily: `trinity --help` should stay fast
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from rft_core.runtime.preflight import AUX_MODEL_CHECKS
+from rft_core.synthetic import cli_synthetic
 
 DEMO_FORMAT_VERSION = 3  # bump when the files' content changes: older demo dirs are rebuilt
 MARKER_NAME = ".rft_demo.json"
@@ -289,8 +301,6 @@ def sft_row(problem: Problem, answer: str) -> dict:
 
 def build_tokenizer() -> PreTrainedTokenizerBase:
     """A byte-level BPE tokenizer with no merges (one token per ASCII char) and ChatML."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
     for char in sorted(pre_tokenizers.ByteLevel.alphabet()):
@@ -313,8 +323,6 @@ def build_tokenizer() -> PreTrainedTokenizerBase:
 
 def build_model(tokenizer: PreTrainedTokenizerBase, seed: int) -> PreTrainedModel:
     """A randomly initialised Qwen2 causal LM sized for :func:`build_tokenizer`'s vocabulary."""
-    import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     eos, pad = tokenizer.convert_tokens_to_ids(IM_END), tokenizer.convert_tokens_to_ids(ENDOFTEXT)
     config = Qwen2Config(
@@ -391,7 +399,6 @@ def build_demo(
         rewrite,
     )
     if judge:
-        from rft_core.demo_judge import JUDGE_RECIPE, JUDGE_STAMP, judge_is_current, train_judge
 
         def train_judge_into(d: Path) -> None:
             train_judge(
@@ -412,6 +419,26 @@ def build_demo(
     # last when rewriting: a rebuild interrupted halfway still carries the old marker, is redone
     _install(paths.marker_path, write_marker, overwrite=rewrite)
     return paths
+
+
+def demo_judge_problem(path: Path) -> str | None:
+    """The run's check of an auxiliary model where ``trinity init-demo --judge`` puts the demo
+    judge (``judge`` in a demo directory, or in one not built yet): it is built on request, and
+    one of an older :data:`~rft_core.demo_judge.JUDGE_RECIPE` is refused. None elsewhere."""
+    parent = path.parent
+    if path.name != "judge" or (parent.exists() and not (parent / MARKER_NAME).is_file()):
+        return None
+    if not (path / "config.json").is_file():
+        return (
+            "is not a model directory (no config.json); the demo judge is built on request: "
+            "run `trinity init-demo --judge`"
+        )
+    if not judge_is_current(path):
+        return "holds a demo judge of an older recipe; run `trinity init-demo --judge` to train the current one"
+    return None
+
+
+AUX_MODEL_CHECKS.append(demo_judge_problem)  # `trinity run` imports this module to register it
 
 
 def _check_target(paths: DemoPaths, seed: int, force: bool) -> bool:
@@ -499,8 +526,6 @@ def _save_model(
 
 
 def _write_parquet(path: Path, problems: list[Problem]) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     table = pa.table(
         {
@@ -513,8 +538,6 @@ def _write_parquet(path: Path, problems: list[Problem]) -> None:
 
 def _write_countdown_parquet(path: Path, games: list[tuple[list[int], int]]) -> None:
     """Trinity's Countdown taskset form: ``question`` and the JSON truth in ``answer``."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     table = pa.table(
         {
@@ -537,8 +560,6 @@ def cli_init_demo(args: argparse.Namespace) -> int:
     """``trinity init-demo``: build the demo and print where its parts are (``--synthetic``:
     the random model and taskset of ``rft_core.synthetic`` instead)."""
     if getattr(args, "synthetic", None):
-        from rft_core.synthetic import cli_synthetic
-
         env = os.environ.get("RFT_SYNTHETIC_DIR")
         default = Path(env).expanduser() if env else Path.cwd() / "var" / "synthetic"
         out = Path(args.out).expanduser() if args.out else default

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import random
 
+from rft_core.workflows.frozen_lake import MOVES, FrozenLake
+
 SYSTEM_PROMPT = "Reach G, avoid O."  # the warmup teaches the ```Down``` answers
 SIZE, FROZEN, MAX_STEPS = 3, 0.8, 4
 TRAIN_SIZE, TEST_SIZE, SFT_EPISODES = 2000, 100, 2000
@@ -37,8 +39,6 @@ def taskset_rows(seeds: list[int]) -> list[dict]:
 
 def safe_move(board: list[str], position: tuple[int, int], rng: random.Random) -> int:
     """A random move (1-4) that stays on the lake and out of its holes."""
-    from rft_core.workflows.frozen_lake import MOVES
-
     size = len(board)
     safe = [
         action
@@ -52,8 +52,6 @@ def safe_move(board: list[str], position: tuple[int, int], rng: random.Random) -
 
 def sft_rows(seed: int, board: list[str] = DEMO_LAKE) -> list[dict]:
     """``SFT_EPISODES`` random safe walks on ``board``, as the workflow renders them."""
-    from rft_core.workflows.frozen_lake import FrozenLake
-
     rng = random.Random(seed)
     rows = []
     for _ in range(SFT_EPISODES):

@@ -57,13 +57,18 @@ sum right in 61% of groups but the calls following the judge's own sum only 60% 
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
+import torch
+
+from rft_core.workflows.ruler import parse_ruler_scores, ruler_messages
+
+if TYPE_CHECKING:  # rft_core.demo imports this module
     from rft_core.demo import Problem
 
 # `{answers}`: one "i: answer" line per response (rft_core.workflows.ruler). Short on purpose.
@@ -83,8 +88,6 @@ JUDGE_MAX_RESPONSE_TOKENS = 112
 
 def judge_is_current(judge_dir: Path) -> bool:
     """Whether ``judge_dir`` holds a judge of this :data:`JUDGE_RECIPE` (its ``judge.json``)."""
-    import json
-
     try:
         return json.loads((judge_dir / JUDGE_STAMP).read_text()).get("recipe") == JUDGE_RECIPE
     except (OSError, ValueError, AttributeError):
@@ -143,8 +146,6 @@ def policy_like_answer(problem: Problem, rng: random.Random) -> str:
 
 def judge_rows(problems: list[Problem], count: int, seed: int) -> list[dict]:
     """``count`` judge training rows: messages (the judge's conversation, then its reply)."""
-    from rft_core.workflows.ruler import ruler_messages
-
     rng = random.Random(f"judge-{seed}")
     rows = []
     for _ in range(count):
@@ -169,8 +170,6 @@ def train_judge(
     """Train the demo judge (module doc) and save it as a Hugging Face model in ``directory``.
     The demo model's builders come from ``rft_core.demo``, its caller (this module never
     imports it: no import cycle)."""
-    import torch
-
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, seed)
     rows = judge_rows(problems, JUDGE_STEPS * JUDGE_BATCH, seed)
@@ -229,9 +228,6 @@ def measure_judge(
     for a fair check): ``parsed`` (share of replies ``parse_ruler_scores`` reads) and
     ``agreement`` (share of answers, over all groups, whose call - score >= 0.5 - matches the
     truth; a reply that does not parse counts as wrong on all its answers)."""
-    import torch
-
-    from rft_core.workflows.ruler import parse_ruler_scores, ruler_messages
 
     rng = random.Random(f"judge-check-{seed}")
     drawn = []

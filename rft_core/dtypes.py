@@ -59,6 +59,7 @@ def canonical(name: str) -> str:
 
 def torch_dtype(name: str) -> torch.dtype:
     """The ``torch.dtype`` of a weight dtype name or alias (see :func:`canonical`)."""
+    # torch-free slice: the config schema imports this module
     import torch
 
     return getattr(torch, canonical(name))

@@ -93,7 +93,8 @@ def _load_file(file: Path) -> bool:
             )
         return False
     _ensure_package()
-    # registries are imported first, so that an error names the plugin, not a built-in import
+    # registries are imported first, so that an error names the plugin, not a built-in import;
+    # here, not at the top: the web process imports this module (torch-free slice)
     from rft_core.algorithms.advantages import ADVANTAGE_FNS
     from rft_core.algorithms.policy_losses import POLICY_LOSSES
 

@@ -30,8 +30,15 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass
+from itertools import product
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from rft_core.errors import DataError
 
@@ -84,8 +91,6 @@ class SyntheticPaths:
 
 def word_tokenizer(vocab_size: int) -> Any:
     """Token ``i`` is the word ``t<i>`` (whitespace-split); EOS and pad are Qwen2.5's ids."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     vocab = {f"t{i}": i for i in range(vocab_size)}
     words = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
@@ -103,10 +108,6 @@ def byte_tokenizer(vocab_size: int) -> Any:
     0-255 are the 256 bytes (one token per ASCII character), 151,643-151,645 Qwen2.5's
     ``<|endoftext|>``, ``<|im_start|>``, ``<|im_end|>``, every other id a two- or three-byte
     token that no text encodes to but that decodes (a random model samples every id)."""
-    from itertools import product
-
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     specials = {PAD_ID: "<|endoftext|>", PAD_ID + 1: "<|im_start|>", EOS_ID: "<|im_end|>"}
@@ -135,8 +136,6 @@ def write_model(
     """A random Qwen2 model of ``shape`` in bf16 safetensors, with :func:`byte_tokenizer`
     (``words``: :func:`word_tokenizer`, for callers that pass token ids and never text, and
     load it as ``PreTrainedTokenizerFast``: ``AutoTokenizer`` would rebuild Qwen2's)."""
-    import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -172,8 +171,6 @@ def task_rows(count: int, prompt_tokens: int, seed: int) -> list[dict[str, str]]
 
 
 def _write_parquet(path: Path, rows: list[dict[str, str]]) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     path.parent.mkdir(parents=True, exist_ok=True)
     table = pa.table(
@@ -227,8 +224,6 @@ def build_synthetic(
             "empty or new directory with --out, or pass --force to write into it"
         )
     if device is None:
-        import torch
-
         device = "cuda" if torch.cuda.is_available() else "cpu"
     paths.marker_path.unlink(missing_ok=True)  # an interrupted rebuild is never taken as done
     write_model(paths.model_dir, shape, seed, device)

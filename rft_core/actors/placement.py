@@ -24,6 +24,7 @@ def create_job_placement(
 ) -> Any:
     """Reserve ``plan``'s bundles; raises ServiceUnavailable naming them when the cluster
     cannot hold them within ``timeout_s``."""
+    # no Ray in the in-process run (GPU machine)
     import ray
     from ray.util.placement_group import placement_group
 
@@ -59,6 +60,7 @@ def in_bundle(pg: Any, index: int) -> dict[str, Any]:
 
 def remove_job_placement(name: str) -> bool:
     """Remove the named placement group (a killed actor's reservations stay until then)."""
+    # no Ray in the in-process run (GPU machine)
     import ray
     from ray.util.placement_group import get_placement_group
 
@@ -83,7 +85,7 @@ class JobPlacementGroup:
         return in_bundle(self.pg, self.plan.index(role))
 
     def trainer_ranks(self) -> tuple[Any, list[int]] | None:
-        """(placement group, bundle index of each trainer rank 1..W-1) for ``PolicyGroup``."""
+        """(placement group, bundle index of each trainer rank 1..W-1) for ``TrainerRanks``."""
         if self.pg is None or not self.plan.trainer_rank_indices():
             return None
         return self.pg, self.plan.trainer_rank_indices()

@@ -11,6 +11,7 @@ from typing import Any
 
 from rft_core.algorithms.advantages import get_advantage_fn
 from rft_core.config.presets import get_preset, ignored_kl_penalty
+from rft_core.config.schema import AlgorithmConfig
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class AlgorithmSettings:
     compute_advantage_in_trainer: bool = False
 
     @classmethod
-    def from_config(cls, cfg: Any) -> AlgorithmSettings:
+    def from_config(cls, cfg: AlgorithmConfig) -> AlgorithmSettings:
         """The settings of ``cfg`` (an ``AlgorithmConfig``), warning in this process's log
         about a ``kl_penalty_fn`` the algorithm ignores."""
         warning = ignored_kl_penalty(
@@ -48,7 +49,7 @@ class AlgorithmSettings:
         return cls.resolve(cfg)
 
     @classmethod
-    def resolve(cls, cfg: Any) -> AlgorithmSettings:
+    def resolve(cls, cfg: AlgorithmConfig) -> AlgorithmSettings:
         """The settings of ``cfg``, quietly (``from_config`` says what the run ignores)."""
         preset = get_preset(getattr(cfg, "algorithm_type", "grpo"))
 

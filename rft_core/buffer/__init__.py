@@ -15,6 +15,9 @@ from rft_core.buffer.base import (
     mirror_storage_type,
     resolve_buffer_path,
 )
+from rft_core.buffer.file import FileBuffer
+from rft_core.buffer.queue import QueueBuffer
+from rft_core.buffer.sql import SQLBuffer
 from rft_core.config.buffer_checks import QUEUE_BETWEEN_JOBS_NEEDS_PATH
 from rft_core.errors import ConfigError
 
@@ -25,22 +28,16 @@ _CONFIG_PATH = "buffer.trainer_input.experience_buffer"
 def _queue(
     *, name: str, path: str | None, job_dir: Path, role: str, replay: dict | None = None
 ) -> ExperienceBuffer:
-    from rft_core.buffer.queue import QueueBuffer
-
     return QueueBuffer(name=name, path=path, job_dir=job_dir, role=role, replay=replay)
 
 
 @BUFFERS.register("file")
 def _file(*, name: str, path: str | None, job_dir: Path, role: str) -> ExperienceBuffer:
-    from rft_core.buffer.file import FileBuffer
-
     return FileBuffer(_target("file", path, job_dir, "experiences.jsonl"), name=name, role=role)
 
 
 @BUFFERS.register("sql")
 def _sql(*, name: str, path: str | None, job_dir: Path, role: str) -> ExperienceBuffer:
-    from rft_core.buffer.sql import SQLBuffer
-
     target = _target("sql", path, job_dir, "sqlite:///experiences.db")
     return SQLBuffer(target, name=name, role=role)
 

@@ -26,7 +26,9 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from rft_core.actors.actor_log import log_to_file
 from rft_core.buffer.base import BUFFERS, ExperienceBuffer, mirror_storage_type
+from rft_core.buffer.replay import ReplayQueue
 from rft_core.experience import Experience
 
 QUEUE_ACTOR_THREADS = 32
@@ -107,7 +109,6 @@ def replay_settings(eb: Any) -> dict[str, Any] | None:
 def _body(mirror: ExperienceBuffer | None, replay: dict[str, Any] | None) -> Any:
     if replay is None:
         return LocalQueue(mirror)
-    from rft_core.buffer.replay import ReplayQueue
 
     return ReplayQueue(mirror=mirror, **replay)
 
@@ -118,8 +119,6 @@ class _MirroredQueue:
     def __init__(
         self, path: str | None, job_dir: str, name: str, replay: dict[str, Any] | None = None
     ):
-        from rft_core.actors.actor_log import log_to_file
-
         log_to_file(Path(job_dir) / "log" / f"queue_{name}.log")
         self._body = _body(_build_mirror(path, Path(job_dir), name), replay)
 
@@ -163,6 +162,7 @@ class QueueBuffer(ExperienceBuffer):
         self.role = role
         self._consumed = 0
         if not in_process and _ray_initialized():
+            # no Ray in the in-process run (GPU machine)
             import ray
 
             actor_cls = ray.remote(num_cpus=0, max_concurrency=QUEUE_ACTOR_THREADS)(_MirroredQueue)
@@ -181,6 +181,8 @@ class QueueBuffer(ExperienceBuffer):
     def _call(self, method: str, *args: Any) -> Any:
         if self._local is not None:
             return getattr(self._local, method)(*args)
+
+        # no Ray in the in-process run (GPU machine)
         import ray
 
         return ray.get(getattr(self._actor, method).remote(*args))

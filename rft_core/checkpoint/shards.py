@@ -113,6 +113,7 @@ def _merge_dtensors(parts: list[Any]) -> Tensor:
     """Reassemble a DTensor from every rank's copy: walk the device mesh (1-D FSDP, 2-D HSDP),
     concatenating along ``Shard(d)`` mesh dims and taking index 0 of ``Replicate`` dims.
     Strided shards (FSDP combined with tensor parallelism) and ``Partial`` sums are refused."""
+    # optional: torch built without distributed
     from torch.distributed.tensor import Shard
 
     first = parts[0]

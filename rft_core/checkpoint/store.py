@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
+from transformers import GenerationConfig
 
 from rft_core.checkpoint.formats.hf_safetensors import drop_tied_weights, write_hf_weights
 from rft_core.checkpoint.layout import (
@@ -58,12 +60,7 @@ def rng_state() -> dict[str, Any]:
     state: dict[str, Any] = {"cpu": torch.get_rng_state(), "python": random.getstate()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state()
-    try:
-        import numpy as np
-
-        state["numpy"] = np.random.get_state()
-    except ImportError:
-        pass
+    state["numpy"] = np.random.get_state()
     return state
 
 
@@ -76,8 +73,6 @@ def restore_rng_state(rng: dict[str, Any]) -> None:
     if "cuda" in rng and torch.cuda.is_available():
         torch.cuda.set_rng_state(rng["cuda"])
     if "numpy" in rng:
-        import numpy as np
-
         np.random.set_state(rng["numpy"])
 
 
@@ -133,8 +128,6 @@ def save_checkpoint(
         hf.mkdir()
         hf_config.save_pretrained(hf)
         if generation_config is None:
-            from transformers import GenerationConfig
-
             generation_config = GenerationConfig.from_model_config(hf_config)
         generation_config.save_pretrained(hf)
         if tokenizer is not None:

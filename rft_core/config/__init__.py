@@ -67,6 +67,7 @@ __all__ = [
 
 def json_schema() -> dict:
     """JSON schema of the whole config tree (see ``rft_core.config.json_schema``)."""
+    # on call: the module rft_core.config.json_schema shares this function's name
     from rft_core.config.json_schema import json_schema as _json_schema
 
     return _json_schema()

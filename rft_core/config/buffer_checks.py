@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from rft_core.config.presets import get_preset
 from rft_core.config.problems import refuse
 from rft_core.errors import ConfigError
 
@@ -60,7 +61,6 @@ def several_experiences_per_run(cfg: Config, need: int, rollout_rows: int) -> bo
     the run makes one experience per run; a bound exceeded is refused here (True then: the
     caller has nothing more to say)."""
     a, b = cfg.algorithm, cfg.buffer
-    from rft_core.config.presets import get_preset
 
     tasksets = b.explorer_input.all_tasksets
     workflows = {ts.default_workflow_type for ts in tasksets}

@@ -27,9 +27,10 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rft_core.config.fields import default_value, strip_optional
+from rft_core.config.fields import default_value, iter_fields, strip_optional
 from rft_core.config.problems import collecting, raise_found, report
 from rft_core.config.schema import Config
+from rft_core.config.validate import validate
 from rft_core.errors import ConfigError
 from rft_core.registry import closest_name
 
@@ -94,8 +95,6 @@ def config_to_yaml(cfg: Config) -> str:
 
 
 def _load(raw: DictConfig, overrides: Sequence[str]) -> Config:
-    from rft_core.config.validate import validate
-
     _apply_overrides(raw, overrides)
     unresolved = OmegaConf.to_container(raw, resolve=False)
     filled = OmegaConf.create(_with_defaults(Config, unresolved))
@@ -216,8 +215,6 @@ _PLAIN_REFERENCE = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")
 @cache
 def _derived_paths() -> frozenset[str]:
     """YAML paths of the fields the validator derives when left null (no list items)."""
-    from rft_core.config.fields import iter_fields
-
     return frozenset(f.path for f in iter_fields() if f.derived and "[]" not in f.path)
 
 

@@ -60,6 +60,14 @@ def refuse(err: ConfigError) -> None:
     report(err)
 
 
+def at_least(value: int | None, path: str, low: int) -> bool:
+    """False (after reporting it) when ``value`` is below ``low``; None is left to the caller."""
+    if value is not None and value < low:
+        report(ConfigError(path, f"must be >= {low}, got {value}", value=value))
+        return False
+    return True
+
+
 def raise_found(found: list[ConfigError], partial_config: object = None) -> None:
     """Raise what ``collecting`` gathered: the error itself when there is one. The error carries
     ``partial_config``, the config as far as it could be read (each bad value's default in its

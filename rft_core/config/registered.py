@@ -17,7 +17,7 @@ schema: the ``choices`` of the fields that pick a KL fn, a storage type, an engi
 monitor type are ``committed_names.registered_choices(...)`` of it, so the config loader, the
 reference YAML and the web forms list what the registries hold. A new plug-in point's key goes
 into the JSON by hand once before the schema asks for it (the generator imports the schema).
-``tests/core/test_registered_names.py`` fails when it is stale:
+``tests/core/config/test_registered_names.py`` fails when it is stale:
 
     python -m rft_core.registries   # rewrites rft_core/config/registered_names.json
 """
@@ -28,6 +28,8 @@ import difflib
 import logging
 from typing import TYPE_CHECKING, Any
 
+from rft_core.config.presets import get_preset
+from rft_core.config.validate import resolve_stages
 from rft_core.errors import ConfigError
 from rft_core.registry import Registry
 
@@ -89,8 +91,6 @@ def check_registered_names(cfg: Config, table: dict[str, Any]) -> None:
     (``rft_core.registries.registered_names_table()``, what ``trinity run`` checks against) or the
     committed ``registered_names.json`` (``committed_names.committed_registered_names()``, the
     web's table)."""
-    from rft_core.config.validate import resolve_stages
-
     advantage_fns = _registry(
         "advantage function", "algorithm.advantage_fn", table["advantage_fns"]
     )
@@ -251,8 +251,6 @@ def _check_fn_args(algorithm: Any, prefix: str, table: dict[str, Any]) -> None:
     """A key of ``*_fn_args`` close to one the function takes is a typo: an error naming it
     (``kl_coeff`` -> ``kl_coef``). Other unknown keys are warned about and ignored (Trinity
     configs carry keys for features this engine does not have)."""
-    from rft_core.config.presets import get_preset
-
     preset = get_preset(getattr(algorithm, "algorithm_type", "grpo"))
     loss = str(algorithm.policy_loss_fn or preset.policy_loss_fn).lower()
     advantage_fn = algorithm.advantage_fn or preset.advantage_fn

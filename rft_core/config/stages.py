@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-from typing import Any
 
 from rft_core.config.problems import refuse
 from rft_core.config.schema import Config, StageConfig
@@ -74,7 +73,7 @@ def check_stage_list(cfg: Config) -> None:
         seen[name] = i
 
 
-def in_stage(err: ConfigError, stage: Any, index: int) -> ConfigError:
+def in_stage(err: ConfigError, stage: StageConfig, index: int) -> ConfigError:
     """``err`` of stage ``index`` at the path where the stage or the global section wrote it."""
     head = err.path.split(".")[0].split("[")[0]
     given = head == "mode" and stage.mode is not None or getattr(stage, head, None) is not None

@@ -28,6 +28,7 @@ per batch and epoch), as in Trinity, and is warned about when set.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -114,7 +115,7 @@ def unmapped_trainer_config(cfg: Config) -> list[tuple[str, Any]]:
     return [(f"{PATH}.{key}", value) for key, value in leaves(given) if key not in MAPPING]
 
 
-def apply_trainer_config(cfg: Config, written: Any) -> None:
+def apply_trainer_config(cfg: Config, written: Config) -> None:
     """Copy the mapped ``trainer_config`` values onto ``cfg`` (``written``: the config as the
     user wrote it, to tell a written field from a default), by the module's precedence."""
     given = dict(leaves(cfg.trainer.trainer_config or {}))
@@ -145,7 +146,7 @@ def apply_trainer_config(cfg: Config, written: Any) -> None:
     _apply_micro_batching(cfg, written, given)
 
 
-def _apply_micro_batching(cfg: Config, written: Any, given: dict[str, Any]) -> None:
+def _apply_micro_batching(cfg: Config, written: Config, given: dict[str, Any]) -> None:
     """verl's ``use_dynamic_bsz`` (given here, else ``trainer.use_dynamic_bsz``, Trinity's rule):
     true forms micro-batches by token count (``ppo_max_token_len_per_gpu``) and ignores
     ``ppo_micro_batch_size_per_gpu``; false uses that count (verl's default 1)."""
@@ -188,16 +189,15 @@ def _apply_micro_batching(cfg: Config, written: Any, given: dict[str, Any]) -> N
     t.micro_batch_size_per_gpu = count
 
 
-def _get(cfg: Any, dotted: str) -> Any:
+def _get(cfg: Config, dotted: str) -> Any:
+    value: Any = cfg
     for part in dotted.split("."):
-        cfg = getattr(cfg, part)
-    return cfg
+        value = getattr(value, part)
+    return value
 
 
-def _is_written(written: Any, dotted: str) -> bool:
+def _is_written(written: Config, dotted: str) -> bool:
     """The user wrote ``dotted`` (its value differs from the schema default)."""
-    import dataclasses
-
     section, name = dotted.rsplit(".", 1)
     holder = _get(written, section)
     for f in dataclasses.fields(holder):

@@ -34,6 +34,7 @@ from rft_core.config.expert_data import unused_mix_settings
 from rft_core.config.problems import refuse
 from rft_core.config.schema import LR_SCHEDULES
 from rft_core.config.trainer_config import unmapped_trainer_config
+from rft_core.config.trinity_older import apply_older_spellings
 from rft_core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -146,7 +147,6 @@ def apply_deprecated(cfg: Config) -> None:
                 getattr(b, key),
             )
             setattr(b, key, None)
-    from rft_core.config.trinity_older import apply_older_spellings
 
     apply_older_spellings(cfg)  # use_priority_queue, add_strategy, data_processor_url
     ei = b.explorer_input

@@ -31,6 +31,8 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
+from rft_core.config.schema import AlgorithmConfig
+from rft_core.config.trinity_sections import ReplayBufferConfig
 from rft_core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -92,8 +94,6 @@ def _priority_queue(cfg: Config) -> None:
         v is not None
         for v in (eb.use_priority_queue, eb.reuse_cooldown_time, eb.replay_buffer_kwargs)
     ):
-        from rft_core.config.trinity_sections import ReplayBufferConfig
-
         rb = eb.replay_buffer = ReplayBufferConfig()
     if eb.use_priority_queue is not None:
         _warn(f"{path}.use_priority_queue", f"{path}.replay_buffer.enable")
@@ -176,8 +176,6 @@ def _add_strategy(cfg: Config) -> None:
 def _check_choice(algorithm: str, path: str) -> None:
     """The algorithm registry's verdict on ``algorithm`` (the choices and refusals of the
     ``algorithm_type`` field), reported at ``path``, the key the config wrote."""
-    from rft_core.config.schema import AlgorithmConfig
-
     meta = next(f for f in dataclasses.fields(AlgorithmConfig) if f.name == "algorithm_type")
     choices = list(meta.metadata.get("choices") or [])
     if algorithm in choices:

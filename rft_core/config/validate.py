@@ -1,4 +1,5 @@
-"""Cross-field rules and derived values.
+"""Cross-field rules and derived values: the validator's entry points and its rules for every
+section but ``buffer`` (``rft_core.config.validate_buffer``).
 
 ``validate(cfg)`` fills every field declared with ``derived_from`` (``rft_core.config.meta``)
 and rejects combinations that cannot run, each with a ConfigError naming the YAML
@@ -7,7 +8,7 @@ shows all the independent problems at once, with a stand-in value where a later 
 one refused (the preset's ``repeat_times``, ``batch_size x repeat_times`` for a missing
 ``train_batch_size``, 1 for a length that has no room). Where continuing would only produce
 nonsense, the rule stops at its first problem: a missing experience buffer ends its own checks
-(``_derive_experience_buffer``), a bad ``expert_data_ratio`` or missing expert dataset ends the
+(``validate_buffer._derive_experience_buffer``), a bad ``expert_data_ratio`` or missing expert dataset ends the
 mix checks (``expert_data.check_expert_data``), ``resources.check_cluster`` and
 ``check_world_size`` report their first problem only (each check reads what the one before
 found consistent), and anything still raised inside a stage ends that stage's rules only.
@@ -47,24 +48,13 @@ from __future__ import annotations
 import copy
 import logging
 from contextlib import nullcontext
-from pathlib import PurePosixPath
-from typing import Any
 
-from rft_core.config.buffer_checks import (
-    QUEUE_BETWEEN_JOBS_NEEDS_PATH,
-    check_replay_buffer,
-    several_experiences_per_run,
-)
-from rft_core.config.expert_data import check_expert_data, expert_rows_per_step
 from rft_core.config.gpu_fit import adapt_one_gpu
-from rft_core.config.presets import get_preset, ignored_kl_penalty, mixes_expert_data
-from rft_core.config.problems import collecting, is_collecting, refuse, report
+from rft_core.config.presets import get_preset, ignored_kl_penalty
+from rft_core.config.problems import at_least, collecting, is_collecting, refuse, report
 from rft_core.config.resources import check_cluster, check_world_size
-from rft_core.config.schema import (
-    Config,
-    ExperienceBufferConfig,
-    TasksetConfig,
-)
+from rft_core.config.rollout_schema import AuxiliaryModelConfig
+from rft_core.config.schema import Config, StageConfig
 from rft_core.config.stages import check_stage_list, in_stage, stage_config
 from rft_core.config.trainer_config import apply_trainer_config
 from rft_core.config.trinity_compat import (
@@ -73,12 +63,11 @@ from rft_core.config.trinity_compat import (
     unimplemented_settings,
     warn_unimplemented,
 )
-from rft_core.config.workflow_columns import point_format_at_workflow_columns
+from rft_core.config.validate_buffer import check_sampling, derive_buffer
 from rft_core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-DEFAULT_WORKFLOW = "math_workflow"
 DEFAULT_HALF_LEN = 1024
 
 
@@ -135,7 +124,7 @@ def validate_stage(cfg: Config, index: int) -> Config:
     return out
 
 
-def _derive_stage(out: Config, stage: Any, index: int) -> None:
+def _derive_stage(out: Config, stage: StageConfig, index: int) -> None:
     _derive(out)
     if stage.buffer is not None:  # data errors name the stage's own section
         ei = out.buffer.explorer_input
@@ -151,34 +140,21 @@ def _derive_stage(out: Config, stage: Any, index: int) -> None:
 # ---------------------------------------------------------------- one full config
 
 
-def _check_sampling(section: Any, path: str) -> None:
-    """temperature, top_p and top_k of ``model`` or a taskset's ``rollout_args`` (unset: None)."""
-    t, p, k = section.temperature, section.top_p, section.top_k
-    if t is not None and t < 0:
-        report(ConfigError(f"{path}.temperature", f"must be >= 0, got {t}", value=t))
-    if p is not None and not 0.0 < p <= 1.0:
-        report(ConfigError(f"{path}.top_p", f"must be in (0, 1], got {p}", value=p))
-    if k is not None and k < -1:
-        report(
-            ConfigError(f"{path}.top_k", f"must be -1 or 0 (off) or a positive k, got {k}", value=k)
-        )
-
-
 def _derive(cfg: Config) -> None:
     cfg._stand_ins = set()  # YAML paths holding a stand-in for a value that was refused
     apply_deprecated(cfg)
     apply_trainer_config(cfg, getattr(cfg, "_written", cfg))
     fold_rollout_model_overrides(cfg)
     _check_top(cfg)
-    _check_sampling(cfg.model, "model")
+    check_sampling(cfg.model, "model")
     _derive_lengths(cfg)
     _derive_algorithm(cfg)
-    _derive_buffer(cfg)
+    derive_buffer(cfg)
     _check_explorer(cfg)
-    _at_least(cfg.cluster.node_num, "cluster.node_num", 1)
-    _at_least(cfg.cluster.gpu_per_node, "cluster.gpu_per_node", 0)
-    _at_least(cfg.monitor.rollout_samples_per_step, "monitor.rollout_samples_per_step", 0)
-    _at_least(cfg.monitor.rollout_samples_interval, "monitor.rollout_samples_interval", 1)
+    at_least(cfg.cluster.node_num, "cluster.node_num", 1)
+    at_least(cfg.cluster.gpu_per_node, "cluster.gpu_per_node", 0)
+    at_least(cfg.monitor.rollout_samples_per_step, "monitor.rollout_samples_per_step", 0)
+    at_least(cfg.monitor.rollout_samples_interval, "monitor.rollout_samples_interval", 1)
     adapt_one_gpu(cfg)  # mode both on one GPU runs colocated, with one warning line
     check_cluster(cfg)
     _derive_synchronizer(cfg)
@@ -210,7 +186,7 @@ def _derive_lengths(cfg: Config) -> None:
     rule comparing with it, a taskset's ``max_tokens``, says nothing rather than nonsense)."""
     m = cfg.model
     for key in ("max_model_len", "max_prompt_tokens", "max_response_tokens"):
-        _at_least(getattr(m, key), f"model.{key}", 1)
+        at_least(getattr(m, key), f"model.{key}", 1)
     total, prompt, response = m.max_model_len, m.max_prompt_tokens, m.max_response_tokens
     if total is not None and prompt is not None and response is not None:
         if prompt + response > total:
@@ -273,7 +249,7 @@ def _derive_algorithm(cfg: Config) -> None:
     p = get_preset(a.algorithm_type)
     if a.repeat_times is None:
         a.repeat_times = p.repeat_times
-    if not _at_least(a.repeat_times, "algorithm.repeat_times", 1):
+    if not at_least(a.repeat_times, "algorithm.repeat_times", 1):
         a.repeat_times = p.repeat_times  # reported; the preset's stands in for the checks below
     if p.group_algorithm and a.repeat_times < 2:
         refuse(
@@ -341,232 +317,14 @@ def _derive_algorithm(cfg: Config) -> None:
     cfg.trainer.grad_clip = o.clip_grad
 
 
-def _derive_buffer(cfg: Config) -> None:
-    """Batch sizes, tasksets and the experience buffer. Each rule reports and goes on; a
-    ``train_batch_size`` that is required but missing has ``batch_size x repeat_times`` stand
-    in; the mix checks stop at a bad ``expert_data_ratio`` or a missing expert dataset
-    (``rft_core.config.expert_data``), and then count no expert rows."""
-    b, a = cfg.buffer, cfg.algorithm
-    if not _at_least(b.batch_size, "buffer.batch_size", 1):
-        b.batch_size = 1  # reported; 1 stands in so that derived sizes do not repeat the error
-    _at_least(b.total_epochs, "buffer.total_epochs", 1)
-    _at_least(b.total_steps, "buffer.total_steps", 1)
-    supervised = not get_preset(a.algorithm_type).use_rollout
-    if b.train_batch_size is None:
-        if supervised or cfg.mode == "train":
-            why = f"algorithm_type {a.algorithm_type}" if supervised else "mode train"
-            refuse(
-                ConfigError(
-                    "buffer.train_batch_size",
-                    f"required with {why}: the number of examples per trainer step (there are no rollouts to count)",
-                )
-            )
-        b.train_batch_size = b.batch_size * a.repeat_times
-    _at_least(b.train_batch_size, "buffer.train_batch_size", 1)
-
-    ei = b.explorer_input
-    if ei.taskset is not None and ei.tasksets:
-        refuse(
-            ConfigError(
-                "buffer.explorer_input.taskset",
-                "give either taskset or tasksets, not both (move it into tasksets)",
-            )
-        )
-    explores = cfg.mode in ("both", "explore", "colocate") and not supervised
-    if explores and not ei.all_tasksets:
-        refuse(
-            ConfigError(
-                "buffer.explorer_input.taskset",
-                f"required in mode {cfg.mode}: the tasks the explorer rolls out (name, path, format.prompt_key, ...)",
-            )
-        )
-    if cfg.mode == "bench" and not ei.eval_tasksets:
-        refuse(
-            ConfigError(
-                "buffer.explorer_input.eval_tasksets",
-                "required in mode bench: the tasksets to evaluate",
-            )
-        )
-    if ei.taskset is not None:
-        _derive_taskset(cfg, ei.taskset, "buffer.explorer_input.taskset", is_eval=False)
-    for i, ts in enumerate(ei.tasksets):
-        _derive_taskset(cfg, ts, f"buffer.explorer_input.tasksets[{i}]", is_eval=False)
-        first = ei.tasksets[0].rollout_args.temperature
-        if ts.rollout_args.temperature != first:
-            refuse(
-                ConfigError(
-                    f"buffer.explorer_input.tasksets[{i}].rollout_args.temperature",
-                    f"{ts.rollout_args.temperature} differs from tasksets[0]'s {first}: the tasksets "
-                    "of one run share a rollout temperature (the trainer scores every experience at it)",
-                    value=ts.rollout_args.temperature,
-                )
-            )
-    rollout_rows = b.batch_size * a.repeat_times
-    # mix, mix_chord: part of each trainer step is expert data, not rollouts
-    expert_rows = 0
-    if mixes_expert_data(a.algorithm_type):
-        if check_expert_data(cfg):
-            expert_rows = expert_rows_per_step(cfg)
-    if (
-        cfg.mode in ("both", "colocate")
-        and not supervised
-        and b.train_batch_size - expert_rows > rollout_rows
-        and not several_experiences_per_run(cfg, b.train_batch_size - expert_rows, rollout_rows)
-    ):
-        refuse(
-            ConfigError(
-                "buffer.train_batch_size",
-                f"{b.train_batch_size - expert_rows} rollout experiences per trainer step"
-                + (f" (besides {expert_rows} expert rows)" if expert_rows else "")
-                + ", but an explorer step makes "
-                f"buffer.batch_size {b.batch_size} x algorithm.repeat_times {a.repeat_times} = "
-                f"{rollout_rows} and then waits for the trainer's weights: the run would stall; "
-                f"use at most {rollout_rows}",
-                value=b.train_batch_size,
-            )
-        )
-    names: dict[str, int] = {}
-    for i, ts in enumerate(ei.eval_tasksets):
-        path = f"buffer.explorer_input.eval_tasksets[{i}]"
-        _derive_taskset(cfg, ts, path, is_eval=True)
-        if ts.name in names:
-            refuse(
-                ConfigError(
-                    f"{path}.name",
-                    f"duplicate eval taskset name {ts.name!r} (also eval_tasksets[{names[ts.name]}]); metric names eval/<name>/... would collide",
-                    value=ts.name,
-                )
-            )
-            continue
-        names[ts.name] = i
-    _derive_experience_buffer(cfg)
-
-
-def _derive_taskset(cfg: Config, ts: TasksetConfig, path: str, *, is_eval: bool) -> None:
-    ei, m = cfg.buffer.explorer_input, cfg.model
-    ts._yaml_path = path  # data errors name the taskset's place in the YAML
-    if ts.storage_type == "file" and not (ts.path or "").strip():
-        refuse(
-            ConfigError(
-                f"{path}.path",
-                "required: a dataset directory, a .jsonl/.json/.parquet file or a cached dataset name",
-            )
-        )
-    if not ts.name.strip():
-        ts.name = PurePosixPath(str(ts.path or "taskset").rstrip("/")).name or "taskset"
-    _at_least(ts.index, f"{path}.index", 0)
-    default_wf = (ei.default_eval_workflow_type if is_eval else None) or ei.default_workflow_type
-    ts.default_workflow_type = ts.default_workflow_type or default_wf or DEFAULT_WORKFLOW
-    ts.default_reward_fn_type = ts.default_reward_fn_type or ei.default_reward_fn_type
-    point_format_at_workflow_columns(ts)  # a workflow that reads its own columns (toolcall)
-    if ts.format.system_prompt is None:
-        ts.format.system_prompt = ei.system_prompt
-    if ts.format.reply_prefix is None:
-        ts.format.reply_prefix = ei.reply_prefix
-    if is_eval:
-        if (
-            ts.repeat_times is None
-        ):  # k of eval metrics @k; Trinity configs also write rollout_args.n
-            ts.repeat_times = ts.rollout_args.n or 1
-        _at_least(ts.repeat_times, f"{path}.repeat_times", 1)
-        n = ts.repeat_times
-    else:
-        n = cfg.algorithm.repeat_times
-        if ts.repeat_times is not None and ts.repeat_times != n:
-            refuse(
-                ConfigError(
-                    f"{path}.repeat_times",
-                    f"got {ts.repeat_times}, but training tasksets are rolled out algorithm.repeat_times "
-                    f"({n}) times; set it there, not here",
-                    value=ts.repeat_times,
-                )
-            )
-        ts.repeat_times = n
-    r = ts.rollout_args
-    if r.n is not None and r.n != n:
-        source = f"{path}.repeat_times" if is_eval else "algorithm.repeat_times"
-        refuse(
-            ConfigError(
-                f"{path}.rollout_args.n",
-                f"got {r.n}, but it is set from {source} ({n}); set it there",
-                value=r.n,
-            )
-        )
-    r.n = n
-    # a value taken over from model.* is checked, and reported, where it was written
-    _check_sampling(r, f"{path}.rollout_args")
-    r.temperature = m.temperature if r.temperature is None else r.temperature
-    r.top_p = m.top_p if r.top_p is None else r.top_p
-    r.top_k = m.top_k if r.top_k is None else r.top_k
-    r.logprobs = m.logprobs if r.logprobs is None else r.logprobs
-    r.max_tokens = m.max_response_tokens if r.max_tokens is None else r.max_tokens
-    _at_least(r.max_tokens, f"{path}.rollout_args.max_tokens", 1)
-    if r.max_tokens > m.max_response_tokens and "model.max_response_tokens" not in cfg._stand_ins:
-        refuse(
-            ConfigError(
-                f"{path}.rollout_args.max_tokens",
-                f"{r.max_tokens} exceeds model.max_response_tokens {m.max_response_tokens}; lower it or raise that",
-                value=r.max_tokens,
-            )
-        )
-
-
-def _derive_experience_buffer(cfg: Config) -> None:
-    """The trainer's input. A required buffer that is missing is reported and ends this rule
-    (the checks below read the buffer's keys); the others report and go on."""
-    ti, path = cfg.buffer.trainer_input, "buffer.trainer_input.experience_buffer"
-    supervised = not get_preset(cfg.algorithm.algorithm_type).use_rollout
-    reads_dataset = cfg.mode == "train" or supervised
-    if ti.experience_buffer is None:
-        if reads_dataset and not supervised:
-            refuse(
-                ConfigError(
-                    path,
-                    "required in mode train: the buffer the explore job writes (name, storage_type sql "
-                    "or queue, path sqlite:///experiences.db; the same in both YAMLs)",
-                )
-            )
-            return
-        if reads_dataset:
-            refuse(
-                ConfigError(
-                    path,
-                    "required: the dataset the trainer reads (name, path to a .jsonl/.parquet file or dataset directory)",
-                )
-            )
-            return
-        ti.experience_buffer = ExperienceBufferConfig()
-    eb = ti.experience_buffer
-    eb._yaml_path = path
-    if eb.storage_type is None:
-        eb.storage_type = "file" if reads_dataset else "queue"
-    if cfg.mode == "train" and not supervised and eb.storage_type == "queue" and not eb.path:
-        # an explore job writes it; the two jobs meet at the queue's path (build_buffer between_jobs)
-        refuse(ConfigError(f"{path}.path", QUEUE_BETWEEN_JOBS_NEEDS_PATH))
-    if supervised and eb.storage_type == "queue":
-        refuse(
-            ConfigError(
-                f"{path}.storage_type",
-                f"queue has no writer in mode {cfg.mode} with algorithm_type {cfg.algorithm.algorithm_type}; "
-                "use file (a dataset) or sql",
-                value="queue",
-                allowed=["file", "sql"],
-            )
-        )
-    if eb.storage_type in ("file", "sql") and not (eb.path or "").strip():
-        refuse(ConfigError(f"{path}.path", f"required for storage_type {eb.storage_type}"))
-    _at_least(eb.capacity, f"{path}.capacity", 1)
-    check_replay_buffer(cfg, eb, path)
-
-
 def _check_explorer(cfg: Config) -> None:
     e, rm = cfg.explorer, cfg.explorer.rollout_model
-    _at_least(e.eval_interval, "explorer.eval_interval", 1)
-    _at_least(e.runner_per_model, "explorer.runner_per_model", 1)
-    _at_least(e.max_timeout, "explorer.max_timeout", 1)
-    _at_least(e.max_retry_times, "explorer.max_retry_times", 0)
-    _at_least(rm.engine_num, "explorer.rollout_model.engine_num", 1)
-    _at_least(rm.tensor_parallel_size, "explorer.rollout_model.tensor_parallel_size", 1)
+    at_least(e.eval_interval, "explorer.eval_interval", 1)
+    at_least(e.runner_per_model, "explorer.runner_per_model", 1)
+    at_least(e.max_timeout, "explorer.max_timeout", 1)
+    at_least(e.max_retry_times, "explorer.max_retry_times", 0)
+    at_least(rm.engine_num, "explorer.rollout_model.engine_num", 1)
+    at_least(rm.tensor_parallel_size, "explorer.rollout_model.tensor_parallel_size", 1)
     if not 0.0 < rm.gpu_memory_utilization <= 1.0:
         report(
             ConfigError(
@@ -579,7 +337,7 @@ def _check_explorer(cfg: Config) -> None:
         _check_auxiliary_model(aux, f"explorer.auxiliary_models[{i}]")
 
 
-def _check_auxiliary_model(aux: Any, path: str) -> None:
+def _check_auxiliary_model(aux: AuxiliaryModelConfig, path: str) -> None:
     """One engine per auxiliary model, on the policy engine's device (see rft_core.explorer.explorer)."""
     if not (aux.model_path or "").strip():
         refuse(
@@ -598,10 +356,10 @@ def _check_auxiliary_model(aux: Any, path: str) -> None:
                 allowed=[1],
             )
         )
-    _at_least(aux.tensor_parallel_size, f"{path}.tensor_parallel_size", 1)
+    at_least(aux.tensor_parallel_size, f"{path}.tensor_parallel_size", 1)
     for key in ("max_model_len", "max_prompt_tokens", "max_response_tokens"):
         if getattr(aux, key) is not None:
-            _at_least(getattr(aux, key), f"{path}.{key}", 1)
+            at_least(getattr(aux, key), f"{path}.{key}", 1)
 
 
 _SYNC_FOR_MODE = {"both": "nccl", "colocate": "memory"}
@@ -642,9 +400,9 @@ def _derive_synchronizer(cfg: Config) -> None:
                 allowed=sorted({usual, "checkpoint"}),
             )
         )
-    _at_least(s.sync_interval, "synchronizer.sync_interval", 1)
-    _at_least(s.sync_offset, "synchronizer.sync_offset", 0)
-    _at_least(s.sync_timeout, "synchronizer.sync_timeout", 1)
+    at_least(s.sync_interval, "synchronizer.sync_interval", 1)
+    at_least(s.sync_offset, "synchronizer.sync_offset", 0)
+    at_least(s.sync_timeout, "synchronizer.sync_timeout", 1)
 
 
 BUDGET_BELOW_LENGTH = (
@@ -655,11 +413,11 @@ BUDGET_BELOW_LENGTH = (
 
 def _derive_trainer(cfg: Config) -> None:
     t = cfg.trainer
-    _at_least(t.save_interval, "trainer.save_interval", 0)
-    _at_least(t.max_checkpoints_to_keep, "trainer.max_checkpoints_to_keep", 0)
-    _at_least(t.total_steps, "trainer.total_steps", 1)
-    _at_least(t.micro_batch_size_per_gpu, "trainer.micro_batch_size_per_gpu", 1)
-    _at_least(t.world_size, "trainer.world_size", 1)
+    at_least(t.save_interval, "trainer.save_interval", 0)
+    at_least(t.max_checkpoints_to_keep, "trainer.max_checkpoints_to_keep", 0)
+    at_least(t.total_steps, "trainer.total_steps", 1)
+    at_least(t.micro_batch_size_per_gpu, "trainer.micro_batch_size_per_gpu", 1)
+    at_least(t.world_size, "trainer.world_size", 1)
     check_world_size(cfg)
     if t.max_token_len_per_gpu is None:
         t.max_token_len_per_gpu = 2 * cfg.model.max_model_len
@@ -667,14 +425,6 @@ def _derive_trainer(cfg: Config) -> None:
     old = written.ppo_max_token_len_per_gpu
     key = "ppo_max_token_len_per_gpu" if old and old == t.max_token_len_per_gpu else None
     key = key or "max_token_len_per_gpu"
-    _at_least(t.max_token_len_per_gpu, f"trainer.{key}", 1)
+    at_least(t.max_token_len_per_gpu, f"trainer.{key}", 1)
     if t.max_token_len_per_gpu < cfg.model.max_model_len:  # verl checks real lengths, too
         log.warning(BUDGET_BELOW_LENGTH, key, t.max_token_len_per_gpu, cfg.model.max_model_len)
-
-
-def _at_least(value: int | None, path: str, low: int) -> bool:
-    """False (after reporting it) when ``value`` is below ``low``; None is left to the caller."""
-    if value is not None and value < low:
-        report(ConfigError(path, f"must be >= {low}, got {value}", value=value))
-        return False
-    return True

@@ -2,7 +2,7 @@
 ToolACE's ``tools`` / ``raw_system`` / ``conversations`` / ``answer``): the ``format`` keys the
 validator points at those columns when the taskset leaves ``prompt_key`` / ``response_key`` at
 their defaults. Torch-free data, beside the workflow's own ``FORMAT_DEFAULTS``
-(``rft_core/workflows/toolcall.py``; ``tests/core/test_toolcall.py`` checks they agree)."""
+(``rft_core/workflows/toolcall.py``; ``tests/core/workflows/test_toolcall.py`` checks they agree)."""
 
 from __future__ import annotations
 

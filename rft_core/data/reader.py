@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from rft_core.data.selectors import build_selector
 from rft_core.data.task import Task
 from rft_core.data.taskset import Taskset
 
@@ -50,7 +51,6 @@ class TasksetReader:
         self.index = taskset.cfg.index if start_index is None else start_index
         self.steps = self.index // batch_size
         self._order: tuple[int, np.ndarray] | None = None
-        from rft_core.data.selectors import build_selector
 
         self.selector_type = getattr(selector, "selector_type", "sequential")
         self._selector = build_selector(taskset, selector) if selector is not None else None

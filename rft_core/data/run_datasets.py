@@ -10,16 +10,14 @@ actors (``Explorer(tasksets=...)``, ``Trainer(dataset_rows=...)``), so no datase
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
+from rft_core.config import Config
+from rft_core.config.expert_data import expert_buffer_config
 from rft_core.config.presets import get_preset, mixes_expert_data
 from rft_core.data.sft import check_sft_dataset
-from rft_core.data.source import Rows, missing_dataset
+from rft_core.data.source import DatasetConfig, Rows, missing_dataset
 from rft_core.data.taskset import ExplorerTasksets, read_explorer_tasksets
 from rft_core.errors import RFTError
-
-if TYPE_CHECKING:
-    from rft_core.config import Config
 
 # modes whose explorer reads tasksets (bench evaluates on the eval ones)
 EXPLORING_MODES = ("both", "explore", "colocate", "bench")
@@ -52,8 +50,6 @@ def read_run_datasets(
             except RFTError as err:
                 problems.append(str(err))
     if mixes_expert_data(cfg.algorithm.algorithm_type) and cfg.mode != "explore":
-        from rft_core.config.expert_data import expert_buffer_config
-
         expert = expert_buffer_config(cfg)[0]
         if not _noted_missing(expert, "the expert SFT dataset", missing):
             try:  # mix, mix_chord: the expert SFT file (the trainer reads it at its start)
@@ -63,7 +59,7 @@ def read_run_datasets(
     return out, problems
 
 
-def _noted_missing(cfg: Any, where: str, missing: list[str] | None) -> bool:
+def _noted_missing(cfg: DatasetConfig, where: str, missing: list[str] | None) -> bool:
     if missing is None:
         return False
     absent = missing_dataset(cfg)

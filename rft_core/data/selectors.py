@@ -33,7 +33,9 @@ import logging
 from typing import Any
 
 import numpy as np
+import torch
 
+from rft_core.config.schema import DataSelectorConfig
 from rft_core.errors import ConfigError
 
 DIFFICULTY_KWARGS = {
@@ -97,8 +99,6 @@ class DifficultySelector:
         return np.random.default_rng(self.seed + position).beta(self.alphas, self.betas)
 
     def select(self, position: int, k: int) -> list[int]:
-        import torch
-
         scores = -np.abs(self.target - self.pass_rates(position))
         k = min(k, len(scores))
         if self.tau == 0:
@@ -148,7 +148,9 @@ class DifficultySelector:
             self.cap, self.rho = state.get("cap"), float(state.get("rho", self.rho))
 
 
-def build_selector(taskset: Any, selector_cfg: Any) -> RandomSelector | DifficultySelector | None:
+def build_selector(
+    taskset: Any, selector_cfg: DataSelectorConfig
+) -> RandomSelector | DifficultySelector | None:
     """The selector of ``taskset`` (a Taskset or a chain), or None for the reader's own
     ``sequential`` / ``shuffle`` stream."""
     kind = getattr(selector_cfg, "selector_type", "sequential")

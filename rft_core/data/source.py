@@ -28,8 +28,15 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+from tqdm import tqdm
 
+from rft_core.config.schema import ExperienceBufferConfig, TasksetConfig
 from rft_core.errors import DataError
+
+# what names a dataset: a taskset, or a buffer the trainer reads (SFT/DPO/expert data)
+DatasetConfig = TasksetConfig | ExperienceBufferConfig
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +92,6 @@ def read_rows(
     tables: list[pa.Table] = []
     records: list[dict[str, Any]] = []
     if progress:
-        from tqdm import tqdm
-
         files_iter = tqdm(files, desc=f"reading {path} ({split})", unit="file")
     else:
         files_iter = files
@@ -116,7 +121,7 @@ def read_rows(
     return rows
 
 
-def read_config_rows(cfg: Any, where: str, what: str) -> Rows:
+def read_config_rows(cfg: DatasetConfig, where: str, what: str) -> Rows:
     """The rows named by a taskset/buffer config (``path``, ``subset_name``, ``split``); errors
     start with ``<where>.path``, the config's YAML path."""
     if not cfg.path:
@@ -139,7 +144,7 @@ class DatasetMissing(DataError):
     may exist where the run starts; ``trinity run --dry-run`` notes it and goes on)."""
 
 
-def missing_dataset(cfg: Any) -> str | None:
+def missing_dataset(cfg: DatasetConfig) -> str | None:
     """Why the dataset of a taskset/buffer config is not on this machine, or None when it is
     (or has no path, or fails otherwise: the read reports that)."""
     if not getattr(cfg, "path", None):
@@ -329,8 +334,6 @@ def _find_in_cache(name: str, subset_name: str | None, split: str) -> list[Path]
 def _read_file(file: Path) -> pa.Table | list[dict[str, Any]]:
     try:
         if file.suffix == ".parquet":
-            import pyarrow.parquet as pq
-
             return pq.read_table(file)
         if file.suffix == ".arrow":
             return _read_arrow(file)
@@ -342,8 +345,6 @@ def _read_file(file: Path) -> pa.Table | list[dict[str, Any]]:
 
 
 def _read_arrow(file: Path) -> pa.Table:
-    import pyarrow.ipc as ipc
-
     try:
         with pa.memory_map(str(file)) as source:
             return ipc.open_stream(source).read_all()  # what datasets writes

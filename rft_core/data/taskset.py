@@ -12,17 +12,16 @@ the launcher's preflight does, and hands them to the explorer actor.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from rft_core.config.schema import ExplorerInput, TasksetConfig
-from rft_core.data.source import Rows, missing_dataset, read_config_rows
+from rft_core.data.source import DatasetConfig, Rows, missing_dataset, read_config_rows
 from rft_core.data.task import Task
 from rft_core.errors import DataError, RFTError
 
 DEFAULT_WORKFLOW = "math_workflow"
 
 
-def config_path(cfg: Any, fallback: str) -> str:
+def config_path(cfg: DatasetConfig, fallback: str) -> str:
     """The YAML path of a taskset/buffer config (set by the validator), for error messages."""
     return getattr(cfg, "_yaml_path", None) or fallback
 

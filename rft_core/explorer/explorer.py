@@ -23,22 +23,35 @@ import statistics
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from rft_core import workflows
 from rft_core.actor_setup import RunActor
 from rft_core.actors.actor_log import release_output, report_dropped
-from rft_core.checkpoint.layout import write_explorer_meta
+from rft_core.algorithms.advantages import get_advantage_fn
+from rft_core.algorithms.settings import AlgorithmSettings, accepted_args
+from rft_core.algorithms.turn_advantages import turns_of
+from rft_core.buffer import build_buffer
+from rft_core.buffer.queue import replay_settings
+from rft_core.checkpoint.layout import actor_dir, full_checkpoints, write_explorer_meta
+from rft_core.checkpoint.store import load_state_dict
+from rft_core.config import Config
+from rft_core.config.presets import STEP_WISE_ADVANTAGE_FNS
+from rft_core.data import TasksetReader
 from rft_core.data.task import Task
-from rft_core.data.taskset import ExplorerTasksets
+from rft_core.data.taskset import ExplorerTasksets, read_explorer_tasksets
 from rft_core.experience import Experience
 from rft_core.explorer.rollout_samples import keeps_step, rollout_samples
 from rft_core.monitor.monitor import step_summary
+from rft_core.rollout import auxiliary_engine_settings, build_engine, engine_settings
+from rft_core.rollout.base import AuxiliaryModel, SamplingParams
+from rft_core.rollout.openai_server import stop_endpoint
+from rft_core.rollout.pool import EnginePool, engine_pool_name
+from rft_core.sync.checkpoint_watch import CheckpointWatch
 from rft_core.sync.schedule import explorer_syncs_after, trainer_version_for_explorer_sync
-
-if TYPE_CHECKING:
-    from rft_core.config import Config
+from rft_core.sync.synchronizer import WeightReceiver
 
 log = logging.getLogger("rft_core.explorer")
 
@@ -74,7 +87,6 @@ def apply_group_advantages(
     if not experiences:
         return experiences
     rewards = torch.tensor([e.reward for e in experiences], dtype=torch.float32)
-    from rft_core.algorithms.turn_advantages import turns_of
 
     advantages, keep = advantage_fn.group(
         rewards,
@@ -127,15 +139,11 @@ class Explorer(RunActor):
 
     def _build_engine(self) -> str:
         """The rollout engine of ``explorer.rollout_model``; returns the device it runs on."""
-        from rft_core.rollout import build_engine, engine_settings
-
         cfg = self.cfg
         rm = cfg.explorer.rollout_model
         device = "cuda" if cfg.cluster.gpu_per_node > 0 and torch.cuda.is_available() else "cpu"
         kwargs = engine_settings(cfg)  # dtype, seed, max_model_len, vLLM settings, template
         if rm.engine_num > 1:  # engines in their own Ray actors; see rft_core/rollout/pool.py
-            from rft_core.rollout.pool import EnginePool, engine_pool_name
-
             self.close_engine()
             gpu = cfg.cluster.gpu_per_node > 0
             self._engine = EnginePool(
@@ -163,8 +171,6 @@ class Explorer(RunActor):
     def _build_auxiliary_models(self, device: str) -> None:
         """One engine per ``explorer.auxiliary_models`` entry (judges, reward models), on the
         policy engine's device; they keep their own weights (no sync)."""
-        from rft_core.rollout import auxiliary_engine_settings, build_engine
-        from rft_core.rollout.base import AuxiliaryModel, SamplingParams
 
         cfg = self.cfg
         self._auxiliary_models = []
@@ -193,18 +199,12 @@ class Explorer(RunActor):
         """Stop the OpenAI endpoint an agent workflow started on the engine, if any, and
         release an engine pool's actors and placement group (no-op for one engine)."""
         if self._engine is not None:
-            from rft_core.rollout.openai_server import stop_endpoint
-
             stop_endpoint(self._engine)
         close = getattr(self._engine, "close", None)
         if close is not None:
             close()
 
     def _build(self, start_step: int, start_version: int, weights_from: str | None) -> None:
-        from rft_core.buffer import build_buffer
-        from rft_core.buffer.queue import replay_settings
-        from rft_core.data import TasksetReader
-        from rft_core.sync.synchronizer import WeightReceiver
 
         cfg = self.cfg
         device = self._build_engine()
@@ -212,8 +212,6 @@ class Explorer(RunActor):
         self._engine.served_model_name = cfg.explorer.rollout_model.name or cfg.model.model_path
         self._build_auxiliary_models(device)
         if weights_from is not None:
-            from rft_core.checkpoint.store import load_state_dict
-
             self._engine.load_weights(load_state_dict(Path(weights_from)), start_version)
         self._engine.model_version = start_version
         buf = cfg.buffer
@@ -249,8 +247,6 @@ class Explorer(RunActor):
                 device,
             )
         elif cfg.mode == "explore":
-            from rft_core.sync.checkpoint_watch import CheckpointWatch
-
             self._watch = CheckpointWatch(self.job_dir)
         self.step = start_step
         if self._watch is not None:
@@ -260,8 +256,6 @@ class Explorer(RunActor):
         """Every taskset this explorer reads, read once: handed over by the launcher, else read
         at first use (an explorer started outside ``run_experiment``)."""
         if self._tasksets is None:
-            from rft_core.data.taskset import read_explorer_tasksets
-
             self._tasksets = read_explorer_tasksets(self.cfg.buffer.explorer_input)
         return self._tasksets
 
@@ -272,8 +266,6 @@ class Explorer(RunActor):
     ) -> list[Experience]:
         """Every task's experiences; ``step_wise`` (training with a turn-level advantage fn,
         multi_step_grpo / gigpo): multi-turn workflows emit one experience per turn."""
-        from rft_core import workflows
-
         by_workflow: dict[str, list[Task]] = defaultdict(list)
         for task in tasks:
             by_workflow[task.workflow].append(task)
@@ -292,18 +284,12 @@ class Explorer(RunActor):
 
     def _advantage_args(self, fn: Any, args: Any) -> dict[str, Any]:
         """``algorithm.advantage_fn_args`` that ``fn`` takes (the rest warned about once)."""
-        from rft_core.algorithms.settings import accepted_args
-
         if getattr(self, "_accepted_advantage_args", None) is None:
             path = "algorithm.advantage_fn_args"
             self._accepted_advantage_args = accepted_args(fn, dict(args or {}), path)
         return self._accepted_advantage_args
 
     def explore_step(self, tasks: list[Task]) -> dict[str, float]:
-        from rft_core import workflows
-        from rft_core.algorithms.advantages import get_advantage_fn
-        from rft_core.algorithms.settings import AlgorithmSettings
-        from rft_core.config.presets import STEP_WISE_ADVANTAGE_FNS
 
         algo = self.cfg.algorithm
         step = self.step + 1
@@ -407,8 +393,6 @@ class Explorer(RunActor):
         """``mode: bench``: evaluate every saved ``global_step_*`` of the job in order (only the
         latest with ``explorer.bench_on_latest_checkpoint``; the base model when none), logged
         as ``bench/<taskset>/...`` at the checkpoint's step."""
-        from rft_core.checkpoint.layout import actor_dir, full_checkpoints
-        from rft_core.checkpoint.store import load_state_dict
 
         self._build_auxiliary_models(self._build_engine())
         steps = full_checkpoints(self.job_dir)
@@ -426,8 +410,6 @@ class Explorer(RunActor):
         return results
 
     def evaluate(self, step: int, prefix: str = "eval") -> dict[str, float]:
-        from rft_core import workflows
-        from rft_core.data import TasksetReader
 
         start = time.perf_counter()
         self.monitor.phase("eval", step)

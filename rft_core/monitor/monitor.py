@@ -10,6 +10,7 @@ the actor's CPU, memory and GPU metrics as ``system/<role>/...`` (``rft_core.mon
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import threading
@@ -37,6 +38,7 @@ from rft_core.monitor.sinks import (
     WandbSink,
     backend_missing,
 )
+from rft_core.monitor.system import SystemMetricsThread
 from rft_core.registry import Registry
 
 # ``monitor.monitor_type``: the sinks a type adds to the JSONL file (always written) and the
@@ -104,7 +106,6 @@ class Monitor:
         ``interval_s`` seconds until close(); 0 or less: none."""
         if interval_s <= 0 or self._system is not None:
             return
-        from rft_core.monitor.system import SystemMetricsThread
 
         self._system = SystemMetricsThread(
             self.role, interval_s, lambda metrics: self.log(metrics, self.last_step)
@@ -220,8 +221,6 @@ def _check_run_id(run_id: str) -> None:
 def check_monitor(monitor_type: str, run_name: str) -> None:
     """What ``build_monitor`` would refuse inside an actor, checked before any actor starts: a
     W&B/MLflow package that is not installed, a bad run id or an unreachable Redis stream."""
-    import importlib
-
     kind = (monitor_type or "tensorboard").lower()
     if kind in ("wandb", "mlflow"):
         try:

@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import threading
 from pathlib import Path
 from typing import Any, Protocol
+
+import redis
 
 from rft_core.errors import EngineUnavailable, ServiceUnavailable
 from rft_core.monitor.events import MonitorEvent, runs_set, stream_key
@@ -98,6 +101,7 @@ class TensorBoardSink:
     """Scalars under ``monitor/tensorboard/<role>/``, one tag per metric name."""
 
     def __init__(self, monitor_dir: Path, role: str):
+        # torch-free slice: the web process imports rft_core.monitor
         from torch.utils.tensorboard import SummaryWriter
 
         self.log_dir = monitor_dir / "tensorboard" / role
@@ -124,8 +128,6 @@ class RedisStreamSink:
     """
 
     def __init__(self, url: str, run_id: str, prefix: str, *, maxlen: int = 200_000):
-        import redis
-
         self.url = url
         self.run_id = run_id
         self.key = stream_key(run_id, prefix)
@@ -143,8 +145,6 @@ class RedisStreamSink:
             ) from err
 
     def write(self, event: MonitorEvent) -> None:
-        import redis
-
         try:
             with self._lock:
                 self._client.xadd(self.key, event.to_fields(), maxlen=self.maxlen, approximate=True)
@@ -215,7 +215,6 @@ class MlflowSink:
             from mlflow.tracking import MlflowClient
         except ImportError as err:
             raise backend_missing("mlflow") from err
-        import os
 
         uri = str(args.get("uri") or (Path(monitor_dir) / "mlruns").absolute().as_uri())
         if uri.startswith("file:") or "://" not in uri:
@@ -236,7 +235,7 @@ class MlflowSink:
     def write(self, event: MonitorEvent) -> None:
         if event.kind != "metric":
             return
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric  # optional: mlflow (checked when the sink was built)
 
         ts = int(event.ts * 1000)
         step = event.step or 0

@@ -25,6 +25,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import psutil
+
 log = logging.getLogger(__name__)
 
 GB = 1024**3
@@ -97,8 +99,6 @@ class SystemSampler:
     (the first call primes the counters and reports 0)."""
 
     def __init__(self, gpu: GpuReader | None = None):
-        import psutil
-
         self._psutil = psutil
         self.process = psutil.Process()
         self.gpu = gpu if gpu is not None else GpuReader()

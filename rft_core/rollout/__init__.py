@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import torch
+
+from rft_core.config import Config
+from rft_core.config.resources import auto_engine_type
+from rft_core.config.rollout_schema import AuxiliaryModelConfig
 from rft_core.errors import EngineUnavailable
 from rft_core.registry import Registry
 from rft_core.rollout.base import Generation, RolloutEngine, SamplingParams
-
-if TYPE_CHECKING:
-    from rft_core.config import Config
+from rft_core.rollout.hf import HFRolloutEngine
+from rft_core.rollout.vllm import VLLMRolloutEngine
+from rft_core.rollout.vllm_version import check_vllm_version
 
 EngineFactory = Callable[..., RolloutEngine]
 ENGINES: Registry[EngineFactory] = Registry("engine type", "explorer.rollout_model.engine_type")
@@ -30,8 +35,6 @@ VLLM_MISSING = (
 
 def vllm_usable() -> bool:
     """True when vLLM can be imported and a CUDA device is present."""
-    import torch
-
     return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
 
 
@@ -65,7 +68,7 @@ def vllm_batch_settings(cfg: Config) -> dict[str, Any]:
     return out
 
 
-def auxiliary_engine_settings(aux: Any) -> dict[str, Any]:
+def auxiliary_engine_settings(aux: AuxiliaryModelConfig) -> dict[str, Any]:
     """``build_engine`` keyword arguments of one ``explorer.auxiliary_models`` entry: its own
     lengths and chat template, never the policy model's."""
     return _settings(
@@ -105,8 +108,6 @@ def _settings(
 
 @ENGINES.register("hf")
 def _hf(model_path: str, **settings: Any) -> RolloutEngine:
-    from rft_core.rollout.hf import HFRolloutEngine
-
     return HFRolloutEngine(model_path, **settings)
 
 
@@ -116,9 +117,6 @@ def _vllm(model_path: str, *, device: str | None = None, **settings: Any) -> Rol
         import vllm
     except ImportError as err:
         raise EngineUnavailable(VLLM_MISSING) from err
-    from rft_core.rollout.vllm import VLLMRolloutEngine
-    from rft_core.rollout.vllm_version import check_vllm_version
-
     check_vllm_version(str(getattr(vllm, "__version__", "unknown")))  # one line, in the actor too
 
     return VLLMRolloutEngine(model_path, **settings)  # vLLM places itself: no device
@@ -128,9 +126,6 @@ def _vllm(model_path: str, *, device: str | None = None, **settings: Any) -> Rol
 def _auto(model_path: str, **settings: Any) -> RolloutEngine:
     """The engine ``rft_core.config.resources.auto_engine_type`` picks: vLLM for an engine over
     several GPUs when it is usable, else hf (measured faster on one GPU)."""
-    import torch
-
-    from rft_core.config.resources import auto_engine_type
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     tp = int(settings.get("tensor_parallel_size", 1))

@@ -17,7 +17,7 @@ that step from the model's own weights:
   the KV cache, as in the model's forward.
 
 The result is the model's arithmetic up to float rounding (tested against ``model(...)`` and a
-teacher-forced forward in ``tests/core/test_rollout_hf.py``); ``DecodeStep.of`` returns None for
+teacher-forced forward in ``tests/core/rollout/test_rollout_hf.py``); ``DecodeStep.of`` returns None for
 any other model, which keeps the generic forward.
 """
 

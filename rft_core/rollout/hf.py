@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.cache_utils import DynamicCache
 
 from rft_core.errors import DataError, RFTError
@@ -91,8 +92,6 @@ class HFRolloutEngine(PromptEncoding):
         tokenizer: Any = None,
         **unused: Any,
     ) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         if unused:
             log.debug("hf engine ignores options meant for other engines: %s", sorted(unused))
         if num_threads:

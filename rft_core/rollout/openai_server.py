@@ -47,7 +47,11 @@ import uuid
 from dataclasses import astuple, dataclass, field
 from typing import Any
 
+import openai
+import uvicorn
+
 from rft_core.rollout.base import Generation, SamplingParams
+from rft_core.rollout.openai_app import build_app
 from rft_core.rollout.openai_format import (
     RequestError,
     cut_at_stop,
@@ -108,12 +112,9 @@ class OpenAIEndpoint:
     # -- lifetime ----------------------------------------------------------------------------
 
     def start(self, timeout_s: float = 30.0) -> OpenAIEndpoint:
-        import uvicorn
-
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind((HOST, 0))
         self.port = sock.getsockname()[1]
-        from rft_core.rollout.openai_app import build_app
 
         config = uvicorn.Config(
             build_app(self), log_level="warning", lifespan="off", access_log=False
@@ -161,8 +162,6 @@ class OpenAIEndpoint:
         The clients share one HTTP connection pool, closed with the endpoint (a client of its
         own costs an SSL context, ~0.1 s): do not ``close()`` them; pass ``http_client`` for
         one of your own."""
-        import openai
-
         if "http_client" not in kwargs:
             with self._lock:
                 if self._http is None:

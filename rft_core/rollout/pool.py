@@ -28,8 +28,11 @@ import os
 from typing import Any
 
 import torch
+from transformers import AutoTokenizer
 
+from rft_core.actors.actor_log import log_to_file
 from rft_core.errors import RFTError, ServiceUnavailable
+from rft_core.rollout import build_engine
 from rft_core.rollout.base import Generation, SamplingParams
 
 log = logging.getLogger("rft_core.rollout.pool")
@@ -83,8 +86,6 @@ class EngineWorker:
         engine_kwargs: dict[str, Any],
         log_dir: str | None = None,
     ) -> None:
-        from rft_core.actors.actor_log import log_to_file
-
         log_to_file(f"{log_dir}/explorer_engine_{rank}.log" if log_dir else None)
         if not use_gpu:
             # Ray sets OMP_NUM_THREADS=1 in workers; split this node's cores between its engines
@@ -98,13 +99,12 @@ class EngineWorker:
     def start(self) -> dict[str, Any]:
         """Build the engine (a method, not ``__init__``: Ray hands a method's exception back
         as it was raised, e.g. "vLLM is not installed", and a constructor's only as "died")."""
-        from rft_core.rollout import build_engine
-
         engine_type, model_path, engine_kwargs = self._build
         self.engine = build_engine(engine_type, model_path, **engine_kwargs)
         return self.identity()
 
     def identity(self) -> dict[str, Any]:
+        # no Ray in the in-process run (GPU machine)
         import ray
 
         ctx = ray.get_runtime_context()
@@ -164,6 +164,7 @@ class EnginePool:
         log_dir: str | None = None,
         **engine_kwargs: Any,
     ) -> None:
+        # no Ray in the in-process run (GPU machine)
         import ray
         from ray.util.placement_group import placement_group, placement_group_table
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -240,8 +241,6 @@ class EnginePool:
     @property
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
             self._tokenizer = AutoTokenizer.from_pretrained(self._model_path)
             if self._chat_template:
                 self._tokenizer.chat_template = self._chat_template
@@ -253,6 +252,7 @@ class EnginePool:
 
     @model_version.setter
     def model_version(self, version: int) -> None:
+        # no Ray in the in-process run (GPU machine)
         import ray
 
         ray.get([a.set_model_version.remote(int(version)) for a in self._actors])
@@ -273,6 +273,7 @@ class EnginePool:
 
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         """One copy into the object store, read by every engine; returns when all loaded."""
+        # no Ray in the in-process run (GPU machine)
         import ray
 
         ref = ray.put({k: v.detach().cpu() for k, v in state_dict.items()})
@@ -282,6 +283,7 @@ class EnginePool:
     def _spread(
         self, method: str, items: list[Any], params: SamplingParams
     ) -> list[list[Generation]]:
+        # no Ray in the in-process run (GPU machine)
         import ray
 
         ranges = split_evenly(len(items), len(self._actors))
@@ -298,6 +300,7 @@ class EnginePool:
 
     def close(self) -> None:
         """Kill the engine actors and remove the placement group (idempotent)."""
+        # no Ray in the in-process run (GPU machine)
         import ray
 
         for actor in self._actors:
@@ -317,6 +320,7 @@ def remove_engine_pool(name: str) -> bool:
     """Remove the named pool's placement group, and with it its engine actors. A killed
     explorer never runs ``close()``, and Ray keeps a placement group until the job ends, not
     until the actor that made it dies. Returns whether there was one to remove."""
+    # no Ray in the in-process run (GPU machine)
     import ray
     from ray.util.placement_group import get_placement_group
 

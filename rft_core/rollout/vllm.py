@@ -58,6 +58,7 @@ generate wakes the KV cache (``wake_up(["kv_cache"])``).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 from typing import Any
@@ -177,8 +178,6 @@ def use_installed_sampler() -> None:
     (seen on the H200, 2026-12-05). So, only when flashinfer is not importable and the user set
     nothing, vLLM's own PyTorch/Triton sampler is chosen; the variable is inherited by the engine
     core and its workers."""
-    import importlib.util
-
     if "VLLM_USE_FLASHINFER_SAMPLER" not in os.environ and not importlib.util.find_spec(
         "flashinfer"
     ):
@@ -207,6 +206,7 @@ class VLLMRolloutEngine(PromptEncoding):
         **engine_args: Any,
     ) -> None:
         use_installed_sampler()
+
         import vllm
 
         for name in HF_ONLY_OPTIONS:
@@ -255,6 +255,7 @@ class VLLMRolloutEngine(PromptEncoding):
     def generate_ids(
         self, prompt_ids: list[list[int]], params: SamplingParams
     ) -> list[list[Generation]]:
+        # optional: vllm
         from vllm.inputs import TokensPrompt
 
         if not prompt_ids:

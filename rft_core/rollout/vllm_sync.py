@@ -42,9 +42,12 @@ from __future__ import annotations
 
 import pickle
 import time
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import torch
+import torch.multiprocessing as mp
+from torch.multiprocessing.reductions import reduce_tensor
 
 from rft_core.sync.nccl import DEFAULT_BUCKET_BYTES, BroadcastGroup, TensorMeta, bucket_plan
 
@@ -127,13 +130,8 @@ def share_handle(tensor: torch.Tensor) -> bytes:
     """A handle to ``tensor``'s memory that another process on the same machine can open, as
     ``bytes``: a CUDA IPC handle for a CUDA tensor; for a CPU tensor (only the fake vLLM of the
     CPU tests meets one) a shared-memory file name. Neither holds the data itself."""
-    from multiprocessing.reduction import ForkingPickler
-
-    from torch.multiprocessing.reductions import reduce_tensor
 
     if not tensor.is_cuda:
-        import torch.multiprocessing as mp
-
         mp.set_sharing_strategy("file_system")  # a file name any process can open
     return bytes(ForkingPickler.dumps(reduce_tensor(tensor)))
 

@@ -27,19 +27,19 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from rft_core.actors.actor_log import activate
+from rft_core.buffer.queue import QueueBuffer, replay_settings
+from rft_core.checkpoint.layout import actor_dir, step_dir
+from rft_core.config import Config
 from rft_core.errors import ConfigError
 from rft_core.explorer.explorer import Explorer
 from rft_core.sync.schedule import explorer_resume_step
 from rft_core.sync.synchronizer import InProcessSynchronizer
 from rft_core.trainer.trainer import Trainer
-
-if TYPE_CHECKING:
-    from rft_core.config import Config
 
 log = logging.getLogger("rft_core.in_process")
 
@@ -50,8 +50,6 @@ TRAINER_LOGGER = "rft_core.trainer"  # the trainer's log lines; the explorer's l
 def resume_point(cfg: Config, resume_step: int | None) -> tuple[int, str | None]:
     """(explorer step to restart after, weights directory for its engine) for a run with
     explorer and trainer in one job resuming from the trainer's ``resume_step`` (None: fresh)."""
-    from rft_core.checkpoint.layout import actor_dir, step_dir
-
     first = explorer_resume_step(
         resume_step, cfg.buffer.batch_size, cfg.algorithm.repeat_times, cfg.buffer.train_batch_size
     )
@@ -67,7 +65,6 @@ def _shared_buffer(cfg: Config) -> Any:
     eb = cfg.buffer.trainer_input.experience_buffer
     if eb is None or (eb.storage_type or "queue").lower() != "queue":
         return None
-    from rft_core.buffer.queue import QueueBuffer, replay_settings
 
     return QueueBuffer(
         name=eb.name,

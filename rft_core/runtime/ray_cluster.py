@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
-from typing import TYPE_CHECKING
 
+import ray
+
+from rft_core.config import Config
 from rft_core.errors import ServiceUnavailable
 from rft_core.monitor.events import ENV_REDIS_PREFIX, ENV_REDIS_URL, ENV_RUN_ID
 from rft_core.plugins import ENV_PLUGIN_DIRS
-
-if TYPE_CHECKING:
-    from rft_core.config import Config
 
 log = logging.getLogger("rft_core.launcher")
 
@@ -52,8 +52,6 @@ def ray_address(cfg: Config) -> str | None:
 
 def _probe_ray_address(address: str, timeout_s: float = 5.0) -> None:
     """Fail in seconds on an address nothing listens on (ray.init retries for minutes)."""
-    import socket
-
     hostport = address.split("://", 1)[-1].rsplit("/", 1)[0]
     if address == "auto" or ":" not in hostport:
         return
@@ -71,8 +69,6 @@ def _probe_ray_address(address: str, timeout_s: float = 5.0) -> None:
 def start_ray(cfg: Config, min_cpus: int = 0) -> bool:
     """Join the given Ray cluster or start a local one (with at least ``min_cpus`` logical
     CPUs). Returns True when this call started (and so must stop) Ray."""
-    import ray
-
     if ray.is_initialized():
         return False
     address = ray_address(cfg)

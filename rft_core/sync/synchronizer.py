@@ -30,6 +30,9 @@ from typing import Any
 
 import torch
 
+from rft_core.actors.actor_log import log_to_file
+from rft_core.checkpoint.layout import actor_dir
+from rft_core.checkpoint.store import load_step_weights, save_state_dict_for_sync
 from rft_core.errors import ActorFailed, ServiceUnavailable
 from rft_core.sync.nccl import BroadcastGroup, TensorMeta, free_port, tensor_metas
 
@@ -42,8 +45,6 @@ class Synchronizer:
     """Version bookkeeping shared by the trainer and the explorer (run as a Ray async actor)."""
 
     def __init__(self, sync_method: str, sync_timeout: float, log_path: str | None = None):
-        from rft_core.actors.actor_log import log_to_file
-
         log_to_file(log_path, log.name)
         self.sync_method = sync_method
         self.sync_timeout = float(sync_timeout)
@@ -149,6 +150,8 @@ def sync_call(synchronizer: Any, method: str, *args: Any, timeout: float | None 
     """``synchronizer.<method>(*args)`` on a Ray actor handle or an ``InProcessSynchronizer``."""
     if isinstance(synchronizer, InProcessSynchronizer):
         return synchronizer.call(method, *args)
+
+    # no Ray in the in-process run (GPU machine)
     import ray
 
     return ray.get(getattr(synchronizer, method).remote(*args), timeout=timeout)
@@ -158,6 +161,7 @@ def start_synchronizer(
     name: str, sync_method: str, sync_timeout: float, log_path: str | None = None
 ) -> Any:
     """Start the synchronizer actor under ``name`` (Ray must be initialised)."""
+    # no Ray in the in-process run (GPU machine)
     import ray
 
     actor_cls = ray.remote(num_cpus=0)(Synchronizer)
@@ -205,9 +209,6 @@ class WeightSender(_WeightEnd):
         if self.sync_method == "memory":
             self._call("publish", version, [self._memory_payload(state_dict)])
         elif self.sync_method == "checkpoint":
-            from rft_core.checkpoint.layout import actor_dir
-            from rft_core.checkpoint.store import save_state_dict_for_sync
-
             path = save_state_dict_for_sync(self.job_dir, version, state_dict)
             if self.synchronizer is None:
                 log.info("published weights version %d in %s", version, actor_dir(path))
@@ -216,6 +217,8 @@ class WeightSender(_WeightEnd):
         elif self.sync_method == "nccl":
             if self.in_process:
                 raise ValueError("nccl sync needs two processes; in one, use memory")
+
+            # no Ray in the in-process run (GPU machine)
             import ray
 
             metas = tensor_metas(state_dict)
@@ -263,6 +266,8 @@ class WeightSender(_WeightEnd):
         """In one process the tensors themselves; else a CPU copy in Ray's object store."""
         if self.in_process:
             return state_dict
+
+        # no Ray in the in-process run (GPU machine)
         import ray
 
         return ray.put({k: v.detach().cpu() for k, v in state_dict.items()})
@@ -302,12 +307,12 @@ class WeightReceiver(_WeightEnd):
         if isinstance(payload, list):  # memory, or the final weights
             if isinstance(payload[0], dict):  # the trainer's tensors, in this process
                 return got, payload[0]
+
+            # no Ray in the in-process run (GPU machine)
             import ray
 
             return got, ray.get(payload[0])  # an object-store ref
         if self.sync_method == "checkpoint":
-            from rft_core.checkpoint.store import load_step_weights
-
             return got, load_step_weights(self.job_dir, got)
         if self.sync_method == "nccl":
             if got != version:  # the trainer will not broadcast this one

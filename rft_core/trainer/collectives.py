@@ -1,6 +1,6 @@
 """The collectives that keep sharded trainer ranks in step inside one optimizer step.
 
-Every rank of a ``PolicyGroup`` (``rft_core.trainer.ranks``) runs the same ``PolicyTrainer``
+Every rank of a ``TrainerRanks`` (``rft_core.trainer.ranks``) runs the same ``PolicyUpdater``
 code on its shard of the batch. Global means need the global token and row counts
 (``sum_across_ranks``), FSDP2 needs every rank to make the same number of forward calls
 (``StepRanks.in_step``: the micro-batch count of the busiest rank), and token-level advantages

@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
+from transformers import AutoModel
 
 from rft_core.algorithms.policy_losses import value_loss
 from rft_core.trainer.batching import MicroBatch
@@ -30,8 +32,6 @@ class Critic(nn.Module):
         autocast_dtype: torch.dtype | None = None,
         world_size: int = 1,
     ) -> None:
-        from transformers import AutoModel
-
         super().__init__()
         self.backbone = AutoModel.from_pretrained(model_path, dtype=torch.float32)
         hidden = self.backbone.config.hidden_size
@@ -99,8 +99,6 @@ class Critic(nn.Module):
         return totals
 
     def _average_gradients(self) -> None:
-        import torch.distributed as dist
-
         for p in self.parameters():
             if p.grad is not None:
                 dist.all_reduce(p.grad)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from transformers import DynamicCache
 
 from rft_core.algorithms.entropy import entropy_from_logits
 from rft_core.experience import Experience
@@ -148,8 +149,6 @@ class PolicyForward:
         """``_scores`` on the shared-prefix layout: each distinct prompt runs once; its KV cache
         (not detached: every row's gradient flows back into it) is expanded to the rows of each
         response block, which run on top of it."""
-        from transformers import DynamicCache
-
         cache = DynamicCache(config=model.config)
         head.targets = prefix.input_ids[:, :0]  # the prefix predicts nothing scored
         model(

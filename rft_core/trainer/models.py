@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rft_core.modeling import resolve_dtype
 from rft_core.trainer.critic import Critic
@@ -44,8 +46,6 @@ def load_policy_models(
 ) -> PolicyModels:
     """Tokenizer, policy and (``needs_reference``) reference model from ``model_path``, on
     ``device``, sharded with FSDP2 when ``sharded``."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     # "auto" on CUDA: bf16 parameters with fp32 masters (master_weights), or, FSDP2-sharded,
     # fp32 parameters FSDP2 casts to bf16; an explicit dtype trains in it
     explicit = resolve_dtype(dtype, device) if dtype not in (None, "auto") else None
@@ -91,8 +91,6 @@ def uses_master_weights(explicit: torch.dtype | None, device: torch.device, shar
 def fully_shard_models(models: list[Any], device: torch.device) -> torch.device:
     """FSDP2 ``fully_shard`` on each decoder layer and each whole model (None: skipped); returns
     the device, with "cuda" made the GPU Ray gave this rank's process."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
     if device.type == "cuda":
         if device.index is None:  # "cuda": the GPU Ray gave this rank's process
             device = torch.device("cuda", torch.cuda.current_device())

@@ -1,4 +1,4 @@
-"""The policy update: ``PolicyTrainer.train_step``, one optimizer step over a batch of
+"""The policy update: ``PolicyUpdater.train_step``, one optimizer step over a batch of
 experiences, and the weights it serves (``PolicyCheckpoints``: sync, save, resume).
 
 The class orchestrates; each concern has its module:
@@ -11,7 +11,7 @@ The class orchestrates; each concern has its module:
 - ``token_losses`` (PPO-clip, SFT) and ``pair_losses`` (DPO): the backward pass of the policy
   loss that ``algorithm.policy_loss_fn`` picks from ``POLICY_LOSSES``, by its inputs;
 - ``metrics``: the step's metrics under Trinity's names;
-- ``collectives``: what keeps several trainer ranks (``ranks.PolicyGroup``) in step.
+- ``collectives``: what keeps several trainer ranks (``ranks.TrainerRanks``) in step.
 
 Then grad clip, the optimizer step (skipped on a non-finite gradient norm or when nothing was
 trained) — ``trainer.ppo_epochs`` times over the same batch — and the LR schedule, once.
@@ -31,6 +31,7 @@ import torch
 
 from rft_core.algorithms.policy_losses import POLICY_LOSSES
 from rft_core.algorithms.settings import AlgorithmSettings
+from rft_core.config.schema import AlgorithmConfig
 from rft_core.experience import Experience
 from rft_core.modeling import resolve_device
 from rft_core.trainer.batching import MicroBatch
@@ -49,14 +50,14 @@ from rft_core.trainer.token_losses import token_losses_backward
 log = logging.getLogger(__name__)
 
 
-class PolicyTrainer(PolicyCheckpoints):
-    """The policy of one trainer process (alone, or one rank of a ``PolicyGroup``): its models,
+class PolicyUpdater(PolicyCheckpoints):
+    """The policy updates of one trainer process (alone, or one rank of a ``TrainerRanks``): its models,
     optimizer and LR schedule, and the step over a batch of experiences."""
 
     def __init__(
         self,
         model_path: str,
-        algorithm_cfg: Any,
+        algorithm_cfg: AlgorithmConfig,
         *,
         device: str | None = None,
         dtype: str = "auto",

@@ -1,4 +1,4 @@
-"""PolicyTrainer's weights and checkpoints: the full state dict for weight sync, saving a step in
+"""PolicyUpdater's weights and checkpoints: the full state dict for weight sync, saving a step in
 the seed's tree (:mod:`rft_core.checkpoint.store`), adding HF weights to a saved step, and
 resuming, at one process or several FSDP2 ranks (every rank takes part; rank 0 writes).
 
@@ -12,6 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
 
 from rft_core.checkpoint import store
 from rft_core.checkpoint.layout import latest_checkpoint_step, step_dir
@@ -19,17 +26,12 @@ from rft_core.checkpoint.retention import pinned_step
 
 
 class PolicyCheckpoints:
-    """Mixed into PolicyTrainer: needs ``model``, ``optimizer``, ``master`` (fp32 master
+    """Mixed into PolicyUpdater: needs ``model``, ``optimizer``, ``master`` (fp32 master
     weights or None), ``scheduler``, ``critic``, ``algo``, ``tokenizer``, ``model_path``, ``sharded``, ``rank``, ``world_size``."""
 
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
         """Full model weights as CPU tensors under Hugging Face names (a copy)."""
         if self.sharded:
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions,
-                get_model_state_dict,
-            )
-
             return get_model_state_dict(
                 self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
             )
@@ -37,11 +39,6 @@ class PolicyCheckpoints:
 
     def _optimizer_state(self) -> dict[str, Any]:
         if self.sharded:
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions,
-                get_optimizer_state_dict,
-            )
-
             return get_optimizer_state_dict(
                 self.model,
                 self.optimizer,
@@ -101,12 +98,6 @@ class PolicyCheckpoints:
                 ckpt.optimizer_state, names, by_name=self.sharded
             )
         if self.sharded:
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions,
-                set_model_state_dict,
-                set_optimizer_state_dict,
-            )
-
             options = StateDictOptions(full_state_dict=True)
             set_model_state_dict(self.model, ckpt.state_dict, options=options)
             if ckpt.optimizer_state is not None:

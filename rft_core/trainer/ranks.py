@@ -1,6 +1,6 @@
-"""Data-parallel trainer ranks: ``trainer.world_size`` PolicyTrainers sharded with FSDP2.
+"""Data-parallel trainer ranks: ``trainer.world_size`` PolicyUpdaters sharded with FSDP2.
 
-``PolicyGroup`` has PolicyTrainer's interface (``train_step``, ``save``, ``load``,
+``TrainerRanks`` has PolicyUpdater's interface (``train_step``, ``save``, ``load``,
 ``state_dict_for_sync``, ``tokenizer``) and runs it on W ranks: rank 0 in the calling process
 (the trainer actor), ranks 1..W-1 in Ray actors (``TrainerRank``), one GPU each on a GPU
 cluster, each in its bundle of the job's placement group when the launcher made one
@@ -9,7 +9,7 @@ gloo on CPU, so the same code runs on a laptop), built from a TCP store on rank 
 
 A step splits the batch into W shards of whole groups (``shard_experiences``), so group
 advantages computed in the trainer see every response of their group. Each rank then runs the
-same number of collective calls: PolicyTrainer agrees on the global token/row counts, the
+same number of collective calls: PolicyUpdater agrees on the global token/row counts, the
 micro-batch count and the horizon (``rft_core.trainer.collectives``), so each
 rank's loss is its share of the global batch loss, and FSDP2's gradient average equals the
 gradient of one process over the whole batch (tested against W = 1). Metrics come back as each
@@ -33,9 +33,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from rft_core.actors.actor_log import log_to_file
+from rft_core.actors.placement import in_bundle
+from rft_core.config.schema import AlgorithmConfig
 from rft_core.experience import Experience
 from rft_core.explorer.rollout_samples import SAMPLE_INFO_KEY
-from rft_core.trainer.policy import PolicyTrainer
+from rft_core.sync.nccl import free_port
+from rft_core.trainer.policy import PolicyUpdater
 from rft_core.trainer.recorded_logprobs import recorded_in, restore_recorded
 
 log = logging.getLogger("rft_core.trainer.ranks")
@@ -122,7 +126,7 @@ def _cpu_threads(world_size: int) -> None:
 
 
 class TrainerRank:
-    """Ranks 1..W-1 of a PolicyGroup, each in a Ray actor of its own."""
+    """Ranks 1..W-1 of a TrainerRanks, each in a Ray actor of its own."""
 
     def __init__(
         self,
@@ -132,8 +136,6 @@ class TrainerRank:
         backend: str,
         log_dir: str | None = None,
     ):
-        from rft_core.actors.actor_log import log_to_file
-
         log_to_file(f"{log_dir}/trainer_rank{rank}.log" if log_dir else None)
         self.rank, self.world_size = rank, world_size
         self.init_method, self.backend = init_method, backend
@@ -144,8 +146,10 @@ class TrainerRank:
             _cpu_threads(self.world_size)
         _init_process_group(self.init_method, self.rank, self.world_size, self.backend)
 
-    def build(self, model_path: str, algorithm_cfg: Any, kwargs: dict[str, Any]) -> None:
-        self.policy = PolicyTrainer(model_path, algorithm_cfg, **kwargs)
+    def build(
+        self, model_path: str, algorithm_cfg: AlgorithmConfig, kwargs: dict[str, Any]
+    ) -> None:
+        self.policy = PolicyUpdater(model_path, algorithm_cfg, **kwargs)
 
     def call(self, method: str, *args: Any) -> Any:
         return getattr(self.policy, method)(*args)
@@ -160,14 +164,15 @@ class TrainerRank:
             dist.destroy_process_group()
 
 
-class PolicyGroup:
-    """PolicyTrainer's interface over ``world_size`` FSDP2 ranks (module docstring)."""
+class TrainerRanks:
+    """The trainer's ``world_size`` FSDP2 ranks behind PolicyUpdater's interface: rank 0 in this
+    process, ranks 1..W-1 in ``TrainerRank`` actors (module docstring)."""
 
     def __init__(
         self,
         world_size: int,
         model_path: str,
-        algorithm_cfg: Any,
+        algorithm_cfg: AlgorithmConfig,
         *,
         device: str = "cpu",
         name: str = "trainer",
@@ -175,13 +180,11 @@ class PolicyGroup:
         placement: tuple[Any, list[int]] | None = None,
         **kwargs: Any,
     ) -> None:
+        # no Ray in the in-process run (GPU machine)
         import ray
 
-        from rft_core.actors.placement import in_bundle
-        from rft_core.sync.nccl import free_port
-
         if world_size < 2:
-            raise ValueError("PolicyGroup needs world_size >= 2; use PolicyTrainer for one rank")
+            raise ValueError("TrainerRanks needs world_size >= 2; use PolicyUpdater for one rank")
         self.world_size = world_size
         use_gpu = device.startswith("cuda")
         backend = "nccl" if use_gpu else "gloo"
@@ -205,7 +208,7 @@ class PolicyGroup:
         log.info("%s: %d ranks (%s), FSDP2", name, world_size, backend)
         args = dict(kwargs, device=device)
         built = [r.build.remote(model_path, algorithm_cfg, args) for r in self.ranks]
-        self.policy = self._together(built, PolicyTrainer, model_path, algorithm_cfg, **args)
+        self.policy = self._together(built, PolicyUpdater, model_path, algorithm_cfg, **args)
 
     @property
     def tokenizer(self) -> Any:
@@ -214,6 +217,7 @@ class PolicyGroup:
     def _together(self, remote_refs: list, local_fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Run ``local_fn`` here while the ranks run their part; return the local result.
         A remote rank's failure raises at once (the local part may be stuck in a collective)."""
+        # no Ray in the in-process run (GPU machine)
         import ray
 
         local = self._pool.submit(local_fn, *args, **kwargs)
@@ -229,6 +233,7 @@ class PolicyGroup:
                 concurrent.futures.wait([local], timeout=0.2)
 
     def _on_all(self, method: str, per_rank_args: list[tuple]) -> list[Any]:
+        # no Ray in the in-process run (GPU machine)
         import ray
 
         refs = [
@@ -263,6 +268,7 @@ class PolicyGroup:
         return self._on_all("state_dict_for_sync", [()] * self.world_size)[0]
 
     def close(self) -> None:
+        # no Ray in the in-process run (GPU machine)
         import ray
 
         try:

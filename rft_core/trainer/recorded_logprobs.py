@@ -9,7 +9,7 @@ of the step that trains it, and handed back from the trainer ranks that ran it.
 - ``record_pairs`` (pair losses, DPO): a pair the trainer kept gets its chosen and rejected
   responses' per-token log-probs under the policy, both sides' sums under the frozen reference,
   and the pair loss's own terms for that pair alone (``info[PAIR_INFO_KEY]``).
-- ``recorded_in`` / ``restore_recorded``: a ``PolicyGroup`` rank trains copies of its shard (Ray
+- ``recorded_in`` / ``restore_recorded``: a ``TrainerRanks`` rank trains copies of its shard (Ray
   serializes them), so what it recorded goes back by position in the shard to the batch's own
   experiences, where the trainer that writes the ``samples`` event reads it.
 """

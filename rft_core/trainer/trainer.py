@@ -2,7 +2,7 @@
 
 One trainer step reads ``buffer.train_batch_size`` experiences (from the explorer's buffer, or
 from the SFT/DPO dataset in ``train`` mode) and makes one optimizer step through
-``PolicyTrainer``. After the steps ``rft_core.sync.schedule.trainer_syncs_after`` names it
+``PolicyUpdater``. After the steps ``rft_core.sync.schedule.trainer_syncs_after`` names it
 publishes its weights to the synchronizer; every ``trainer.save_interval`` steps (0 = only at
 the end) it writes a full checkpoint in the seed's tree and prunes to
 ``max_checkpoints_to_keep``. At end of data it saves a final checkpoint (HF weights unless
@@ -10,27 +10,38 @@ the end) it writes a full checkpoint in the seed's tree and prunes to
 Each step sends the monitor its log-probs of the rollouts the explorer kept for the dashboard,
 or (DPO) the pairs it kept itself (``rft_core.explorer.rollout_samples``).
 
-``Trainer`` is a plain class: the launcher runs it as a Ray actor that calls ``run``;
-``rft_core.runtime.in_process`` drives the same steps (``start``, ``next_step``, ``finish``) in one
-process with an explorer (``colocate``, or without Ray).
+``Trainer`` (the role, as Trinity names it) is a plain class: the launcher runs it as a Ray actor
+that calls ``run``; ``rft_core.runtime.in_process`` drives the same steps (``start``,
+``next_step``, ``finish``) in one process with an explorer (``colocate``, or without Ray). The
+updates themselves are ``PolicyUpdater``'s (``rft_core.trainer.policy``), or, with
+``trainer.world_size`` > 1, ``TrainerRanks``' (``rft_core.trainer.ranks``: the same interface
+over data-parallel ranks).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from rft_core.actor_setup import RunActor
 from rft_core.actors.actor_log import release_output, report_dropped
+from rft_core.buffer import build_buffer
+from rft_core.buffer.queue import replay_settings
 from rft_core.checkpoint.layout import (
     read_trainer_meta,
     step_dir,
     write_trainer_meta,
 )
 from rft_core.checkpoint.retention import prune_checkpoints
+from rft_core.config import Config
+from rft_core.config.expert_data import expert_buffer_config, expert_rows_per_step
+from rft_core.config.presets import get_preset, mixes_expert_data
+from rft_core.config.resources import trainer_world_size
+from rft_core.data import load_sft_dataset
+from rft_core.data.source import Rows
 from rft_core.errors import ConfigError
 from rft_core.explorer.rollout_samples import (
     keeps_step,
@@ -41,10 +52,9 @@ from rft_core.explorer.rollout_samples import (
 from rft_core.messages import experiences_from_messages
 from rft_core.monitor.monitor import step_summary
 from rft_core.sync.schedule import trainer_syncs_after
-
-if TYPE_CHECKING:
-    from rft_core.config import Config
-    from rft_core.data.source import Rows
+from rft_core.sync.synchronizer import WeightSender, sync_call
+from rft_core.trainer.policy import PolicyUpdater
+from rft_core.trainer.ranks import TrainerRanks
 
 log = logging.getLogger("rft_core.trainer")
 
@@ -114,10 +124,6 @@ class Trainer(RunActor):
     # -- setup -------------------------------------------------------------------------------
 
     def _build(self, model_path: str, resume_step: int | None) -> None:
-        from rft_core.config.presets import get_preset, mixes_expert_data
-        from rft_core.config.resources import trainer_world_size
-        from rft_core.trainer.policy import PolicyTrainer
-        from rft_core.trainer.ranks import PolicyGroup
 
         cfg = self.cfg
         self.device = (
@@ -144,9 +150,9 @@ class Trainer(RunActor):
         )
         world_size = trainer_world_size(cfg)
         if world_size == 1:
-            self.policy = PolicyTrainer(model_path, cfg.algorithm, **settings)
+            self.policy = PolicyUpdater(model_path, cfg.algorithm, **settings)
         else:
-            self.policy = PolicyGroup(
+            self.policy = TrainerRanks(
                 world_size,
                 model_path,
                 cfg.algorithm,
@@ -168,8 +174,6 @@ class Trainer(RunActor):
         if not preset.use_rollout:
             self._source = self._dataset_source(preset.schema)
         else:
-            from rft_core.buffer import build_buffer
-            from rft_core.buffer.queue import replay_settings
 
             def open_buffer(role: str) -> Any:
                 return build_buffer(
@@ -208,8 +212,6 @@ class Trainer(RunActor):
         if mixes_expert_data(cfg.algorithm.algorithm_type):
             self._expert_source = self._expert_data_source()
         if self.synchronizer is not None or beside_explore_job:
-            from rft_core.sync.synchronizer import WeightSender
-
             sync = cfg.synchronizer
             self._sender = WeightSender(
                 self.synchronizer,
@@ -247,8 +249,6 @@ class Trainer(RunActor):
         return cfg.trainer.total_steps or cfg.buffer.total_steps
 
     def _dataset_source(self, schema: str) -> DatasetExperiences:
-        from rft_core.data import load_sft_dataset
-
         cfg = self.cfg
         eb = cfg.buffer.trainer_input.experience_buffer
         rows = load_sft_dataset(eb, schema=schema, rows=self._dataset_rows)
@@ -267,8 +267,6 @@ class Trainer(RunActor):
         """mix, mix_chord: the expert SFT dataset, ``expert_rows_per_step`` rows a step over its
         ``total_epochs`` / ``total_steps`` (``rft_core.config.expert_data``); resumed at the
         step the checkpoint reached, as the SFT trainer's dataset is."""
-        from rft_core.config.expert_data import expert_buffer_config, expert_rows_per_step
-        from rft_core.data import load_sft_dataset
 
         cfg = self.cfg
         eb, passes = expert_buffer_config(cfg)
@@ -470,8 +468,6 @@ class Trainer(RunActor):
         self.monitor.status("failed", f"{self.role}: {err}")
         log.exception("%s failed", self.role)
         if self.synchronizer is not None:
-            from rft_core.sync.synchronizer import sync_call
-
             sync_call(self.synchronizer, "trainer_failed", f"{type(err).__name__}: {err}")
 
     def _weights_for_sync(self) -> dict[str, torch.Tensor]:
@@ -492,7 +488,7 @@ class Trainer(RunActor):
         }
 
     def _close_ranks(self) -> None:
-        # a PolicyGroup's ranks leave their process group (an exiting actor's die with it)
+        # the ranks of a TrainerRanks leave their process group (an exiting actor's die with it)
         if hasattr(self.policy, "close"):
             self.policy.close()
             self.policy = None

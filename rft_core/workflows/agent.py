@@ -40,6 +40,7 @@ from typing import Any
 from rft_core.data.task import Task
 from rft_core.experience import Experience
 from rft_core.rollout.base import RolloutEngine
+from rft_core.rollout.openai_server import endpoint_for
 from rft_core.workflows.base import Workflow, _group_ids
 
 log = logging.getLogger("rft_core.workflows.agent")
@@ -92,8 +93,6 @@ class AgentWorkflow(Workflow):
     def run_batch(
         self, tasks: list[Task], engine: RolloutEngine, repeat_times: int
     ) -> list[Experience]:
-        from rft_core.rollout.openai_server import endpoint_for
-
         if repeat_times < 1:
             raise ValueError(f"repeat_times must be >= 1, got {repeat_times}")
         reward_fns = [self.check(task) for task in tasks]  # before anything is generated

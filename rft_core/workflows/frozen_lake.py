@@ -35,6 +35,9 @@ import re
 from collections import deque
 from typing import Any
 
+from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv
+from gymnasium.utils import seeding
+
 from rft_core.data.task import Task
 from rft_core.errors import ConfigError, DataError
 from rft_core.workflows.base import register
@@ -119,8 +122,6 @@ def shortest_path(
 def random_map(size: int, p: float, seed: int, max_steps: int) -> list[str]:
     """A ``size`` x ``size`` map (rows of S/F/H/G) whose goal is reachable within
     ``max_steps`` moves, drawn from a gymnasium RNG seeded with ``seed``."""
-    from gymnasium.utils import seeding
-
     if size < 2:
         raise DataError(f"frozen_lake: size must be >= 2 (a start and a goal), got {size}")
     rng, _ = seeding.np_random(seed)
@@ -157,8 +158,6 @@ class FrozenLake(Environment):
         system: str,
         prompt_style: str = "trinity",
     ):
-        from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv
-
         self.board = board
         self.max_steps = max_steps
         self.system = system

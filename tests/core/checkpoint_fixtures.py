@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from tiny_lm import TINY_SHAPE
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
@@ -42,24 +43,19 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def tiny_config(vocab_size: int, *, larger: bool = False) -> Qwen2Config:
-    """2 layers, 4 query / 2 kv heads, tied embeddings; ``larger``: 3 layers, 8 / 2 heads,
-    untied output layer, an intermediate size that is not a power of two."""
+    """The tests' tiny Qwen2 (``tiny_lm.TINY_SHAPE``: 2 layers, 4 query / 2 kv heads, tied
+    embeddings); ``larger``: 3 layers, 8 / 2 heads, untied output layer, an intermediate size
+    that is not a power of two."""
+    sizes = dict(TINY_SHAPE)
     if larger:
-        sizes = dict(
-            hidden_size=128, intermediate_size=352, num_hidden_layers=3, num_attention_heads=8
+        sizes.update(
+            hidden_size=128,
+            intermediate_size=352,
+            num_hidden_layers=3,
+            num_attention_heads=8,
+            tie_word_embeddings=False,
         )
-    else:
-        sizes = dict(
-            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4
-        )
-    return Qwen2Config(
-        vocab_size=vocab_size,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=not larger,
-        dtype="float32",
-        **sizes,
-    )
+    return Qwen2Config(vocab_size=vocab_size, dtype="float32", **sizes)
 
 
 def build_model(config: Qwen2Config, seed: int = 0) -> Qwen2ForCausalLM:

@@ -53,7 +53,7 @@ def test_the_judge_config_without_the_judge_stops_with_one_line_naming_it(tmp_pa
 
     from rft_core.config import load_config
     from rft_core.errors import ConfigError
-    from rft_core.runtime.launcher import preflight
+    from rft_core.runtime.preflight import preflight
 
     demo = build_demo(tmp_path / "demo")  # the default: no judge
     monkeypatch.setenv("RFT_DEMO_DIR", str(demo.root))

@@ -7,6 +7,18 @@ from pathlib import Path
 
 import torch
 
+# the tests' tiny Qwen2: 2 layers of 64, 4 query / 2 kv heads, tied embeddings (also the
+# checkpoint tests' model: checkpoint_fixtures.tiny_config)
+TINY_SHAPE = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    tie_word_embeddings=True,
+)
+
 
 def build_tokenizer():
     """The demo's byte-level ChatML tokenizer (one token per byte, ~260 tokens)."""
@@ -24,14 +36,11 @@ def build_tiny_model(
 
     tokenizer = build_tokenizer()
     settings = dict(
+        TINY_SHAPE,
         vocab_size=len(tokenizer),
         hidden_size=hidden,
         intermediate_size=2 * hidden,
         num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,

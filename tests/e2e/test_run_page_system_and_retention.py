@@ -16,7 +16,9 @@ import pytest
 import test_run_page
 from live_page import keep_screenshot
 from test_run_page import guard_hosts, sign_in, stopped_job
-from test_system_metrics import _fake_pynvml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core" / "monitor"))
+from test_system_metrics import _fake_pynvml  # noqa: E402
 
 from rft_core.monitor.system import GB
 

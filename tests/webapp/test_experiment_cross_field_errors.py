@@ -16,7 +16,7 @@ from webapp.experiments.schema_form import build_form, initial_post
 
 pytestmark = pytest.mark.django_db
 
-# the CLI's lines (tests/core/test_config_cross_field_errors.py has the same rules alone)
+# the CLI's lines (tests/core/config/test_config_cross_field_errors.py has the same rules alone)
 LENGTHS = (
     "max_prompt_tokens 100 + max_response_tokens 64 = 164 exceeds max_model_len 128; raise "
     "max_model_len or lower one of the two"

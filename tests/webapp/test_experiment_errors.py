@@ -18,7 +18,7 @@ from webapp.experiments.schema_form import build_form, initial_post
 pytestmark = pytest.mark.django_db
 
 DEMO_YAML = django_settings.RFT_DEMO_CONFIG.read_text()
-# the CLI's lines for these values (tests/core/test_config_all_errors.py)
+# the CLI's lines for these values (tests/core/config/test_config_all_errors.py)
 LR = "must be a number, got '3e-5x' (str)"
 TYPO = "unknown key 'batch_sise' (did you mean 'batch_size'?)"
 LR_FAST = "must be a number, got 'fast' (str)"

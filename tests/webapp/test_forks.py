@@ -1,7 +1,7 @@
 """Fork a run from a checkpoint (``webapp.checkpoints.forks``, ``/checkpoints/<id>/fork/``): the
 form holds the run's config resuming, a POST makes the user's queued run linked to its parent and
 audited, bad input is refused with every error by its path and nothing written, and the launch
-task links the checkpoint into the fork's own job dir. The real run of a fork: tests/core/test_fork.py
+task links the checkpoint into the fork's own job dir. The real run of a fork: tests/core/runtime/test_fork.py
 and tests/e2e/test_fork_and_evaluate.py."""
 
 from __future__ import annotations

@@ -16,15 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import AutoModelForCausalLM
 
+from rft_core.checkpoint.formats import fsdp, megatron, state_dict
 from rft_core.checkpoint.formats.lazy import LazyStateDict
 from rft_core.errors import ConvertError
 
 
 def detect_format(actor_dir: Path) -> str | None:
     """``fsdp``, ``megatron``, ``safetensors``, or None when no supported weights are there."""
-    from rft_core.checkpoint.formats import fsdp, megatron, state_dict
-
     for name, module in (("fsdp", fsdp), ("megatron", megatron), ("safetensors", state_dict)):
         if module.matches(actor_dir):
             return name
@@ -33,8 +33,6 @@ def detect_format(actor_dir: Path) -> str | None:
 
 def open_actor_weights(actor_dir: Path, hf_config: Any) -> LazyStateDict:
     """The actor's weights in Hugging Face naming, whatever layout they were saved in."""
-    from rft_core.checkpoint.formats import fsdp, megatron, state_dict
-
     actor_dir = Path(actor_dir)
     fmt = detect_format(actor_dir)
     if fmt == "fsdp":
@@ -59,8 +57,6 @@ def check_against_architecture(weights: LazyStateDict, hf_config: Any, where: Pa
     """Compare names and shapes with the model that ``hf_config`` describes (built on the meta
     device: no memory, no time). Raises ConvertError listing what does not match. Models
     transformers cannot build from the config alone are not checked."""
-    from transformers import AutoModelForCausalLM
-
     try:
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(hf_config)

@@ -87,7 +87,7 @@ def _load_rank(path: Path) -> dict[str, Tensor]:
     return {k: v for k, v in sd.items() if not k.endswith("_extra_state")}
 
 
-def open_weights(actor_dir: Path, cfg: Any) -> LazyStateDict:
+def open_weights(actor_dir: Path, hf_config: Any) -> LazyStateDict:
     dirs = _rank_dirs(actor_dir)
     tp = 1 + max(t for t, _ in dirs)
     pp = 1 + max(p for _, p in dirs)
@@ -100,14 +100,14 @@ def open_weights(actor_dir: Path, cfg: Any) -> LazyStateDict:
     # stages[p][t] = state dict of tensor rank t in pipeline stage p
     stages = [[_load_rank(dirs[(t, p)]) for t in range(tp)] for p in range(pp)]
 
-    n_heads = cfg.num_attention_heads
-    n_groups = getattr(cfg, "num_key_value_heads", None) or n_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads
+    n_heads = hf_config.num_attention_heads
+    n_groups = getattr(hf_config, "num_key_value_heads", None) or n_heads
+    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // n_heads
     if n_groups % tp:
         raise ConvertError(
             f"{actor_dir}: {n_groups} key/value heads cannot be split over tensor-parallel size {tp}"
         )
-    vocab = cfg.vocab_size
+    vocab = hf_config.vocab_size
 
     recipes: dict[str, tuple[TensorSpec, Callable[[], Tensor]]] = {}
 

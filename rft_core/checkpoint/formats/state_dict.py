@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
 from safetensors import SafetensorError, safe_open
 
 from rft_core.checkpoint.formats.lazy import LazyStateDict, TensorSpec
@@ -31,8 +32,6 @@ def _files(actor_dir: Path) -> list[Path]:
 
 
 def open_weights(actor_dir: Path) -> LazyStateDict:
-    import torch
-
     handles = {}
     specs = {}
     for path in _files(actor_dir):

@@ -1,0 +1,78 @@
+"""Checkpoint retention in a real run: the demo config (``examples/demo/grpo_demo.yaml``:
+SFT warmup then GRPO, CPU, the tiny demo model) shortened, saving every 2 trainer steps with the
+demo's retention (``max_checkpoints_to_keep: 1`` and the best by held-out accuracy), ends with
+the newest checkpoint of each stage plus the RFT stage's best on disk, and a job dir under the
+150 MB the demo promises (a full demo run keeps the same checkpoints: one a stage + the best)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import test_orchestration
+import yaml
+
+from rft_core.checkpoint.layout import dir_size, full_checkpoints, latest_checkpoint_step
+from rft_core.config import load_config_from_dict
+from rft_core.runtime.launcher import run_experiment
+
+ROOT = Path(__file__).resolve().parents[3]
+METRIC = "eval/arithmetic-eval/accuracy/mean@1"
+
+demo = test_orchestration.demo
+local_ray = test_orchestration.local_ray
+
+
+def _expected_best(stage_dir: Path, saved: set[int]) -> int | None:
+    """The saved step with the highest eval accuracy, the earlier one on a tie (worked out
+    here from the explorer's metrics file, independently of the pruning code)."""
+    best = None
+    for line in (stage_dir / "monitor" / "explorer_metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if METRIC in row and row["step"] in saved:
+            key = (-row[METRIC], row["step"])
+            best = key if best is None or key < best else best
+    return None if best is None else best[1]
+
+
+@pytest.mark.slow
+def test_a_demo_run_ends_with_the_retained_checkpoints_only(demo, local_ray, tmp_path, monkeypatch):
+    monkeypatch.setenv("RFT_DEMO_DIR", str(demo.root))
+    monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path))
+    d = yaml.safe_load((ROOT / "examples" / "demo" / "grpo_demo.yaml").read_text())
+    assert d["trainer"]["max_checkpoints_to_keep"] == 1  # the demo's own retention
+    assert d["trainer"]["best_checkpoint_metric"] == METRIC
+    d["trainer"]["save_interval"] = 2
+    d["stages"][0]["buffer"]["total_steps"] = 6
+    d["stages"][0]["buffer"]["train_batch_size"] = 8
+    d["buffer"].update(total_steps=6, batch_size=2)
+    d["algorithm"]["repeat_times"] = 2
+    d["model"]["max_response_tokens"] = 8
+    d["explorer"]["eval_interval"] = 2
+    results = run_experiment(load_config_from_dict(d))
+    job = Path(results.last.job_dir).parent
+    sft, rft = job / "sft_warmup", job / "rft"
+
+    # SFT: saved at 2, 4, 6; no eval in a train-only stage: the newest only
+    assert [s for s, _ in full_checkpoints(sft)] == [6]
+    # RFT: saved at 2, 4, 6; the newest and the best by held-out accuracy
+    best = _expected_best(rft, {2, 4, 6})
+    assert best is not None
+    assert [s for s, _ in full_checkpoints(rft)] == sorted({6, best})
+    assert latest_checkpoint_step(rft) == 6 and latest_checkpoint_step(sft) == 6
+    # the trainer's log names what it pruned
+    log = (rft / "log" / "trainer.log").read_text()
+    assert "pruned global_step_" in log
+    # and each step's line (what the run page's log shows between checkpoints and evals)
+    assert "trainer step 6: " in log and "actor/pg_loss=" in log
+    assert "explorer step 6: rollout/reward/mean=" in (rft / "log" / "explorer.log").read_text()
+    total = dir_size(job)
+    sizes = {
+        f"{stage.name}/global_step_{s}": dir_size(p)
+        for stage in (sft, rft)
+        for s, p in full_checkpoints(stage)
+    }
+    print(f"job dir {total / 2**20:.1f} MiB; checkpoints (MiB):",
+          {k: round(v / 2**20, 1) for k, v in sizes.items()})  # fmt: skip
+    assert total < 150 * 2**20
