@@ -3,12 +3,13 @@
 ``metric_points`` gives every point of a run as ``Points`` (columns, pyarrow arrays), name by
 name in the order the points came in (the ``metric_run_name_seq`` index), CHUNK points at a
 time. On SQLite the rows come through ``sqlite3``, whose price is the Python objects of a row
-(~0.4 µs a row for three numbers, more than SQLite's own reading): a point's name, role and
-stage would be three more strings a row, so each name is read on its own (one index seek finds
-the next name and its first point), and its points send role and stage as NULL where they are
-that first point's. On PostgreSQL the server writes the points as CSV (``COPY``, with floats in
-its shortest exact form, ``extra_float_digits`` 1) and Arrow's CSV reader makes the columns
-(its float parser rounds exactly): no row passes through Python.
+(~0.45 µs a row for three numbers, more than SQLite's own reading; each further column ~0.07
+µs): a point's name, role and stage would be three more strings a row, so each name is read on
+its own (one index seek finds the next name and its first point), and role and stage are read
+again only for the points whose role or stage is not that first point's. On PostgreSQL the
+server writes the points as CSV (``COPY``, floats in its shortest exact form: the default
+``extra_float_digits`` 1) and Arrow's CSV reader makes the columns (its float parser rounds
+exactly): no row passes through Python.
 
 ``copy_rows`` streams a COPY's output: psycopg's ``Copy`` iterator costs a few microseconds of
 Python a message (one message a row), more than the server's own work on 100k rows, so the
@@ -22,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 from django.db import DatabaseError, connection
@@ -33,8 +35,7 @@ CHUNK = 20_000  # points per fetch on SQLite
 COPY_PIECE = 256 * 1024  # bytes of COPY output per piece
 COPY_BLOCK = 1 << 20  # bytes of COPY output Arrow parses at a time (PostgreSQL's points)
 POINT_TYPE = pa.struct(
-    [("step", pa.int64()), ("wall_time", pa.float64()), ("value", pa.float64()),
-     ("other", pa.string())]
+    [("step", pa.int64()), ("wall_time", pa.float64()), ("value", pa.float64())]
 )  # fmt: skip
 COPY_TYPES = {
     "name": pa.string(), "role": pa.string(), "stage": pa.string(),
@@ -64,45 +65,63 @@ def metric_points(run: Run) -> Iterator[Points]:
 
 
 def named_points(run: Run) -> Iterator[Points]:
-    """``metric_points`` a name at a time (any database; the one SQLite uses). Each name is one
-    statement, so one consistent read; a name that appears meanwhile is in the next download."""
+    """``metric_points`` a name at a time (any database; the one SQLite uses).
+
+    A point whose role or stage is not its name's first point's comes with its wall time
+    NULL (a wall time is never NULL), and a second read of the name gives the wall time, role
+    and stage of those points, in the same order: points only come after the ones there are
+    (ids grow), so both reads see the same ones. A name that appears meanwhile is in the
+    next download."""
     table = connection.ops.quote_name(MetricPoint._meta.db_table)
     first_point = (
         f"SELECT name, role, stage FROM {table} WHERE run_id = %s AND name {{}} %s"
         " ORDER BY name, id LIMIT 1"
     )
-    # length-prefixed ("7:trainergrpo"): one text, whatever characters role and stage hold
     points = (
-        "SELECT step, wall_time, value, CASE WHEN role = %s AND stage = %s THEN NULL"
-        " ELSE CAST(LENGTH(role) AS TEXT) || ':' || role || stage END"
+        "SELECT step, CASE WHEN role = %s AND stage = %s THEN wall_time END, value"
         f" FROM {table} WHERE run_id = %s AND name = %s ORDER BY id"
+    )
+    others = (
+        f"SELECT wall_time, role, stage FROM {table} WHERE run_id = %s AND name = %s"
+        " AND NOT (role = %s AND stage = %s) ORDER BY id"
     )
     after, name = ">=", ""
     while True:
-        with connection.cursor() as cursor:
+        with connection.cursor() as cursor, connection.cursor() as other_cursor:
             cursor.execute(first_point.format(after), [run.pk, name])
             if (first := cursor.fetchone()) is None:
                 return
             name, role, stage = first
             cursor.execute(points, [role, stage, run.pk, name])
+            other_read = False
             while rows := cursor.fetchmany(CHUNK):
-                yield _points(name, role, stage, pa.array(rows, type=POINT_TYPE))
+                step, wall_time, value = pa.array(rows, type=POINT_TYPE).flatten()
+                if not wall_time.null_count:
+                    yield Points(name, role, stage, step, wall_time, value)
+                    continue
+                if not other_read:
+                    other_cursor.execute(others, [run.pk, name, role, stage])
+                    other_read = True
+                other = other_cursor.fetchmany(wall_time.null_count)
+                yield _with_others(name, role, stage, step, wall_time, value, other)
         after = ">"
 
 
-def _points(name: str, role: str, stage: str, columns: pa.StructArray) -> Points:
-    step, wall_time, value, other = (columns.field(i) for i in range(4))
-    if other.null_count < len(other):  # another role or stage within the name
-        roles, stages = [], []
-        for text in other.to_pylist():
-            if text is None:
-                roles.append(role), stages.append(stage)
-            else:
-                length, rest = text.split(":", 1)
-                roles.append(rest[: int(length)]), stages.append(rest[int(length) :])
-        return Points(name, pa.array(roles, pa.string()), pa.array(stages, pa.string()),
-                      step, wall_time, value)  # fmt: skip
-    return Points(name, role, stage, step, wall_time, value)
+def _with_others(name: str, role: str, stage: str, step: pa.Array, wall_time: pa.Array,
+                 value: pa.Array, other: list[tuple]) -> Points:  # fmt: skip
+    """Points with the wall time, role and stage of those whose wall time is NULL from
+    ``other`` (their rows of ``(wall_time, role, stage)``, in order)."""
+    differs = wall_time.is_null().to_numpy(zero_copy_only=False)
+    if len(other) != differs.sum():
+        raise DatabaseError("metrics: a name's points changed while they were read")
+    walls = wall_time.to_numpy(zero_copy_only=False).copy()
+    walls[differs] = [row[0] for row in other]
+    roles = np.full(len(walls), role, dtype=object)
+    stages = np.full(len(walls), stage, dtype=object)
+    roles[differs] = [row[1] for row in other]
+    stages[differs] = [row[2] for row in other]
+    return Points(name, pa.array(roles, pa.string()), pa.array(stages, pa.string()),
+                  step, pa.array(walls, pa.float64()), value)  # fmt: skip
 
 
 def points_query(run: Run, columns: str) -> str:
