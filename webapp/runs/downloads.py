@@ -21,7 +21,7 @@ in its shortest exact form; PostgreSQL writes an integral float without ``.0``).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -79,6 +79,18 @@ def series_runs(points: Points, *keys: str) -> list[tuple[int, int, tuple]]:
     ]
 
 
+def run_texts(
+    runs: list[tuple[int, int, tuple]], text_of: Callable[[tuple], str]
+) -> str | pa.Array:
+    """Each point's text, ``text_of`` its run's values (``series_runs``): one ``str`` where a
+    single run covers the piece."""
+    if len(runs) == 1:
+        return text_of(runs[0][2])
+    texts = pa.array([text_of(values) for *_, values in runs], pa.string())
+    counts = [end - start for start, end, _ in runs]
+    return pc.take(texts, np.repeat(np.arange(len(runs)), counts))
+
+
 def csv_chunks(points: Iterable[Points]) -> Iterator[bytes]:
     """The CSV text of ``points``: a header, then pieces of whole lines.
 
@@ -94,13 +106,7 @@ def csv_chunks(points: Iterable[Points]) -> Iterator[bytes]:
         return text
 
     def lines(piece: Points) -> bytes:
-        runs = series_runs(piece, "name", "role", "stage")
-        if len(runs) == 1:
-            prefix_texts = prefix(runs[0][2])
-        else:
-            counts = [end - start for start, end, _ in runs]
-            prefix_texts = pa.array([prefix(series) for *_, series in runs], pa.string())
-            prefix_texts = pc.take(prefix_texts, np.repeat(np.arange(len(runs)), counts))
+        prefix_texts = run_texts(series_runs(piece, "name", "role", "stage"), prefix)
         step = filled(int_texts(piece.step), "")
         value = filled(float_texts(piece.value), "")
         wall_time = float_texts(piece.wall_time)
@@ -141,13 +147,7 @@ def json_chunks(run: Run, points: Iterable[Points]) -> Iterator[bytes]:
 
     def pieces(piece: Points) -> Iterator[bytes]:
         nonlocal current
-        stage_runs = series_runs(piece, "stage")
-        if len(stage_runs) == 1:
-            stage = json.dumps(stage_runs[0][2][0])
-        else:
-            counts = [end - start for start, end, _ in stage_runs]
-            stages = pa.array([json.dumps(s) for *_, (s,) in stage_runs], pa.string())
-            stage = pc.take(stages, np.repeat(np.arange(len(stage_runs)), counts))
+        stage = run_texts(series_runs(piece, "stage"), lambda values: json.dumps(values[0]))
         step = filled(int_texts(piece.step), "null")
         value = filled(float_texts(piece.value), "null")
         fields = concat(step, stage, float_texts(piece.wall_time), value, separator=", ")
