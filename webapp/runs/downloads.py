@@ -32,7 +32,7 @@ from django.views.decorators.http import require_GET
 
 from webapp.accounts.access import authorize_hidden
 from webapp.audit.record import Actor
-from webapp.runs.metric_reads import Points, copy_rows, metric_points, points_query
+from webapp.runs.metric_reads import Points, copy_rows, metric_points, points_copy
 from webapp.runs.metric_text import concat, float_texts, int_texts, joined_bytes
 from webapp.runs.models import Run
 
@@ -129,8 +129,7 @@ def copy_csv_chunks(run: Run) -> Iterator[bytes]:
     comes (``copy_rows``); an empty text is written as an empty field (``NULLIF``), as
     ``csv_chunks`` does, and floats in PostgreSQL's shortest exact form."""
     columns = "name, NULLIF(role, ''), NULLIF(stage, ''), step, wall_time, value"
-    query = f"COPY ({points_query(run, columns)}) TO STDOUT WITH (FORMAT csv)"
-    return copy_rows(query, header=(",".join(CSV_COLUMNS) + "\n").encode())
+    return copy_rows(points_copy(run, columns), header=(",".join(CSV_COLUMNS) + "\n").encode())
 
 
 def json_chunks(run: Run, points: Iterable[Points]) -> Iterator[bytes]:

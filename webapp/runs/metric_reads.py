@@ -124,11 +124,21 @@ def _with_others(name: str, role: str, stage: str, step: pa.Array, wall_time: pa
                   step, pa.array(walls, pa.float64()), value)  # fmt: skip
 
 
-def points_query(run: Run, columns: str) -> str:
-    """The SELECT of ``run``'s points in download order, for a COPY."""
-    return (
+def points_copy(run: Run, columns: str) -> str:
+    """The COPY of ``run``'s points in download order, as CSV.
+
+    The order is the ``metric_run_name_seq`` index's. The planner rates that index's heap
+    reads as random (a run's names interleave) and, at 1M points, would rather sort the run's
+    100k rows by name in the database's collation, spilled to disk: ~200 ms of the server's
+    time against ~40 ms for the index scan. So sorting is off for this COPY alone: ``SET
+    LOCAL`` in the same query string (one transaction), ``RESET`` after it."""
+    select = (
         f"SELECT {columns} FROM {MetricPoint._meta.db_table}"
         f" WHERE run_id = {int(run.pk)} ORDER BY name, id"
+    )
+    return (
+        f"SET LOCAL enable_sort = off; COPY ({select}) TO STDOUT WITH (FORMAT csv);"
+        " RESET enable_sort"
     )
 
 
@@ -137,7 +147,7 @@ def copy_points(run: Run) -> Iterator[Points]:
     piece of COPY_BLOCK bytes at a time (a piece holds whole rows: COPY sends a row a
     message). An empty text is written quoted (``""``) and read back as itself; only a
     missing number is an empty field (null)."""
-    query = f"COPY ({points_query(run, ', '.join(COPY_TYPES))}) TO STDOUT WITH (FORMAT csv)"
+    query = points_copy(run, ", ".join(COPY_TYPES))
     read_options = pa_csv.ReadOptions(
         column_names=list(COPY_TYPES), block_size=2 * COPY_BLOCK, use_threads=False
     )
@@ -154,13 +164,16 @@ def copy_points(run: Run) -> Iterator[Points]:
 
 
 def copy_rows(query: str, header: bytes = b"", piece_size: int = COPY_PIECE) -> Iterator[bytes]:
-    """The output of the COPY ``query`` (``... TO STDOUT``) after ``header``, in pieces of
-    whole rows, ``piece_size`` bytes or a row more (the last may be shorter, or empty)."""
+    """The output of the COPY in ``query`` (``... TO STDOUT``; commands before and after it
+    in the same string run too) after ``header``, in pieces of whole rows, ``piece_size``
+    bytes or a row more (the last may be shorter, or empty)."""
     connection.ensure_connection()  # Django's connections are per thread: no other user
     pgconn = connection.connection.pgconn  # psycopg's libpq connection
     piece = bytearray(header)
     pgconn.send_query(query.encode())
     result = pgconn.get_result()
+    while result is not None and result.status == pq.ExecStatus.COMMAND_OK:  # a SET before
+        result = pgconn.get_result()
     if result is None or result.status != pq.ExecStatus.COPY_OUT:
         error = result.error_message.decode(errors="replace") if result else "no result"
         _drain_results(pgconn)
