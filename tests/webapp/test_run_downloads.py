@@ -10,6 +10,7 @@ import io
 import json
 import tarfile
 
+import pyarrow as pa
 import pytest
 import redis
 from api_helpers import make_experiment, make_run, make_user, session_client
@@ -19,6 +20,7 @@ from webapp.audit.models import AuditEvent
 from webapp.checkpoints.archive import MEMBER_CHUNK
 from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.runs.downloads import csv_chunks
+from webapp.runs.metric_reads import Points
 from webapp.runs.models import MetricPoint
 from workers.ingestor import Ingestor
 
@@ -100,12 +102,20 @@ def test_the_metrics_json_holds_every_series(ingested, alice):
 
 
 def test_a_run_without_metrics_gives_the_csv_header_alone():
-    assert "".join(csv_chunks(iter([]))) == "name,role,stage,step,wall_time,value\n"
+    assert b"".join(csv_chunks(iter([]))) == b"name,role,stage,step,wall_time,value\n"
+
+
+def _points(name, role, stage, step, wall_time, value) -> Points:
+    """One point as the columns the writers take."""
+    return Points(
+        name, role, stage, pa.array([step], pa.int64()), pa.array([wall_time], pa.float64()),
+        pa.array([value], pa.float64()),
+    )  # fmt: skip
 
 
 def test_csv_fields_with_commas_quotes_and_missing_values_read_back():
     rows = [('loss, "total"', "trainer", "", None, 1.5, None), ("a", "", "grpo", 3, 2.0, -0.25)]
-    text = "".join(csv_chunks(iter(rows)))
+    text = b"".join(csv_chunks(_points(*row) for row in rows)).decode()
     read = list(csv.reader(io.StringIO(text)))[1:]
     assert read == [['loss, "total"', "trainer", "", "", "1.5", ""], ["a", "", "grpo", "3", "2.0", "-0.25"]]  # fmt: skip
 
