@@ -19,16 +19,22 @@ sends it. The template shows each answer's ``{answers}`` field (the text of the 
 model reads one token per character, and four full responses would quadruple the judge's
 training cost. The judge's reply, for ``What is 37 + 48?`` and answers 85, 75, 85, none::
 
-    7+8=15 3+4+1=8 85 1:85=1 2:75=0 3:85=1 4:-=0 [1, 0, 1, 0]
+    7+8=15 3+4+1=8 85 1:85/85=1 2:75/85=0 3:85/85=1 4:-/85=0 [1, 0, 1, 0]
 
 — the same digit-wise steps the policy's warmup uses (without them the model does not learn
-2-digit addition in minutes), the sum, then each answer copied beside its call (``i:answer=0/1``),
-then the list ``ruler.py`` parses (the reply's last ``[...]``). The copies keep each comparison
-local: the answer being called stands next to the sum. The earlier reply, the sum then the bare
-list (``85 [1, 0, 1, 0]``), made the model match list position i to prompt line i and compare it
-with the sum 30 tokens away in one step; after 300 steps it had learned the format, not the
-comparison (its calls matched the truth on 66% of answers drawn like its training mix and 48%,
-chance, on half-right policy-like sets).
+2-digit addition in minutes), the sum, then each answer copied beside the sum and its call
+(``i:answer/sum=0/1``), then the list ``ruler.py`` parses (the reply's last ``[...]``). Copying
+the sum again next to each answer puts the two numbers compared side by side: the call compares
+adjacent characters, not an answer with a sum 10-30 tokens back.
+
+How the recipe was found (2026-12-05, a sweep on the lent H200, greedy, held-out questions,
+policy-like groups; the figure a run logs as ``rollout/judge_agreement/mean``): the first reply
+(the sum, then the bare list) reached 0.48 after 300 steps at lr 2e-3; each answer copied beside
+its call (``1:85=1``), 0.50-0.56 after 300-1000 steps at lr 3e-3, the calls following the judge's
+own sum only 60-70% of the time; the sum copied beside each answer too, 0.64 after 1000 steps at
+lr 3e-3. The learning rate was the main fault: at lr 1e-3 the same 1000 steps gave 0.96 (0.94
+with another seed) and 0.98 with 50 warm-up steps, against 0.79 after 500 steps and 0.92 after
+800; 64 x 500 steps gave 0.90; six layers did worse than four.
 
 Training (:func:`train_judge`): the demo model's random initialisation (seed of the demo), then
 :data:`JUDGE_STEPS` AdamW steps of :data:`JUDGE_BATCH` generated groups (loss on the reply only,
@@ -74,16 +80,16 @@ if TYPE_CHECKING:  # rft_core.demo imports this module
 # `{answers}`: one "i: answer" line per response (rft_core.workflows.ruler). Short on purpose.
 JUDGE_PROMPT = "{question}\n{answers}\nScores:"
 GROUP_SIZE = 4  # the demo config's repeat_times
-JUDGE_STEPS = 300
+JUDGE_STEPS = 1000
 JUDGE_BATCH = 32
-JUDGE_LR = 3e-3
-JUDGE_WARMUP = 20
+JUDGE_LR = 1e-3
+JUDGE_WARMUP = 50
 # bump when the reply format or the training changes: `init-demo --judge` retrains an older judge
-JUDGE_RECIPE = 2
+JUDGE_RECIPE = 3
 JUDGE_STAMP = "judge.json"  # in the judge dir: {"recipe": JUDGE_RECIPE}
-# the reply: at most 61 characters for the demo's answers (3 digits at most), 105 for four
-# answers of final_answer's 12 characters, plus <|im_end|>; the demo config gives the judge 112
-JUDGE_MAX_RESPONSE_TOKENS = 112
+# the reply: at most 77 characters for the demo's answers (3 digits at most), 121 for four
+# answers of final_answer's 12 characters, plus <|im_end|>; the demo config gives the judge 128
+JUDGE_MAX_RESPONSE_TOKENS = 128
 
 
 def judge_is_current(judge_dir: Path) -> bool:
@@ -95,18 +101,16 @@ def judge_is_current(judge_dir: Path) -> bool:
 
 
 def judge_reply(problem: Problem, answers: list[str]) -> str:
-    """What a correct judge writes: the digit-wise sum, the sum, each answer copied beside its
-    0/1 (``i:answer=score``: the comparison sits next to the sum, not 30 tokens away), then the
+    """What a correct judge writes: the digit-wise sum, the sum, each answer copied beside the sum
+    and its 0/1 (``i:answer/sum=score``: the two numbers compared stand side by side), then the
     list of scores ``ruler.py`` parses (the reply's last ``[...]``)."""
     (a1, a0), (b1, b0), c = divmod(problem.a, 10), divmod(problem.b, 10), problem.carry
-    marks = ["1" if a == str(problem.result) else "0" for a in answers]
+    total = str(problem.result)
+    marks = ["1" if a == total else "0" for a in answers]
     calls = " ".join(
-        f"{i + 1}:{a}={m}" for i, (a, m) in enumerate(zip(answers, marks, strict=True))
+        f"{i + 1}:{a}/{total}={m}" for i, (a, m) in enumerate(zip(answers, marks, strict=True))
     )
-    return (
-        f"{a0}+{b0}={a0 + b0} {a1}+{b1}+{c}={a1 + b1 + c} {problem.result} {calls} "
-        f"[{', '.join(marks)}]"
-    )
+    return f"{a0}+{b0}={a0 + b0} {a1}+{b1}+{c}={a1 + b1 + c} {total} {calls} [{', '.join(marks)}]"
 
 
 def candidate_answer(problem: Problem, rng: random.Random) -> str:

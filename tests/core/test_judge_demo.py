@@ -17,9 +17,11 @@ from rft_core.workflows.ruler import final_answer, parse_ruler_scores, ruler_mes
 def test_a_correct_judge_scores_the_computed_sum_by_hand():
     # 37 + 48: ones 7+8=15 carry 1, tens 3+4+1=8 -> 85; 75 drops the carry, "-" is no answer
     reply = judge_reply(Problem(37, 48), ["85", "75", "85", "-"])
-    assert reply == "7+8=15 3+4+1=8 85 1:85=1 2:75=0 3:85=1 4:-=0 [1, 0, 1, 0]"
+    assert reply == "7+8=15 3+4+1=8 85 1:85/85=1 2:75/85=0 3:85/85=1 4:-/85=0 [1, 0, 1, 0]"
     assert parse_ruler_scores(reply, 4) == [1.0, 0.0, 1.0, 0.0]
-    assert judge_reply(Problem(20, 31), ["51", "15"]) == "0+1=1 2+3+0=5 51 1:51=1 2:15=0 [1, 0]"
+    assert (
+        judge_reply(Problem(20, 31), ["51", "15"]) == "0+1=1 2+3+0=5 51 1:51/51=1 2:15/51=0 [1, 0]"
+    )
 
 
 def test_the_judge_reads_only_each_answers_final_answer():
