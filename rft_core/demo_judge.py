@@ -148,16 +148,24 @@ def policy_like_answer(problem: Problem, rng: random.Random) -> str:
     return "-"
 
 
-def judge_rows(problems: list[Problem], count: int, seed: int) -> list[dict]:
-    """``count`` judge training rows: messages (the judge's conversation, then its reply)."""
+def judge_rows(
+    problems: list[Problem],
+    count: int,
+    seed: int,
+    *,
+    reply_of: Callable[[Problem, list[str]], str] = judge_reply,
+    draw: Callable[[Problem, random.Random], str] = candidate_answer,
+) -> list[dict]:
+    """``count`` judge training rows: messages (the judge's conversation, then its reply).
+    ``reply_of`` / ``draw``: another reply format or answer mix (``benchmarks/demo_judge_sweep.py``)."""
     rng = random.Random(f"judge-{seed}")
     rows = []
     for _ in range(count):
         problem = rng.choice(problems)
-        answers = [candidate_answer(problem, rng) for _ in range(GROUP_SIZE)]
+        answers = [draw(problem, rng) for _ in range(GROUP_SIZE)]
         responses = [f"<answer>{a}</answer>" if a != "-" else "" for a in answers]
         messages = ruler_messages(problem.question, responses, prompt=JUDGE_PROMPT)
-        reply = judge_reply(problem, answers)
+        reply = reply_of(problem, answers)
         rows.append({"messages": [*messages, {"role": "assistant", "content": reply}]})
     return rows
 
@@ -177,20 +185,39 @@ def train_judge(
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, seed)
     rows = judge_rows(problems, JUDGE_STEPS * JUDGE_BATCH, seed)
+    fit_judge(model, tokenizer, [row["messages"] for row in rows], seed=seed)
+    model.eval()
+    save_model(directory, model, tokenizer)
+
+
+def fit_judge(
+    model: Any,
+    tokenizer: Any,
+    conversations: list[list[dict]],
+    *,
+    seed: int,
+    steps: int = JUDGE_STEPS,
+    batch_size: int = JUDGE_BATCH,
+    lr: float = JUDGE_LR,
+    warmup: int = JUDGE_WARMUP,
+) -> float:
+    """AdamW on ``conversations`` (each ends with the judge's reply; the loss is on the reply
+    only), ``batch_size`` of them a step in order, the learning rate warmed up over ``warmup``
+    steps then cosine to zero, on ``model``'s device. Returns the last step's loss. The recipe's
+    defaults are :func:`train_judge`'s; ``benchmarks/demo_judge_sweep.py`` tries others."""
     pad = tokenizer.pad_token_id
-    examples = [_encode(tokenizer, row["messages"]) for row in rows]
+    device = model.device
+    examples = [_encode(tokenizer, messages) for messages in conversations]
+    loss = torch.zeros(())
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=JUDGE_LR, weight_decay=0.0)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
         model.train()
-        for step in range(JUDGE_STEPS):
-            lr = JUDGE_LR * min(
-                (step + 1) / JUDGE_WARMUP,
-                0.5 * (1 + math.cos(math.pi * step / JUDGE_STEPS)),
-            )
+        for step in range(steps):
+            rate = lr * min((step + 1) / warmup, 0.5 * (1 + math.cos(math.pi * step / steps)))
             for group in optimizer.param_groups:
-                group["lr"] = lr
-            batch = examples[step * JUDGE_BATCH : (step + 1) * JUDGE_BATCH]
+                group["lr"] = rate
+            batch = examples[step * batch_size : (step + 1) * batch_size]
             width = max(len(ids) for ids, _ in batch)
             input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
             labels = torch.full((len(batch), width), -100, dtype=torch.long)
@@ -199,13 +226,17 @@ def train_judge(
                 input_ids[i, : len(ids)] = torch.tensor(ids)
                 labels[i, start : len(ids)] = torch.tensor(ids[start:])
                 attention[i, : len(ids)] = 1
-            loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+            loss = model(
+                input_ids=input_ids.to(device),
+                attention_mask=attention.to(device),
+                labels=labels.to(device),
+            ).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
     model.eval()
-    save_model(directory, model, tokenizer)
+    return float(loss.item())
 
 
 def _encode(tokenizer, messages: list[dict]) -> tuple[list[int], int]:
@@ -229,9 +260,10 @@ def measure_judge(
 ) -> dict[str, float]:
     """Greedy replies of the judge to ``groups`` groups of :data:`GROUP_SIZE` answers (``draw``:
     :func:`policy_like_answer` unless given) on questions drawn from ``problems`` (held-out ones
-    for a fair check): ``parsed`` (share of replies ``parse_ruler_scores`` reads) and
+    for a fair check): ``parsed`` (share of replies ``parse_ruler_scores`` reads),
     ``agreement`` (share of answers, over all groups, whose call - score >= 0.5 - matches the
-    truth; a reply that does not parse counts as wrong on all its answers)."""
+    truth; a reply that does not parse counts as wrong on all its answers) and ``sum_right``
+    (share of replies whose sum, the third word, is the truth)."""
 
     rng = random.Random(f"judge-check-{seed}")
     drawn = []
@@ -257,14 +289,20 @@ def measure_judge(
         tokenizer.padding_side = side
     model.eval()
     with torch.no_grad():
+        batch = batch.to(model.device)
         out = model.generate(**batch, max_new_tokens=JUDGE_MAX_RESPONSE_TOKENS, do_sample=False)
-    parsed = agreed = 0
+    parsed = agreed = sums = 0
     for (problem, answers), row in zip(drawn, out, strict=True):
         reply = tokenizer.decode(row[batch["input_ids"].shape[1] :], skip_special_tokens=True)
+        sums += reply.split(" ")[2:3] == [str(problem.result)]  # the reply's own sum
         scores = parse_ruler_scores(reply, GROUP_SIZE)
         if scores is None:
             continue
         parsed += 1
         right = str(problem.result)
         agreed += sum((x >= 0.5) == (a == right) for a, x in zip(answers, scores, strict=True))
-    return {"parsed": parsed / groups, "agreement": agreed / (groups * GROUP_SIZE)}
+    return {
+        "parsed": parsed / groups,
+        "agreement": agreed / (groups * GROUP_SIZE),
+        "sum_right": sums / groups,
+    }
