@@ -1,4 +1,4 @@
-"""The schema-driven experiment form (webapp/experiments/schema_form.py): YAML -> form -> YAML
+"""The schema-driven experiment form (webapp/experiments/form_build.py, form_merge.py): YAML -> form -> YAML
 keeps the meaning of every example and Trinity-RFT config; a posted form merges onto the
 original mapping (unchanged fields keep their text, defaults are not added); lists and stages
 are edited by position; errors land beside their field.
@@ -17,13 +17,9 @@ from rft_core.config import config_to_dict, load_config_from_dict
 from rft_core.errors import ConfigError
 from webapp.errors import ActionError
 from webapp.experiments.config_policy import canonical_yaml, parse_yaml
-from webapp.experiments.schema_form import (
-    attach_errors,
-    build_form,
-    field_for_path,
-    initial_post,
-    merge_form,
-)
+from webapp.experiments.form_build import attach_errors, build_form
+from webapp.experiments.form_merge import initial_post, merge_form
+from webapp.experiments.form_values import field_for_path
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = sorted((ROOT / "examples").rglob("*.yaml")) + sorted(

@@ -19,8 +19,9 @@ from webapp.audit.models import AuditEvent
 from webapp.audit.record import Actor
 from webapp.errors import ActionError
 from webapp.experiments import actions
+from webapp.experiments.form_build import build_form
+from webapp.experiments.form_merge import initial_post
 from webapp.experiments.models import Experiment, ExperimentVersion, Tag
-from webapp.experiments.schema_form import build_form, initial_post
 from webapp.runs.models import Run, RunStatus
 
 pytestmark = pytest.mark.django_db
