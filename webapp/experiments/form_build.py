@@ -15,9 +15,11 @@ control holding the value as text (numbers as text, so ``${oc.env:...}`` fits an
   ``<list>[i].__origin__``, the index it had in the original mapping (or ``new``);
 - stages: each stage's ``stage_name``, ``mode`` and its section overrides as the same fields
   as the main form's (``stages[0].buffer.total_steps``; a stage section replaces the global one
-  wholesale, so an empty section inherits it), lists of sections left out; beside them a raw
-  YAML box per section (``stages[0].buffer``) holding the keys that have no field there (the
-  stage's tasksets, keys the form leaves out). The box merges into the section, key by key.
+  wholesale, so an empty section inherits it); the stage's taskset lists as lists of the same
+  fields (``stages[0].buffer.explorer_input.eval_tasksets[1].path``; their empty item's index is
+  ``__j__``, the stage's own ``__i__``); beside them a raw YAML box per section
+  (``stages[0].buffer``) holding the keys that have no field there (the explorer's auxiliary
+  models, keys the form leaves out). The box merges into the section, key by key.
 
 Left out of the form but preserved in the YAML: ``x-unimplemented`` fields, ``x-deprecated``
 spellings, ``stage_name`` (set per stage by the engine), ``project`` and ``name`` (the
@@ -46,6 +48,7 @@ from webapp.experiments.form_model import (
     ListBlock,
     ListItem,
     Section,
+    group_blocks,
     group_fields,
     list_blocks,
 )
@@ -122,7 +125,7 @@ def _show_when(name: str, prop: dict[str, Any]) -> dict[str, list[str]] | None:
 
 def _with_indices(path: str, name: str) -> str:
     """Schema ``path`` with each ``[]`` that ``name`` shares the prefix of filled by name's index."""
-    for index in re.findall(r"\[(\d+|__i__)\]", name):
+    for index in re.findall(r"\[(\d+|__i__|__j__)\]", name):
         head, sep, _ = path.partition("[]")
         if not sep or not name.startswith(head + f"[{index}]"):
             break
@@ -217,16 +220,17 @@ def _item_group(name: str, spath: str, prop: dict[str, Any], data: Any, index: s
         sname = f"{item_prefix}{section}"
         sub = _build_group(
             items["properties"][section], f"{sname}.", f"stages[].{section}.", data,
-            f"{section} (override)", lists=False,
+            f"{section} (override)", lists=section == "buffer",
         )  # fmt: skip
-        names = {f.name for f in group_fields(sub)}
+        # a stage's taskset lists are lists of fields like the main form's; the box leaves them out
+        names = {f.name for f in group_fields(sub)} | {b.name for b in group_blocks(sub)}
         rest = without_fields(get_path(data, split_path(sname)), sname, names)
         sub.fields.insert(
             0,
             Field(
                 name=sname,
                 label=f"{section}: other keys (YAML)",
-                help=f"this stage's {section} keys that have no field here (its tasksets, ...), as YAML; the stage's {section} replaces the global one wholesale (all empty: inherit it)",
+                help=f"this stage's {section} keys that have no field here, as YAML; the stage's {section} replaces the global one wholesale (all empty: inherit it)",
                 kind="yaml",
                 level="expert",
                 text=value_text(rest, "yaml"),
@@ -242,7 +246,8 @@ def _build_list(name: str, spath: str, prop: dict[str, Any], data: Any) -> ListB
     items = []
     for i in range(len(value) if isinstance(value, list) else 0):
         items.append(ListItem(i, str(i), _item_group(name, spath, prop, data, str(i))))
-    template = _item_group(name, spath, prop, {}, "__i__")
+    placeholder = "__j__" if "[" in name else "__i__"  # a list inside a list item
+    template = _item_group(name, spath, prop, {}, placeholder)
     return ListBlock(
         name=name,
         title=prop.get("title", name),
@@ -250,6 +255,7 @@ def _build_list(name: str, spath: str, prop: dict[str, Any], data: Any) -> ListB
         items=items,
         template=template,
         level=template.level,
+        placeholder=placeholder,
     )
 
 

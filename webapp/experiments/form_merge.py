@@ -18,7 +18,7 @@ from typing import Any
 
 from webapp.errors import ActionError
 from webapp.experiments.form_build import build_form
-from webapp.experiments.form_model import ExperimentForm, Field, group_fields, list_blocks
+from webapp.experiments.form_model import ExperimentForm, Field, list_blocks, template_fields
 from webapp.experiments.form_values import (
     MISSING,
     del_path,
@@ -66,34 +66,36 @@ def merge_form(original: Mapping[str, Any], post: Mapping[str, str], *, trust_un
     ``trust_unchanged=False`` parses every posted text (tests use it to prove the encoding)."""
     form = build_form(original)
     specs = _field_specs(form)
+    patterns = _template_specs(form)
+    covered = set(patterns) | {_pattern(b.name) for b in list_blocks(form, templates=True)}
     result: dict[str, Any] = copy.deepcopy(dict(original))
-    origins: dict[str, dict[int, str]] = {}
+    origins: dict[str, dict[int, str]] = {}  # posted list name -> posted index -> origin
     errors: dict[str, str] = {}
-    for block in list_blocks(form):
-        if f"{block.name}.{RENDERED}" not in post:
-            continue
-        items = _list_items(post, block.name)
-        before = get_path(original, split_path(block.name))
-        before = before if isinstance(before, list) else []
+    for block_name in _posted_lists(form, post):  # outer lists first: inner ones land in them
+        original_name, result_name, known = _translate(block_name, origins)
+        if not known:
+            continue  # inside an item that was not posted
+        items = _list_items(post, block_name)
+        was = get_path(original, split_path(original_name)) if original_name else MISSING
+        before = was if isinstance(was, list) else []
         new_list = []
-        origins[block.name] = {}
+        origins[block_name] = {}
         for index, origin in items:
             ok = origin.isdigit() and int(origin) < len(before)
             new_list.append(copy.deepcopy(before[int(origin)]) if ok else {})
-            origins[block.name][index] = origin if ok else NEW
+            origins[block_name][index] = origin if ok else NEW
         if [origin for _, origin in items] == [str(i) for i in range(len(before))]:
             continue  # the list as it was: left as written (an empty list too)
-        if new_list or get_path(original, split_path(block.name)) is not MISSING:
-            if new_list:
-                set_path(result, split_path(block.name), new_list)
-            else:
-                del_path(result, split_path(block.name))
+        if new_list:
+            set_path(result, split_path(result_name), new_list)
+        elif was is not MISSING:
+            del_path(result, split_path(result_name))
     # field names as posted -> where the value was in the original and is in the result
     escapes = []
     for name, posted in post.items():
         if name.endswith((ORIGIN, RENDERED)) or not _is_config_field(name):
             continue
-        spec, original_name, result_name = _locate(form, specs, name, origins)
+        spec, original_name, result_name = _locate(specs, patterns, name, origins)
         if spec is None:
             continue
         if spec.escape:  # after the fields, whose keys it leaves alone
@@ -128,7 +130,7 @@ def merge_form(original: Mapping[str, Any], post: Mapping[str, str], *, trust_un
     for name, posted, original_name, result_name in escapes:
         try:
             _merge_escape(
-                form, result, original, name, posted, original_name, result_name, trust_unchanged
+                covered, result, original, name, posted, original_name, result_name, trust_unchanged
             )
         except ActionError as err:
             errors.update(err.errors)
@@ -138,19 +140,17 @@ def merge_form(original: Mapping[str, Any], post: Mapping[str, str], *, trust_un
     return result
 
 
-def _merge_escape(form: ExperimentForm, result: dict[str, Any], original: Mapping[str, Any], name: str, posted: str, original_name: str | None, result_name: str, trust_unchanged: bool) -> None:  # fmt: skip
+def _merge_escape(covered: set[str], result: dict[str, Any], original: Mapping[str, Any], name: str, posted: str, original_name: str | None, result_name: str, trust_unchanged: bool) -> None:  # fmt: skip
     """A stage section's YAML box (``stages[0].buffer``): the keys it showed are replaced by the
     keys it holds now, merged into the section the fields left (module docstring)."""
     m = _ITEM.match(result_name)
-    block, rest = (m.group("list"), m.group("rest")) if m else ("stages", result_name)
-    relative = _section_field_names(form, block, rest)
+    rest = m.group("rest") if m else result_name
     before = MISSING
     if original_name is not None:
-        head = original_name[: -len(rest)]
         before = without_fields(
             get_path(original, split_path(original_name)),
             original_name,
-            {head + n for n in relative},
+            _covered_under(covered, original_name),
         )
     if trust_unchanged and norm_text(posted) == norm_text(value_text(before, "yaml")):
         return
@@ -170,14 +170,11 @@ def _merge_escape(form: ExperimentForm, result: dict[str, Any], original: Mappin
         del_path(result, tokens)
 
 
-def _section_field_names(form: ExperimentForm, block_name: str, rest: str) -> set[str]:
-    """Names (from ``rest``, e.g. ``buffer.total_steps``) of the fields of a list item's section."""
-    head = f"{block_name}[__i__]."
-    for block in list_blocks(form):
-        if block.name == block_name:
-            names = (f.name[len(head) :] for f in group_fields(block.template))
-            return {n for n in names if n.startswith(f"{rest}.")}
-    return set()
+def _covered_under(covered: set[str], section: str) -> set[str]:
+    """The names of the fields and lists (``covered``, without indices) under list item section
+    ``section`` (``stages[1].buffer``), with its indices: ``stages[1].buffer.total_steps``."""
+    head = _pattern(section)
+    return {section + n[len(head) :] for n in covered if n.startswith(f"{head}.")}
 
 
 def _drop_keys(target: dict[str, Any], keys: Mapping[str, Any]) -> None:
@@ -197,33 +194,66 @@ def _is_config_field(name: str) -> bool:
 
 
 _ITEM = re.compile(r"^(?P<list>.+?)\[(?P<i>\d+)\]\.(?P<rest>.+)$")
+_INDEX = re.compile(r"\[(\d+|__i__|__j__)\]")
 
 
-def _locate(form: ExperimentForm, specs: dict[str, Field], name: str, origins: dict[str, dict[int, str]]) -> tuple[Field | None, str | None, str]:  # fmt: skip
+def _pattern(name: str) -> str:
+    """``name`` with its list indices left out: ``stages[].buffer.explorer_input.eval_tasksets[].path``."""
+    return _INDEX.sub("[]", name)
+
+
+def _posted_lists(form: ExperimentForm, post: Mapping[str, str]) -> list[str]:
+    """The lists the post rendered (its ``<list>.__rendered__`` markers), outer before inner; only
+    lists the form has."""
+    known = {_pattern(b.name) for b in list_blocks(form, templates=True)}
+    suffix = f".{RENDERED}"
+    names = [k[: -len(suffix)] for k in post if k.endswith(suffix)]
+    return sorted((n for n in names if _pattern(n) in known), key=lambda n: (n.count("["), n))
+
+
+def _translate(name: str, origins: dict[str, dict[int, str]]) -> tuple[str | None, str, bool]:
+    """Posted ``name`` as (its name in the original, None inside a new item; its name in the
+    result; whether each of its list items was posted). Each index of a posted list maps to the
+    item's origin in the original and to its position in the result."""
+    original: str | None = ""
+    result, last = "", 0
+    for m in re.finditer(r"\[(\d+)\]", name):
+        segment, index = name[last : m.start()], int(m.group(1))
+        posted_list = name[: m.start()]
+        result += segment
+        original = None if original is None else original + segment
+        if posted_list in origins:
+            origin = origins[posted_list].get(index)
+            if origin is None:
+                return None, name, False
+            result += f"[{sorted(origins[posted_list]).index(index)}]"
+            original = None if original is None or origin == NEW else f"{original}[{origin}]"
+        else:  # a post without the list's markers: the index as it is
+            result += f"[{index}]"
+            original = None if original is None else f"{original}[{index}]"
+        last = m.end()
+    tail = name[last:]
+    return (None if original is None else original + tail), result + tail, True
+
+
+def _locate(specs: dict[str, Field], patterns: dict[str, Field], name: str, origins: dict[str, dict[int, str]]) -> tuple[Field | None, str | None, str]:  # fmt: skip
     """The field spec of posted ``name``, its name in the original (None: a new item) and in the result."""
-    m = _ITEM.match(name)
-    if m and m.group("list") in origins:
-        block, index, rest = m.group("list"), int(m.group("i")), m.group("rest")
-        origin = origins[block].get(index)
-        if origin is None:
-            return None, None, name
-        spec = _template_field(form, block, rest)
-        result_name = f"{block}[{sorted(origins[block]).index(index)}].{rest}"
-        return spec, (f"{block}[{origin}].{rest}" if origin != NEW else None), result_name
-    return specs.get(name), name, name
+    original_name, result_name, known = _translate(name, origins)
+    if not known:
+        return None, None, name
+    lists = [name[: m.start()] for m in re.finditer(r"\[(\d+)\]", name)]
+    if all(n in origins for n in lists):  # every list posted: any index, new items too
+        return patterns.get(_pattern(name)), original_name, result_name
+    return specs.get(name), original_name, result_name
 
 
 def _field_specs(form: ExperimentForm) -> dict[str, Field]:
     return {f.name: f for f in form.fields()}
 
 
-def _template_field(form: ExperimentForm, block_name: str, rest: str) -> Field | None:
-    for block in list_blocks(form):
-        if block.name == block_name:
-            for f in group_fields(block.template):
-                if f.name == f"{block_name}[__i__].{rest}":
-                    return f
-    return None
+def _template_specs(form: ExperimentForm) -> dict[str, Field]:
+    """Every field of ``form`` and of the items its JS clones, by name without list indices."""
+    return {_pattern(f.name): f for f in [*form.fields(), *template_fields(form)]}
 
 
 def _merge_into(target: dict[str, Any], extra: Mapping[str, Any]) -> None:

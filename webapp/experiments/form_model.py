@@ -70,8 +70,9 @@ class ListBlock:
     title: str
     help: str
     items: list[ListItem]
-    template: Group  # one item with __i__ as its index (the JS clones it)
+    template: Group  # one item with ``placeholder`` as its index (the JS clones it)
     level: str = "beginner"
+    placeholder: str = "__i__"  # ``__j__`` for a list inside a list item (a stage's tasksets)
 
 
 @dataclass
@@ -111,14 +112,26 @@ def group_fields(group: Group) -> list[Field]:
     return out
 
 
-def list_blocks(form: ExperimentForm) -> list[ListBlock]:
+def group_blocks(group: Group, *, templates: bool = False) -> list[ListBlock]:
+    """The lists in ``group``, outer before inner: those inside its list items (a stage's eval
+    tasksets) and, with ``templates``, those inside the items the JS clones."""
     out: list[ListBlock] = []
-
-    def walk(group: Group) -> None:
-        out.extend(group.lists)
-        for sub in group.groups:
-            walk(sub)
-
-    for section in form.sections:
-        walk(section.group)
+    for block in group.lists:
+        out.append(block)
+        for item in block.items:
+            out.extend(group_blocks(item.group, templates=templates))
+        if templates:
+            out.extend(group_blocks(block.template, templates=True))
+    for sub in group.groups:
+        out.extend(group_blocks(sub, templates=templates))
     return out
+
+
+def list_blocks(form: ExperimentForm, *, templates: bool = False) -> list[ListBlock]:
+    """Every list of ``form`` (see ``group_blocks``), outer before inner."""
+    return [b for s in form.sections for b in group_blocks(s.group, templates=templates)]
+
+
+def template_fields(form: ExperimentForm) -> list[Field]:
+    """The fields of every item the JS clones (a new stage's, a new stage's new eval taskset's)."""
+    return [f for b in list_blocks(form, templates=True) for f in group_fields(b.template)]
