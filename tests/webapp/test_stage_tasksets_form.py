@@ -14,6 +14,7 @@ import yaml
 from webapp.experiments.config_policy import canonical_yaml
 from webapp.experiments.form_build import build_form
 from webapp.experiments.form_merge import initial_post, merge_form
+from webapp.experiments.form_model import template_fields
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGED = [
@@ -130,7 +131,7 @@ def test_stages_reordered_take_their_own_tasksets_along():
 def test_a_new_stage_gets_eval_tasksets_from_its_own_empty_item():
     data = yaml.safe_load((ROOT / "examples/demo/grpo_demo.yaml").read_text())
     form = build_form(data)
-    names = {f.name for b in form.sections[-1].group.lists for f in _template_fields(b)}
+    names = {f.name for f in template_fields(form)}
     assert "stages[__i__].buffer.explorer_input.eval_tasksets[__j__].path" in names
     post = initial_post(form)
     # the JS cloned a stage (index 2) and, inside it, an eval taskset (index 0)
@@ -144,10 +145,3 @@ def test_a_new_stage_gets_eval_tasksets_from_its_own_empty_item():
         "stage_name": "extra",
         "buffer": {"explorer_input": {"eval_tasksets": [{"path": "/data/e"}]}},
     }
-
-
-def _template_fields(block):
-    from webapp.experiments.form_model import group_blocks, group_fields
-
-    inner = group_blocks(block.template)
-    return group_fields(block.template) + [f for b in inner for f in group_fields(b.template)]
