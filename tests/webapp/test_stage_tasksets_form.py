@@ -145,3 +145,32 @@ def test_a_new_stage_gets_eval_tasksets_from_its_own_empty_item():
         "stage_name": "extra",
         "buffer": {"explorer_input": {"eval_tasksets": [{"path": "/data/e"}]}},
     }
+
+
+def test_a_post_whose_list_markers_do_not_fit_the_config_changes_nothing_it_cannot_place():
+    data = _with_stage_eval_tasksets(
+        yaml.safe_load((ROOT / "examples/demo/grpo_demo.yaml").read_text())
+    )
+    post = initial_post(build_form(data))
+    # no marker for the stages list, an eval taskset list marked in a stage past the end
+    odd = {k: v for k, v in post.items() if not k.startswith("stages.")}
+    odd["stages[7].buffer.explorer_input.eval_tasksets.__rendered__"] = "1"
+    odd["stages[7].buffer.explorer_input.eval_tasksets[0].__origin__"] = "new"
+    odd["stages[7].buffer.explorer_input.eval_tasksets[0].path"] = "/data/x"
+    assert merge_form(data, odd) == data
+    # the stages swapped but the moved stage's eval taskset list unmarked: its fields cannot be
+    # placed (the index names no item of a known list), so they change nothing
+    swapped = {}
+    for key, value in post.items():
+        for a, b in (("stages[0]", "stages[1]"), ("stages[1]", "stages[0]")):
+            if key.startswith(a):
+                key = b + key[len(a) :]
+                break
+        swapped[key] = value
+    inner = "stages[0].buffer.explorer_input.eval_tasksets"
+    for key in [
+        k for k in swapped if k.startswith(inner) and k.endswith(("__rendered__", "__origin__"))
+    ]:
+        del swapped[key]
+    swapped[f"{inner}[1].path"] = "/data/changed"
+    assert merge_form(data, swapped)["stages"] == data["stages"][::-1]

@@ -73,8 +73,8 @@ def merge_form(original: Mapping[str, Any], post: Mapping[str, str], *, trust_un
     errors: dict[str, str] = {}
     for block_name in _posted_lists(form, post):  # outer lists first: inner ones land in them
         original_name, result_name, known = _translate(block_name, origins)
-        if not known:
-            continue  # inside an item that was not posted
+        if not known or not _in_an_item(result, result_name):
+            continue  # inside an item that was not posted, or one past the original's end
         items = _list_items(post, block_name)
         was = get_path(original, split_path(original_name)) if original_name else MISSING
         before = was if isinstance(was, list) else []
@@ -236,6 +236,13 @@ def _translate(name: str, origins: dict[str, dict[int, str]]) -> tuple[str | Non
     return (None if original is None else original + tail), result + tail, True
 
 
+def _in_an_item(result: Mapping[str, Any], name: str) -> bool:
+    """Whether the list item that holds the list ``name`` is in ``result`` (a top-level list is)."""
+    tokens = split_path(name)
+    last = max((i for i, t in enumerate(tokens) if isinstance(t, int)), default=None)
+    return last is None or isinstance(get_path(result, tokens[: last + 1]), Mapping)
+
+
 def _locate(specs: dict[str, Field], patterns: dict[str, Field], name: str, origins: dict[str, dict[int, str]]) -> tuple[Field | None, str | None, str]:  # fmt: skip
     """The field spec of posted ``name``, its name in the original (None: a new item) and in the result."""
     original_name, result_name, known = _translate(name, origins)
@@ -244,7 +251,9 @@ def _locate(specs: dict[str, Field], patterns: dict[str, Field], name: str, orig
     lists = [name[: m.start()] for m in re.finditer(r"\[(\d+)\]", name)]
     if all(n in origins for n in lists):  # every list posted: any index, new items too
         return patterns.get(_pattern(name)), original_name, result_name
-    return specs.get(name), original_name, result_name
+    if original_name != name or result_name != name:
+        return None, None, name  # an item moved whose inner list the post left unmarked
+    return specs.get(name), name, name
 
 
 def _field_specs(form: ExperimentForm) -> dict[str, Field]:
