@@ -49,6 +49,18 @@ def _with_stage_eval_tasksets(data: dict) -> dict:
     return data
 
 
+def _stages_swapped(post: dict[str, str]) -> dict[str, str]:
+    """``post`` as the browser posts it after moving the second stage up (page order renumbered)."""
+    swapped = {}
+    for key, value in post.items():
+        for a, b in (("stages[0]", "stages[1]"), ("stages[1]", "stages[0]")):
+            if key.startswith(a):
+                key = b + key[len(a) :]
+                break
+        swapped[key] = value
+    return swapped
+
+
 def test_there_are_examples_with_stages_holding_an_sft_experience_buffer():
     names = {p.name for p in STAGED}
     assert {"grpo_demo.yaml", "judge_ruler_trained_judge.yaml", "gsm8k_sft_warmup.yaml"} <= names
@@ -114,13 +126,7 @@ def test_stages_reordered_take_their_own_tasksets_along():
         yaml.safe_load((ROOT / "examples/demo/grpo_demo.yaml").read_text())
     )
     post = initial_post(build_form(data))
-    swapped = {}
-    for key, value in post.items():
-        for a, b in (("stages[0]", "stages[1]"), ("stages[1]", "stages[0]")):
-            if key.startswith(a):
-                key = b + key[len(a) :]
-                break
-        swapped[key] = value
+    swapped = _stages_swapped(post)
     swapped["stages[0].buffer.explorer_input.eval_tasksets[0].path"] = "/data/easier"
     out = merge_form(data, swapped)
     expected = copy.deepcopy(data["stages"][::-1])
@@ -160,13 +166,7 @@ def test_a_post_whose_list_markers_do_not_fit_the_config_changes_nothing_it_cann
     assert merge_form(data, odd) == data
     # the stages swapped but the moved stage's eval taskset list unmarked: its fields cannot be
     # placed (the index names no item of a known list), so they change nothing
-    swapped = {}
-    for key, value in post.items():
-        for a, b in (("stages[0]", "stages[1]"), ("stages[1]", "stages[0]")):
-            if key.startswith(a):
-                key = b + key[len(a) :]
-                break
-        swapped[key] = value
+    swapped = _stages_swapped(post)
     inner = "stages[0].buffer.explorer_input.eval_tasksets"
     for key in [
         k for k in swapped if k.startswith(inner) and k.endswith(("__rendered__", "__origin__"))
