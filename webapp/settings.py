@@ -122,6 +122,10 @@ ALLOWED_HOSTS = [
     if h.strip()
 ]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+# The experiment form posts one field per config key: ~270 plus ~160 a stage and ~36 an eval
+# taskset, so six stages pass Django's default of 1000 (a bare 400). The body stays capped by
+# DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB), which bounds the parsing work this limit guards.
+DATA_UPLOAD_MAX_NUMBER_FIELDS = 20_000
 
 # Services the dashboard talks to. Health checks read these at request time.
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -52,7 +52,8 @@
     if (target.classList.contains("add-item")) {
       var tpl = block.querySelector(":scope > template.item-template");
       var index = nextIndex(block);
-      var html = tpl.innerHTML.split("__i__").join(String(index));
+      // a stage's own empty taskset list keeps its "__j__" for its own add button
+      var html = tpl.innerHTML.split(block.dataset.placeholder || "__i__").join(String(index));
       var holder = document.createElement("div");
       holder.innerHTML = html.trim();
       block.querySelector(":scope > .list-items").appendChild(holder.firstChild);
@@ -72,8 +73,15 @@
       var items = block.querySelectorAll(":scope > .list-items > .list-item");
       items.forEach(function (item, k) {
         var old = list + "[" + item.dataset.index + "]";
+        var now = list + "[" + k + "]";
         item.querySelectorAll("[name]").forEach(function (el) {
-          if (el.name.indexOf(old) === 0) el.name = list + "[" + k + "]" + el.name.slice(old.length);
+          if (el.name.indexOf(old) === 0) el.name = now + el.name.slice(old.length);
+        });
+        // lists inside the item (a stage's eval tasksets) and the items they clone follow it
+        item.querySelectorAll(".list-block").forEach(function (inner) {
+          if (inner.dataset.list.indexOf(old) === 0) inner.dataset.list = now + inner.dataset.list.slice(old.length);
+          var tpl = inner.querySelector(":scope > template.item-template");
+          if (tpl) tpl.innerHTML = tpl.innerHTML.split('"' + old).join('"' + now);
         });
         item.dataset.index = String(k);
       });

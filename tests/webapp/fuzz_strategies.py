@@ -195,7 +195,7 @@ def row_counts() -> dict[str, int]:
 def numeric_form_fields() -> dict[str, tuple[str, float]]:
     """The experiment form's number fields that the demo config sets to a positive value:
     name -> (kind, value). Varying one within [value / 2, value * 2] keeps the config valid."""
-    from webapp.experiments.schema_form import build_form
+    from webapp.experiments.form_build import build_form
 
     found = {}
     for f in build_form(DEMO).fields():

@@ -1,4 +1,4 @@
-"""The schema-driven experiment form (webapp/experiments/schema_form.py): YAML -> form -> YAML
+"""The schema-driven experiment form (webapp/experiments/form_build.py, form_merge.py): YAML -> form -> YAML
 keeps the meaning of every example and Trinity-RFT config; a posted form merges onto the
 original mapping (unchanged fields keep their text, defaults are not added); lists and stages
 are edited by position; errors land beside their field.
@@ -17,13 +17,9 @@ from rft_core.config import config_to_dict, load_config_from_dict
 from rft_core.errors import ConfigError
 from webapp.errors import ActionError
 from webapp.experiments.config_policy import canonical_yaml, parse_yaml
-from webapp.experiments.schema_form import (
-    attach_errors,
-    build_form,
-    field_for_path,
-    initial_post,
-    merge_form,
-)
+from webapp.experiments.form_build import attach_errors, build_form
+from webapp.experiments.form_merge import initial_post, merge_form
+from webapp.experiments.form_values import field_for_path
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = sorted((ROOT / "examples").rglob("*.yaml")) + sorted(
@@ -228,8 +224,8 @@ def test_stage_overrides_are_fields_and_round_trip_through_yaml():
     )
     post["stages[0].buffer.total_steps"] = "7"
     post["stages[0].buffer.trainer_input.experience_buffer.path"] = "/data/sft.jsonl"
-    # the rft stage overrides its algorithm and synchronizer; its buffer gets a taskset (a key
-    # without a field in a stage: the raw YAML box) and a batch size (a field)
+    # the rft stage overrides its algorithm and synchronizer; its buffer gets a taskset (typed in
+    # the raw YAML box, which merges key by key) and a batch size (a field)
     post["stages[1].algorithm.algorithm_type"] = "rloo"
     post["stages[1].algorithm.optimizer.lr"] = "2e-5"
     post["stages[1].synchronizer.sync_interval"] = "2"
@@ -255,19 +251,26 @@ def test_stage_overrides_are_fields_and_round_trip_through_yaml():
         },
         "synchronizer": {"sync_interval": 2},
     }
-    # form -> YAML -> form: every value back in its field, the tasksets in the box
+    # form -> YAML -> form: every value back in its field, the stage's taskset list too
     again = yaml.safe_load(yaml.safe_dump(out))
     post2 = initial_post(build_form(again))
     assert post2["stages[0].buffer.total_steps"] == "7"
     assert post2["stages[1].algorithm.optimizer.lr"] == "2.0e-05"
     assert post2["stages[1].buffer.batch_size"] == "4"
-    assert yaml.safe_load(post2["stages[1].buffer"]) == {
-        "explorer_input": {"tasksets": [{"name": "more", "path": "/data/more"}]}
-    }
+    assert post2["stages[1].buffer.explorer_input.tasksets[0].path"] == "/data/more"
+    assert post2["stages[1].buffer"] == ""
     assert merge_form(again, post2) == again
     # emptying the box takes out the keys it held, and only those
+    again["stages"][1]["buffer"]["replay_note"] = "kept until the box is emptied"
+    post2 = initial_post(build_form(again))
+    assert yaml.safe_load(post2["stages[1].buffer"]) == {
+        "replay_note": again["stages"][1]["buffer"]["replay_note"]
+    }
     post2["stages[1].buffer"] = ""
-    assert merge_form(again, post2)["stages"][1]["buffer"] == {"batch_size": 4}
+    assert merge_form(again, post2)["stages"][1]["buffer"] == {
+        "batch_size": 4,
+        "explorer_input": {"tasksets": [{"name": "more", "path": "/data/more"}]},
+    }
 
 
 def test_a_stage_box_that_is_not_a_mapping_is_refused_naming_it():

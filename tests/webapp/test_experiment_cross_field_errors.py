@@ -11,8 +11,9 @@ from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 from django.utils.html import escape
 
+from webapp.experiments.form_build import build_form
+from webapp.experiments.form_merge import initial_post
 from webapp.experiments.models import Experiment
-from webapp.experiments.schema_form import build_form, initial_post
 
 pytestmark = pytest.mark.django_db
 

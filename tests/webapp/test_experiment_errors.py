@@ -5,6 +5,7 @@ nodes (the form's checkbox, the API's ``paths_exist_elsewhere``)."""
 
 from __future__ import annotations
 
+import copy
 import re
 
 import pytest
@@ -12,8 +13,9 @@ import yaml
 from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 
+from webapp.experiments.form_build import build_form
+from webapp.experiments.form_merge import initial_post
 from webapp.experiments.models import Experiment, ExperimentVersion
-from webapp.experiments.schema_form import build_form, initial_post
 
 pytestmark = pytest.mark.django_db
 
@@ -142,6 +144,33 @@ def test_a_stage_override_error_is_beside_that_stages_field(alice_client):
     assert "must be a number, got &#x27;slow&#x27;" in page[start : page.index("</div>", start)]
     start = page.index('id="f-buffer.total_steps"')
     assert "must be an integer" in page[start : page.index("</div>", start)]
+
+
+def test_an_error_in_a_stages_eval_taskset_is_beside_that_field_in_the_clis_words(alice_client):
+    from rft_core.config import load_config_from_dict
+    from rft_core.errors import ConfigError
+
+    data = _demo()
+    buffer = copy.deepcopy(data["buffer"])
+    good = buffer["explorer_input"]["eval_tasksets"][0]
+    buffer["explorer_input"]["eval_tasksets"] = [
+        good,
+        {**good, "name": "b", "repeat_times": "many"},
+    ]
+    data["stages"][1]["buffer"] = buffer
+    with pytest.raises(ConfigError) as cli:
+        load_config_from_dict(data)
+    where = "stages[1].buffer.explorer_input.eval_tasksets[1].repeat_times"
+    assert str(cli.value) == f"{where}: must be an integer, got 'many' (str)"
+    response = alice_client.post(
+        "/experiments/new/",
+        {"source": "yaml", "config_yaml": yaml.safe_dump(data), "experiment.name": "e"},
+    )
+    page = response.content.decode()
+    start = page.index(f'id="f-{where}"')
+    beside = page[start : page.index("</div>", start)]
+    assert "must be an integer, got &#x27;many&#x27; (str)" in beside
+    assert 'value="many"' in beside  # the field holds what was typed
 
 
 def test_the_api_returns_every_error_as_a_list_of_path_and_message(roots):

@@ -19,8 +19,9 @@ from webapp.audit.models import AuditEvent
 from webapp.audit.record import Actor
 from webapp.errors import ActionError
 from webapp.experiments import actions
+from webapp.experiments.form_build import build_form
+from webapp.experiments.form_merge import initial_post
 from webapp.experiments.models import Experiment, ExperimentVersion, Tag
-from webapp.experiments.schema_form import build_form, initial_post
 from webapp.runs.models import Run, RunStatus
 
 pytestmark = pytest.mark.django_db
@@ -206,6 +207,31 @@ def test_a_changed_form_field_is_saved(alice_client):
     post["buffer.total_steps"] = "3"
     assert alice_client.post("/experiments/new/", post).status_code == 302
     assert Experiment.objects.get().config["buffer"]["total_steps"] == 3
+
+
+def test_a_form_with_many_stages_and_their_tasksets_is_saved(alice_client):
+    """Each stage posts ~160 fields and each of its eval tasksets ~36: six stages pass Django's
+    default cap of 1000 posted fields, which answered a bare 400."""
+    data = yaml.safe_load(DEMO_YAML)
+    sft, rft = data["stages"]
+    eval_taskset = data["buffer"]["explorer_input"]["eval_tasksets"][0]
+    data["stages"] = [{**sft, "stage_name": f"sft_{i}"} for i in range(3)] + [
+        {**rft, "stage_name": f"rft_{i}", "buffer": {**data["buffer"]}} for i in range(3)
+    ]
+    data["stages"][-1]["buffer"]["explorer_input"] = {
+        **data["buffer"]["explorer_input"],
+        "eval_tasksets": [eval_taskset, {**eval_taskset, "name": "again"}],
+    }
+    post = form_post(data)
+    assert len(post) > 1000
+    post["stages[5].buffer.explorer_input.eval_tasksets[1].repeat_times"] = "2"
+    assert alice_client.post("/experiments/new/", post).status_code == 302
+    saved = Experiment.objects.get().config["stages"]
+    assert [s["stage_name"] for s in saved] == [
+        *(f"sft_{i}" for i in range(3)),
+        *(f"rft_{i}" for i in range(3)),
+    ]
+    assert saved[5]["buffer"]["explorer_input"]["eval_tasksets"][1]["repeat_times"] == 2
 
 
 def test_it_creates_an_experiment_from_the_yaml_tab_and_an_upload(alice_client):

@@ -1,10 +1,12 @@
 """The experiment form's JS in Debian's chromium: expert switch, conditional fields (vLLM,
 critic, the chosen advantage fn's arguments), adding and reordering an eval taskset, a stage's
-override field, form -> YAML -> form tab switches, and saving."""
+override field, form -> YAML -> form tab switches, and saving; a stage's own eval taskset
+edited in fields and moved with its stage."""
 
 from __future__ import annotations
 
 import pytest
+import yaml
 from django.contrib.auth import get_user_model
 from playwright.sync_api import sync_playwright
 
@@ -81,4 +83,40 @@ def test_the_form_tabs_lists_and_conditional_fields_work_in_a_browser(live_serve
         assert "browser exp" in html and "total_steps: 4" in html and "name: extra" in html
         assert "total_steps: 9" in html
         b.close()
+    assert errors == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stages_eval_taskset_is_edited_in_fields_and_follows_its_stage(live_server, roots):
+    from tests.webapp.browser_session import signed_in_page
+
+    get_user_model().objects.create_user("alice", password="pw-alice-123")
+    with signed_in_page(live_server.url, "alice", "pw-alice-123") as (page, errors):
+        page.goto(live_server.url + "/experiments/new/")
+        page.check("#expert-switch")
+        # the rft stage (stages[1]) gets an eval taskset of its own, in fields
+        evals = "stages[1].buffer.explorer_input.eval_tasksets"
+        page.click(f"[data-list='{evals}'] .add-item")
+        page.fill(f"[name='{evals}[0].name']", "stage-eval")
+        page.fill(f"[name='{evals}[0].path']", str(roots[0] / "stage-eval"))
+        # then the rft stage moves first: its eval taskset goes with it
+        page.click("[data-list='stages'] > .list-items > .list-item:nth-child(2) > legend .move-up")
+        page.click("[data-tab-target=yaml]")
+        page.wait_for_function(
+            "document.querySelector('#config-yaml').value.includes('name: stage-eval')"
+        )
+        stages = yaml.safe_load(page.input_value("#config-yaml"))["stages"]
+        assert [s["stage_name"] for s in stages] == ["rft", "sft_warmup"]
+        assert stages[0]["buffer"]["explorer_input"]["eval_tasksets"] == [
+            {"name": "stage-eval", "path": str(roots[0] / "stage-eval")}
+        ]
+        assert stages[1]["buffer"]["trainer_input"]["experience_buffer"]["path"].endswith(
+            "/sft/train.jsonl"
+        )
+        # YAML -> form: the value is back in the stage's field, where it now is
+        page.click("[data-tab-target=form]")
+        moved = "[name='stages[0].buffer.explorer_input.eval_tasksets[0].path']"
+        page.wait_for_selector(moved, state="attached")
+        assert page.input_value(moved) == str(roots[0] / "stage-eval")
+        assert page.input_value("[name='stages[1].buffer.total_steps']") == "450"
     assert errors == []

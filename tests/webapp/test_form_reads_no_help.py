@@ -16,7 +16,8 @@ from django.conf import settings as django_settings
 
 from rft_core.config import fields as config_fields
 from rft_core.config import load as config_load
-from webapp.experiments import schema_form
+from webapp.experiments import form_build
+from webapp.experiments.form_model import group_fields, list_blocks
 
 json_schema_module = importlib.import_module("rft_core.config.json_schema")
 HELP_TEXTS = ["", "old vLLM's deprecated derived value, see vLLM docs"]
@@ -39,17 +40,17 @@ def _with_help(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
     monkeypatch.setattr(config_fields, "iter_fields", iter_fields)
     monkeypatch.setattr(json_schema_module, "iter_fields", iter_fields)
     config_load._derived_paths.cache_clear()
-    schema_form._schema.cache_clear()
+    form_build._schema.cache_clear()
 
 
 def _form_without_help() -> list:
-    form = schema_form.build_form(_demo())
+    form = form_build.build_form(_demo())
     out = [
         (f.name, f.label, f.kind, f.level, f.choices, f.show_when, f.text, f.default_text)
         for f in form.fields()
     ]
-    for block in schema_form._blocks(form):
-        template = schema_form._group_fields(block.template)
+    for block in list_blocks(form):
+        template = group_fields(block.template)
         out.append((block.name, block.level, [(f.name, f.level, f.show_when) for f in template]))
     return out
 
@@ -66,10 +67,10 @@ def _schema_without_help(node):
 def as_declared():
     """The form and schema from the declarations as they are, caches cleared after."""
     config_load._derived_paths.cache_clear()
-    schema_form._schema.cache_clear()
+    form_build._schema.cache_clear()
     yield _form_without_help(), json.dumps(_schema_without_help(json_schema_module.json_schema()))
     config_load._derived_paths.cache_clear()
-    schema_form._schema.cache_clear()
+    form_build._schema.cache_clear()
 
 
 @pytest.mark.parametrize("text", HELP_TEXTS)
@@ -77,7 +78,7 @@ def test_the_form_is_the_same_whatever_the_help_texts_say(monkeypatch, as_declar
     form, _ = as_declared
     _with_help(monkeypatch, text)
     assert _form_without_help() == form
-    helps = {f.help for f in schema_form.build_form(_demo()).fields() if f.kind != "yaml"}
+    helps = {f.help for f in form_build.build_form(_demo()).fields() if f.kind != "yaml"}
     assert text in helps  # the patched help did reach the form
 
 
@@ -91,7 +92,7 @@ def test_the_schema_rules_and_derived_fields_do_not_read_help(monkeypatch, as_de
 
 
 def test_the_rules_the_form_reads_are_in_the_schema(as_declared):
-    form = {f.name: f for f in schema_form.build_form(_demo()).fields()}
+    form = {f.name: f for f in form_build.build_form(_demo()).fields()}
     # vLLM-only settings follow their own engine's type; the hf engine's CUDA-graph switch does not
     assert form["explorer.rollout_model.gpu_memory_utilization"].show_when == {
         "explorer.rollout_model.engine_type": ["vllm"]

@@ -53,10 +53,15 @@ class FormFields(HTMLParser):
         self.fields: dict[str, str] = {}
         self._textarea: str | None = None
         self._select: str | None = None
+        self._templates = 0  # inside a list's empty item (<template>), which a browser never posts
 
     def handle_starttag(self, tag, attrs) -> None:
         a = dict(attrs)
         name = a.get("name")
+        if tag == "template":
+            self._templates += 1
+        if self._templates:
+            return
         if tag == "input" and name and a.get("type") not in ("submit", "button", "file"):
             if a.get("type") in ("checkbox", "radio") and "checked" not in a:
                 return
@@ -71,7 +76,9 @@ class FormFields(HTMLParser):
             self.fields[self._select] = a.get("value", "")
 
     def handle_endtag(self, tag) -> None:
-        if tag == "textarea":
+        if tag == "template":
+            self._templates -= 1
+        elif tag == "textarea":
             self._textarea = None
         elif tag == "select":
             self._select = None

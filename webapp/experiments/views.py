@@ -22,8 +22,10 @@ from webapp.audit.record import Actor
 from webapp.errors import ActionError, error_list
 from webapp.experiments import actions
 from webapp.experiments.config_policy import PATHS_EXIST_ELSEWHERE, canonical_yaml, parse_yaml
+from webapp.experiments.form_build import attach_errors, build_form
+from webapp.experiments.form_merge import merge_form
+from webapp.experiments.form_model import ExperimentForm
 from webapp.experiments.models import Experiment, Tag
-from webapp.experiments.schema_form import ExperimentForm, attach_errors, build_form, merge_form
 from webapp.run_status import ACTIVE_STATUSES, RunStatus
 
 PAGE_SIZE = 25
