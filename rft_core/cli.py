@@ -95,8 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--judge",
         action="store_true",
-        help="also train the demo judge (var/demo/judge: the tiny model taught on the CPU, in "
-        "minutes, to judge the arithmetic answers; rft_core/demo_judge.py); "
+        help="also train the demo judge (var/demo/judge: the tiny model taught on the CPU, in 15-20 "
+        "CPU-minutes, to judge the arithmetic answers; rft_core/demo_judge.py); "
         "examples/demo/judge_ruler_trained_judge.yaml needs it",
     )
     demo.add_argument(

@@ -48,17 +48,15 @@ judge of another recipe.
 
 :func:`measure_judge` is the check: greedy replies to held-out questions with groups drawn like a
 warmed-up policy's (:func:`policy_like_answer`: right, the carry left out, off by one, random,
-none), the share of replies parsed and of answers called as the truth does
-(``tests/core/test_judge_demo.py``; the same figure a run logs as
-``rollout/judge_agreement/mean``).
+none), the share of replies parsed and of answers called as the truth does (the figure a run
+logs as ``rollout/judge_agreement/mean``). ``benchmarks/demo_judge.py`` runs it on each kernel
+path; no test does, as training the judge takes tens of CPU-minutes.
 
-Status (2026-12-05): not yet a judge that judges. Measured once (avx512 path, greedy, 200
-held-out questions x 4 answers): every reply parsed, but the calls matched the truth on 0.505 of
-policy-like answers and 0.62 of training-mix ones; the sum was right in 30% of groups: 300 steps
-teach the form, not the addition under it; 200 more steps (500 in all) gave 0.56 / 0.63, the
-sum right in 61% of groups but the calls following the judge's own sum only 60% of the time
-(the comparison is not learned either). Training cost: 1.1 CPU-seconds a step on one thread
-(process time), about 5.5 minutes for the 300 steps on one quiet core. README, "LLM judges".
+Measured (2026-12-05, ``benchmarks/demo_judge.py``, the 2-core development machine, one thread,
+greedy, 200 held-out questions x 4 answers): every reply parsed on each kernel path, and the calls
+matched the truth on 0.994 / 0.969 / 0.979 of policy-like answers (avx512 / avx2 / default) and
+0.969 / 0.951 / 0.971 of training-mix ones. Training cost 881 / 951 / 1210 CPU-seconds
+(``trinity init-demo --judge``: about 15-20 minutes on one quiet core). README, "LLM judges".
 """
 
 from __future__ import annotations
