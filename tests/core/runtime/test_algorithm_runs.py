@@ -68,11 +68,14 @@ def test_a_short_run_reports_finite_loss_and_rewards(demo, tmp_path, algorithm_t
     a = config.algorithm
     assert (a.advantage_fn, a.policy_loss_fn) == FAMILIES[algorithm_type]
     run = InProcessRun(config)
-    run.start()
-    reports = []
-    while (report := run.step()) is not None:
-        reports.append(report)
-    summaries = run.finish()
+    try:
+        run.start()
+        reports = []
+        while (report := run.step()) is not None:
+            reports.append(report)
+        summaries = run.finish()
+    finally:
+        run.close()
     assert summaries["trainer"]["steps"] == 2
     trained = [r for r in reports if "actor/pg_loss" in r]
     assert len(trained) == 2, [sorted(r) for r in reports]

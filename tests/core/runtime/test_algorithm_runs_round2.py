@@ -39,11 +39,14 @@ def demo(tmp_path_factory):
 
 def _run(config) -> tuple[list[dict], dict]:
     run = InProcessRun(config)
-    run.start()
-    reports = []
-    while (report := run.step()) is not None:
-        reports.append(report)
-    return reports, run.finish()
+    try:  # close: the engine and the OpenAI endpoint an agent workflow started on it
+        run.start()
+        reports = []
+        while (report := run.step()) is not None:
+            reports.append(report)
+        return reports, run.finish()
+    finally:
+        run.close()
 
 
 @pytest.mark.parametrize("algorithm_type", SINGLE_TURN)

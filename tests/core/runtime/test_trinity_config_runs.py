@@ -145,14 +145,17 @@ def test_a_loading_trinity_config_runs_two_steps_on_the_demo_model(
 
 def _run(cfg):
     run = InProcessRun(cfg)
-    run.start()
-    replay = cfg.buffer.trainer_input.experience_buffer.replay_buffer
-    if replay is not None and replay.enable:
-        from rft_core.buffer.replay import ReplayQueue
+    try:  # close: the engine and the OpenAI endpoint an agent config's workflow started on it
+        run.start()
+        replay = cfg.buffer.trainer_input.experience_buffer.replay_buffer
+        if replay is not None and replay.enable:
+            from rft_core.buffer.replay import ReplayQueue
 
-        # the queue between them is Trinity's priority replay queue (rft_core.buffer.replay)
-        assert isinstance(run.explorer._buffer._local, ReplayQueue)
-    reports = []
-    while (report := run.step()) is not None:
-        reports.append(report)
-    return reports, run.finish()
+            # the queue between them is Trinity's priority replay queue (rft_core.buffer.replay)
+            assert isinstance(run.explorer._buffer._local, ReplayQueue)
+        reports = []
+        while (report := run.step()) is not None:
+            reports.append(report)
+        return reports, run.finish()
+    finally:
+        run.close()
