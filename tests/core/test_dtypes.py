@@ -1,6 +1,6 @@
 """The one dtype table (rft_core/dtypes.py): names and aliases resolve to torch's dtypes, and an
 unknown name is an error listing the accepted ones. That reading it imports no torch is checked
-where the config is (test_registered_names.py, tests/webapp/test_config_policy.py: the schema
+where the config is (test_registered_names.py, tests/webapp/experiments/test_config_policy.py: the schema
 imports it)."""
 
 from __future__ import annotations

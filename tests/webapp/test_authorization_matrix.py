@@ -19,10 +19,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from asgiref.sync import async_to_sync
-from channels.testing import WebsocketCommunicator
-from django.conf import settings
-from django.test import Client
 from route_matrix import (
     LOGIN,
     METHODS,
@@ -43,6 +39,7 @@ from route_matrix import (
     snapshot,
     url_of,
 )
+from websocket_session import HOST, connect, session_headers
 
 from webapp.audit.models import AuditEvent
 
@@ -153,26 +150,10 @@ def test_every_websocket_route_is_checked():
 
 
 def _ws_connect(world: World, role: str, path: str) -> tuple[bool, int | None]:
-    from webapp.asgi import application
-
-    headers = [(b"host", b"127.0.0.1"), (b"origin", b"http://127.0.0.1")]
-    if role != "anonymous":
-        user = {"owner": world.alice, "other": world.bob, "staff": world.root}[role]
-        client = Client()
-        client.force_login(user)
-        cookie = (
-            f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
-        )
-        headers.append((b"cookie", cookie.encode()))
-
-    async def scenario():
-        communicator = WebsocketCommunicator(application, path, headers=headers)
-        connected, code = await communicator.connect(timeout=5)
-        if connected:
-            await communicator.disconnect()
-        return connected, code
-
-    return async_to_sync(scenario)()
+    if role == "anonymous":
+        return connect(path, HOST)
+    user = {"owner": world.alice, "other": world.bob, "staff": world.root}[role]
+    return connect(path, session_headers(user))
 
 
 @pytest.mark.django_db(transaction=True)  # the consumer reads the database from another thread

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's API session, as one script (tests/webapp/test_api_live.py runs it against a live
+# The README's API session, as one script (tests/e2e/test_api_curl_session.py runs it against a live
 # site): list your experiments, launch the demo experiment, poll its run until it is final, fetch
 # its reward curve. Needs curl and jq.
 #

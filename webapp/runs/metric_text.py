@@ -9,7 +9,7 @@ other magnitudes (5.2e+12 for 5234708055733.116), and writes "1e-9" for "1e-09".
 ``repr``'s positional range (1e-4 <= |x| < 1e16, or zero) whose Arrow text has no exponent takes
 Arrow's digits, with ".0" added where they have no point; every other float (an exponent either
 way, inf, nan) is written by ``repr`` itself. The result is ``repr``'s text for every float
-(``tests/webapp/test_metric_text.py`` compares them over random bit patterns and every range).
+(``tests/webapp/runs/test_metric_text.py`` compares them over random bit patterns and every range).
 
 pyarrow is here already (``datasets`` brings it; ``rft_core.data`` reads tasksets with it).
 """

@@ -1,6 +1,6 @@
 """rft_core.monitor.dashboard: a terminal's trinity run registering with a dashboard, against a
 real HTTP server on a free port (standing in for the dashboard's API, whose own side is tested
-in tests/webapp/test_external_runs.py and end to end in tests/e2e/test_outside_runs.py)."""
+in tests/webapp/runs/test_external_runs.py and end to end in tests/e2e/test_outside_runs.py)."""
 
 from __future__ import annotations
 
