@@ -125,7 +125,16 @@ def _apply_overrides(raw: DictConfig, overrides: Sequence[str]) -> None:
             )
         try:
             raw.merge_with_dotlist([item])
-        except (OmegaConfBaseException, yaml.YAMLError, TypeError, ValueError) as err:
+        except yaml.YAMLError as err:
+            value = item.partition("=")[2]
+            problem = getattr(err, "problem", None) or " ".join(str(err).split())
+            raise ConfigError(
+                key.strip(),
+                f"cannot apply override {item!r}: the value {value!r} is not valid YAML "
+                f"({problem}); a text value holding {{ [ : or # goes in quotes, "
+                f"e.g. {key.strip()}='\"{value}\"'",
+            ) from err
+        except (OmegaConfBaseException, TypeError, ValueError) as err:
             msg = " ".join(str(err).split())
             raise ConfigError(key.strip(), f"cannot apply override {item!r}: {msg}") from err
 

@@ -202,6 +202,16 @@ def test_an_override_with_a_typo_names_its_path(clean_env):
     assert "section.key=value" in str(info.value)
 
 
+def test_an_override_whose_value_is_not_yaml_says_so_and_how_to_quote_it(clean_env):
+    with pytest.raises(ConfigError) as info:
+        load_config(SEED, ["buffer.batch_size={"])
+    assert info.value.path == "buffer.batch_size"
+    message = str(info.value)
+    assert "the value '{' is not valid YAML (did not find expected node content)" in message
+    assert "e.g. buffer.batch_size='\"{\"'" in message
+    assert "<unicode string>" not in message  # not the YAML parser's own position text
+
+
 def test_enums_are_case_insensitive_and_aliases_map():
     d = dict(MINIMAL, mode="Both")
     d["synchronizer"] = {"sync_method": "ONLINE", "sync_style": "dynamic_by_explorer"}
