@@ -23,9 +23,10 @@ COMMANDS = {
     "convert": ("rft_core.convert", "cli_convert"),
     "init-demo": ("rft_core.demo", "cli_init_demo"),
 }
-# modules a sub-command imports first: they register checks its run makes (the demo judge's
-# directory in the preflight), so that rft_core.runtime imports no demo module
-REGISTER_FIRST = {"run": ("rft_core.demo",)}
+# checks of auxiliary model directories a sub-command's preflight makes that belong to modules
+# above rft_core.runtime (the demo judge's: built on request, refused when of an older recipe):
+# (module, function), registered here so that rft_core.runtime imports no demo module
+AUX_MODEL_CHECKS_OF = {"run": (("rft_core.demo", "demo_judge_problem"),)}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,8 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     module_name, func_name = COMMANDS[args.command]
-    for name in REGISTER_FIRST.get(args.command, ()):
-        importlib.import_module(name)
+    if args.command in AUX_MODEL_CHECKS_OF:
+        from rft_core.runtime.preflight import register_aux_model_check  # torch: run only
+
+        for check_module, check_name in AUX_MODEL_CHECKS_OF[args.command]:
+            register_aux_model_check(getattr(importlib.import_module(check_module), check_name))
     func = getattr(importlib.import_module(module_name), func_name)
     try:
         return int(func(args) or 0)

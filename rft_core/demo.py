@@ -73,7 +73,6 @@ from transformers import (
 from rft_core import demo_frozen_lake as frozen_lake
 from rft_core.demo_judge import JUDGE_RECIPE, JUDGE_STAMP, judge_is_current, train_judge
 from rft_core.errors import DataError
-from rft_core.runtime.preflight import AUX_MODEL_CHECKS
 from rft_core.synthetic import cli_synthetic
 
 DEMO_FORMAT_VERSION = 3  # bump when the files' content changes: older demo dirs are rebuilt
@@ -437,8 +436,6 @@ def demo_judge_problem(path: Path) -> str | None:
         return "holds a demo judge of an older recipe; run `trinity init-demo --judge` to train the current one"
     return None
 
-
-AUX_MODEL_CHECKS.append(demo_judge_problem)  # `trinity run` imports this module to register it
 
 
 def _check_target(paths: DemoPaths, seed: int, force: bool) -> bool:

@@ -8,9 +8,9 @@ laptop. The datasets the check reads are handed to the stage's actors
     dry_run_checks(cfg) -> notes           # ``trinity run --dry-run``: the data checks only
     check_joined_cluster(cfg, gpus, addr)  # once a Ray cluster is joined
 
-Auxiliary model directories that something else builds on request register a check in
-:data:`AUX_MODEL_CHECKS` (the demo judge's, by ``rft_core.demo``), so the run machinery knows
-no demo module.
+Auxiliary model directories that something else builds on request have a check registered with
+:func:`register_aux_model_check` (the demo judge's, by ``trinity run`` in ``rft_core.cli``), so
+the run machinery knows no demo module.
 """
 
 from __future__ import annotations
@@ -40,6 +40,13 @@ from rft_core.runtime.ray_cluster import ray_address
 # when the check has nothing to say about it; the first problem found is reported.
 AuxModelCheck = Callable[[Path], str | None]
 AUX_MODEL_CHECKS: list[AuxModelCheck] = []
+
+
+def register_aux_model_check(check: AuxModelCheck) -> None:
+    """Have the preflight ask ``check`` about every auxiliary model directory (once, however often
+    it is registered)."""
+    if check not in AUX_MODEL_CHECKS:
+        AUX_MODEL_CHECKS.append(check)
 
 
 def preflight(cfg: Config, check_model: bool = True) -> RunDatasets:
@@ -169,6 +176,7 @@ def _experience_buffer_problems(cfg: Config) -> list[tuple[str, str]]:
 
 __all__ = [
     "AUX_MODEL_CHECKS",
+    "register_aux_model_check",
     "auxiliary_model_problem",
     "check_joined_cluster",
     "dry_run_checks",
