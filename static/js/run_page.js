@@ -407,6 +407,43 @@
     S.samples = S.samples.concat(items);
     renderSamples();
   }
+  // the token view's lists belong to the rollout explorer (/runs/<id>/rollouts/), not the cards
+  var SAMPLE_KNOWN = { stage: 1, step: 1, prompt: 1, response: 1, truth: 1, reward: 1, tokens: 1, logprobs: 1, trainer_logprobs: 1 };
+  function fmtNumber(x, digits) {
+    return x === null || x === undefined ? "—" : (typeof x === "number" ? x.toFixed(digits) : String(x));
+  }
+  function sampleCard(s) {
+    var extra = Object.keys(s).filter(function (k) { return !SAMPLE_KNOWN[k]; }).map(function (k) {
+      return "<dt>" + esc(k) + "</dt><dd>" + esc(typeof s[k] === "object" ? JSON.stringify(s[k]) : s[k]) + "</dd>";
+    }).join("");
+    return '<article class="sample"><div class="reward">reward <strong>' + esc(fmtNumber(s.reward, 3)) + "</strong></div><dl>" +
+      "<dt>prompt</dt><dd><pre>" + esc(s.prompt || "") + "</pre></dd>" +
+      "<dt>response</dt><dd><pre>" + esc(s.response || "") + "</pre></dd>" +
+      "<dt>truth</dt><dd><pre>" + esc(s.truth === undefined || s.truth === null ? "" : s.truth) + "</pre></dd>" + extra + "</dl></article>";
+  }
+  // a DPO trainer's kept pair (rft_core.explorer.rollout_samples.pair_samples): one card, the
+  // prompt once, the chosen and the rejected response each with its implicit reward
+  function pairCard(pair) {
+    var parts = pair.parts || {};
+    var sides = ["chosen", "rejected"].filter(function (side) { return pair.sides[side]; }).map(function (side) {
+      var s = pair.sides[side];
+      return '<dt class="side">' + side + "</dt><dd><pre>" + esc(s.response || "") + '</pre><span class="hint">implicit reward ' +
+        esc(fmtNumber(s.reward, 4)) + "</span></dd>";
+    }).join("");
+    return '<article class="sample pair" data-group="' + esc(pair.group) + '"><div class="reward">pair ' + esc(pair.group) +
+      " · margin <strong>" + esc(fmtNumber(parts.dpo_margin, 4)) + "</strong> · loss <strong>" + esc(fmtNumber(parts.dpo_loss, 4)) +
+      "</strong></div><dl><dt>prompt</dt><dd><pre>" + esc(pair.prompt || "") + "</pre></dd>" + sides + "</dl></article>";
+  }
+  function stageCards(items) {
+    var cards = [], pairs = {};
+    items.forEach(function (s) {
+      if (s.side !== "chosen" && s.side !== "rejected") { cards.push(s); return; }
+      var key = String(s.group);
+      if (!pairs[key]) { pairs[key] = { group: s.group, parts: s.reward_parts, prompt: s.prompt, sides: {} }; cards.push(pairs[key]); }
+      pairs[key].sides[s.side] = s;
+    });
+    return cards.slice(0, SAMPLES_SHOWN).map(function (c) { return c.sides ? pairCard(c) : sampleCard(c); }).join("");
+  }
   function renderSamples() {
     var groups = [], byKey = {};
     S.samples.forEach(function (s) {
@@ -416,20 +453,9 @@
     });
     groups.reverse(); // newest first
     groups = groups.slice(0, SAMPLE_STEPS);
-    // the token view's lists belong to the rollout explorer (/runs/<id>/rollouts/), not the cards
-    var known = { stage: 1, step: 1, prompt: 1, response: 1, truth: 1, reward: 1, tokens: 1, logprobs: 1, trainer_logprobs: 1 };
     var html = groups.map(function (g) {
       return '<section class="sample-step" data-step="' + esc(g.step) + '"><h3>' + (g.stage ? esc(g.stage) + " · " : "") + "step " + esc(g.step) + "</h3>" +
-        g.items.slice(0, SAMPLES_SHOWN).map(function (s) {
-          var extra = Object.keys(s).filter(function (k) { return !known[k]; }).map(function (k) {
-            return "<dt>" + esc(k) + "</dt><dd>" + esc(typeof s[k] === "object" ? JSON.stringify(s[k]) : s[k]) + "</dd>";
-          }).join("");
-          var reward = s.reward === null || s.reward === undefined ? "—" : (typeof s.reward === "number" ? s.reward.toFixed(3) : s.reward);
-          return '<article class="sample"><div class="reward">reward <strong>' + esc(reward) + "</strong></div><dl>" +
-            "<dt>prompt</dt><dd><pre>" + esc(s.prompt || "") + "</pre></dd>" +
-            "<dt>response</dt><dd><pre>" + esc(s.response || "") + "</pre></dd>" +
-            "<dt>truth</dt><dd><pre>" + esc(s.truth === undefined ? "" : s.truth) + "</pre></dd>" + extra + "</dl></article>";
-        }).join("") + "</section>";
+        stageCards(g.items) + "</section>";
     }).join("");
     $("samples").innerHTML = html || '<p class="hint">No samples yet.</p>';
   }

@@ -3,7 +3,9 @@ trainer's ``samples`` entries of two kept pairs (``rft_core.explorer.rollout_sam
 on the demo tokenizer, stored through the event store as the ingestor stores them) show as two
 pair groups, each row with its side, and a token view coloured by the trainer's log-prob alone
 (the responses were not sampled: no rollout log-prob, no difference), its legend naming the
-sums under the policy and the reference. A browser console error fails the test.
+sums under the policy and the reference; and the run page's live samples panel shows each pair as
+one card (the prompt once, the chosen and rejected responses with their implicit rewards, the
+margin and the loss). A browser console error fails the test.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from webapp.ingest.store import rows_of, store_events
 from webapp.experiments.models import Experiment
 from webapp.runs.models import Run
 owner = get_user_model().objects.get(username={username!r})
-e = Experiment.objects.create(owner=owner, name='dpo-pairs-e2e', config_yaml='', config={{}})
+e = Experiment.objects.create(owner=owner, name={name!r}, config_yaml='', config={{}})
 run = Run.objects.create(experiment=e, number=1, status='succeeded', config_yaml='')
 tok = build_tokenizer()
 ids = lambda text: tok.encode(text, add_special_tokens=False)
@@ -44,13 +46,21 @@ print(json.dumps({{'run': run.pk}}))
 """
 
 
-def test_a_dpo_runs_pairs_show_their_tokens_by_the_trainers_logprob(logged_in_page, live_site):
-    page = logged_in_page
+def _seeded_run(page, live_site, name: str) -> tuple[int, list[str]]:
+    """The DPO run seeded in a new experiment ``name``: its pk, and the list the page's console
+    errors go to."""
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
-    out = live_site.manage("shell", "-c", SEED.format(username=live_site.username)).stdout
-    run = json.loads(out.strip().splitlines()[-1])["run"]
+    out = live_site.manage(
+        "shell", "-c", SEED.format(username=live_site.username, name=name)
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])["run"], errors
+
+
+def test_a_dpo_runs_pairs_show_their_tokens_by_the_trainers_logprob(logged_in_page, live_site):
+    page = logged_in_page
+    run, errors = _seeded_run(page, live_site, "dpo-pairs-explorer")
 
     page.goto(f"{live_site.url}/runs/{run}/rollouts/")
     page.wait_for_selector("#rollout-list .rollout-group")
@@ -79,4 +89,22 @@ def test_a_dpo_runs_pairs_show_their_tokens_by_the_trainers_logprob(logged_in_pa
     legend = rejected.locator(".token-legend").text_content()
     assert "mean trainer log-prob -3.000, sum -6.000 (reference -2.500) at trainer step 3" in legend
     assert "not sampled by a rollout engine" in legend
+    assert errors == []
+
+
+def test_the_run_pages_samples_panel_shows_each_pair_as_one_card(logged_in_page, live_site):
+    page = logged_in_page
+    run, errors = _seeded_run(page, live_site, "dpo-pairs-run-page")
+    page.goto(f"{live_site.url}/runs/{run}/")
+    page.wait_for_selector("#samples .sample.pair")
+    cards = page.locator("#samples .sample")
+    assert cards.count() == 2  # two pairs, not four rows
+    first = cards.nth(0)
+    assert first.locator(".reward").text_content() == "pair 0 · margin 0.0750 · loss 0.6600"
+    assert first.locator("dt").all_text_contents() == ["prompt", "chosen", "rejected"]
+    responses = first.locator("dd pre").all_text_contents()
+    assert responses == ["1+2=?", "3", "4!"]
+    rewards = first.locator("dd .hint").all_text_contents()
+    assert rewards == ["implicit reward 0.0250", "implicit reward -0.0500"]
+    assert cards.nth(1).locator(".reward").text_content() == "pair 1 · margin -0.0200 · loss 0.6600"
     assert errors == []

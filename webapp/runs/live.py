@@ -175,7 +175,9 @@ def _logs(run: Run, seq: int) -> list[dict[str, Any]]:
     return [log_item(*row) for row in reversed(rows)]
 
 
-def sample_item(stage, step, prompt, response, truth, reward, extra) -> dict[str, Any]:
+def sample_item(stage, step, prompt, response, truth, reward, group, extra) -> dict[str, Any]:
+    """A stored sample as the live page's cards take it (the fields of its ``samples`` event
+    entry: a DPO pair's sides are paired by ``group``)."""
     item = dict(extra or {})
     item.update(
         {
@@ -187,6 +189,8 @@ def sample_item(stage, step, prompt, response, truth, reward, extra) -> dict[str
             "reward": reward,
         }
     )
+    if group is not None:
+        item["group"] = group
     return item
 
 
@@ -203,7 +207,7 @@ def _samples(run: Run, seq: int) -> list[dict[str, Any]]:
     rows = (
         RolloutSample.objects.filter(steps, run=run, seq__lte=seq)
         .order_by("id")
-        .values_list("stage", "step", "prompt", "response", "truth", "reward", "extra")
+        .values_list("stage", "step", "prompt", "response", "truth", "reward", "group", "extra")
     )
     return [sample_item(*row) for row in rows]
 
