@@ -32,19 +32,16 @@ from rft_core import demo_judge as dj  # noqa: E402
 
 def copy_reply(problem: demo.Problem, answers: list[str]) -> str:
     """Recipe 2's reply: each answer copied beside its call, not the sum."""
-    (a1, a0), (b1, b0), c = divmod(problem.a, 10), divmod(problem.b, 10), problem.carry
-    marks = ["1" if a == str(problem.result) else "0" for a in answers]
+    marks = dj.judge_marks(problem, answers)
     calls = " ".join(
         f"{i + 1}:{a}={m}" for i, (a, m) in enumerate(zip(answers, marks, strict=True))
     )
-    steps = f"{a0}+{b0}={a0 + b0} {a1}+{b1}+{c}={a1 + b1 + c}"
-    return f"{steps} {problem.result} {calls} [{', '.join(marks)}]"
+    return f"{dj.digit_steps(problem)} {problem.result} {calls} [{', '.join(marks)}]"
 
 
 def bare_reply(problem: demo.Problem, answers: list[str]) -> str:
     """Recipe 1's reply: the sum, then the bare list."""
-    marks = ["1" if a == str(problem.result) else "0" for a in answers]
-    return f"{problem.result} [{', '.join(marks)}]"
+    return f"{problem.result} [{', '.join(dj.judge_marks(problem, answers))}]"
 
 
 REPLIES = {"sum_beside": dj.judge_reply, "copy": copy_reply, "bare": bare_reply}
@@ -57,12 +54,12 @@ def run(variant: dict) -> dict:
     train, held_out = demo.split_problems(seed)
     model = demo.build_model(tokenizer, seed)
     if "layers" in variant:  # a deeper or shallower model of the same width
-        config = model.config
+        demo_model, config = model, model.config
         config.num_hidden_layers = variant["layers"]
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            model = type(model)(config)
-        model.generation_config = demo.build_model(tokenizer, seed).generation_config
+            model = type(demo_model)(config)
+        model.generation_config = demo_model.generation_config
     model.to("cuda" if torch.cuda.is_available() else "cpu")
     rows = dj.judge_rows(
         train, steps * batch, seed, reply_of=REPLIES[variant.get("reply", "sum_beside")]

@@ -98,17 +98,26 @@ def judge_is_current(judge_dir: Path) -> bool:
         return False
 
 
+def digit_steps(problem: Problem) -> str:
+    """The digit-wise sum a judge works out first: ones, then tens with the carry (``7+8=15 3+4+1=8``)."""
+    (a1, a0), (b1, b0), c = divmod(problem.a, 10), divmod(problem.b, 10), problem.carry
+    return f"{a0}+{b0}={a0 + b0} {a1}+{b1}+{c}={a1 + b1 + c}"
+
+
+def judge_marks(problem: Problem, answers: list[str]) -> list[str]:
+    """Each answer's score as the judge writes it: ``1`` for the sum, else ``0``."""
+    return ["1" if a == str(problem.result) else "0" for a in answers]
+
+
 def judge_reply(problem: Problem, answers: list[str]) -> str:
     """What a correct judge writes: the digit-wise sum, the sum, each answer copied beside the sum
     and its 0/1 (``i:answer/sum=score``: the two numbers compared stand side by side), then the
     list of scores ``ruler.py`` parses (the reply's last ``[...]``)."""
-    (a1, a0), (b1, b0), c = divmod(problem.a, 10), divmod(problem.b, 10), problem.carry
-    total = str(problem.result)
-    marks = ["1" if a == total else "0" for a in answers]
+    total, marks = str(problem.result), judge_marks(problem, answers)
     calls = " ".join(
         f"{i + 1}:{a}/{total}={m}" for i, (a, m) in enumerate(zip(answers, marks, strict=True))
     )
-    return f"{a0}+{b0}={a0 + b0} {a1}+{b1}+{c}={a1 + b1 + c} {total} {calls} [{', '.join(marks)}]"
+    return f"{digit_steps(problem)} {total} {calls} [{', '.join(marks)}]"
 
 
 def candidate_answer(problem: Problem, rng: random.Random) -> str:
