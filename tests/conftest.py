@@ -302,6 +302,33 @@ def ray_head():
         shutil.rmtree(head.temp_dir, ignore_errors=True)
 
 
+@pytest.fixture
+def alice():
+    """A user without a password (sign in with ``force_login``); the tests that type a password
+    make their own."""
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.create_user("alice", password=None)
+
+
+@pytest.fixture
+def run(alice, unique_id, tmp_path):
+    """Run #1 of alice's experiment, starting, keyed ``unique_id`` (which names its event stream),
+    its job dir ``tmp_path``."""
+    from webapp.experiments.models import Experiment
+    from webapp.runs.models import Run, RunStatus
+
+    experiment = Experiment.objects.create(owner=alice, name="e", config_yaml="", config={})
+    return Run.objects.create(
+        experiment=experiment,
+        number=1,
+        key=unique_id,
+        status=RunStatus.STARTING,
+        config_yaml="",
+        job_dir=str(tmp_path),
+    )
+
+
 @pytest.fixture(autouse=True)
 def _actor_output_released():
     """An actor built in a test and never closed (its run not driven to the end) leaves its

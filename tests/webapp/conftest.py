@@ -46,13 +46,6 @@ def world(tmp_path, settings):
 
 
 @pytest.fixture
-def alice():
-    """A user without a password (sign in with ``force_login``); the tests that type a password
-    make their own."""
-    return make_user("alice")
-
-
-@pytest.fixture
 def bob():
     """A second user, who must see none of alice's objects."""
     return make_user("bob")

@@ -14,24 +14,10 @@ from django.test import Client
 from rft_core.monitor import ENV_REDIS_URL, ENV_RUN_ID, build_monitor, stream_key
 from webapp.checkpoints.models import Checkpoint
 from webapp.events.models import RunEvent
-from webapp.experiments.models import Experiment
 from webapp.runs import live
 from webapp.runs.models import Run, RunStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def run(alice, unique_id, tmp_path):
-    experiment = Experiment.objects.create(owner=alice, name="e", config_yaml="", config={})
-    return Run.objects.create(
-        experiment=experiment,
-        number=1,
-        key=unique_id,
-        status=RunStatus.STARTING,
-        config_yaml="",
-        job_dir=str(tmp_path),
-    )
 
 
 def _client(user) -> Client:
