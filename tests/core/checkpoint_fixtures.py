@@ -68,6 +68,22 @@ def build_model(config: Qwen2Config, seed: int = 0) -> Qwen2ForCausalLM:
     return model.eval()
 
 
+def tiny_model_fixtures():
+    """The tiny model (``tiny_config``, seed 0) and its tokenizer as module-scoped fixtures, for
+    a test module to bind by their names: ``tokenizer, model = tiny_model_fixtures()``."""
+    import pytest  # not at the top: the FSDP writer processes import this module too
+
+    @pytest.fixture(scope="module")
+    def tokenizer():
+        return build_tokenizer()
+
+    @pytest.fixture(scope="module")
+    def model(tokenizer):
+        return build_model(tiny_config(len(tokenizer)))
+
+    return tokenizer, model
+
+
 def logits_of(model: torch.nn.Module, tokenizer: PreTrainedTokenizerFast) -> torch.Tensor:
     ids = tokenizer("What is 12 plus 30? #### 42", return_tensors="pt").input_ids
     with torch.no_grad():

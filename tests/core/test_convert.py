@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 import torch
-from checkpoint_fixtures import build_model, build_tokenizer, chat_generate, tiny_config
+from checkpoint_fixtures import build_model, chat_generate, tiny_config, tiny_model_fixtures
 from convert_fixtures import (
     PYTHON,
     assert_same_logits,
@@ -29,15 +29,7 @@ from rft_core.checkpoint.layout import find_step_dirs, hf_weights_complete
 from rft_core.convert import convert_checkpoints
 from rft_core.errors import ConvertError
 
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model(tokenizer):
-    return build_model(tiny_config(len(tokenizer)))
+tokenizer, model = tiny_model_fixtures()
 
 
 @pytest.fixture(scope="module")

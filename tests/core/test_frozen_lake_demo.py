@@ -11,18 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
-from rft_core.demo import build_demo, build_tokenizer
+from rft_core.demo import build_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_CONFIG = ROOT / "examples" / "demo" / "frozen_lake_demo.yaml"
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    return build_demo(tmp_path_factory.mktemp("demo"))
 
 
 def test_the_demo_lakes_and_warmup_episodes(demo):

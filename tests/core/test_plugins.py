@@ -12,9 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
-from rft_core.demo import DEMO_SYSTEM_PROMPT, build_demo
+from run_configs import demo_taskset, run_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,11 +54,6 @@ def _trinity(*args: str, cwd: Path, env: dict | None = None, timeout: int = 120)
     )
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    return build_demo(tmp_path_factory.mktemp("demo"))
-
-
 def _plugin_dir(root: Path, files: dict[str, str]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
@@ -69,39 +62,14 @@ def _plugin_dir(root: Path, files: dict[str, str]) -> Path:
 
 
 def _config(demo, root: Path, workflow: str = "plugin_workflow", steps: int = 2) -> Path:
-    cfg = {
-        "project": "plugins",
-        "name": "run",
-        "checkpoint_root_dir": str(root / "ckpt"),
-        "mode": "both",
-        "algorithm": {"algorithm_type": "grpo", "repeat_times": 2, "optimizer": {"lr": 1e-4}},
-        "model": {"model_path": str(demo.model_dir), "max_response_tokens": 6, "max_model_len": 96},
-        "cluster": {"gpu_per_node": 0},
-        "buffer": {
-            "batch_size": 2,
-            "total_steps": steps,
-            "explorer_input": {
-                "taskset": {
-                    "name": "arithmetic",
-                    "storage_type": "file",
-                    "path": str(demo.dataset_dir),
-                    "subset_name": "main",
-                    "split": "train",
-                    "format": {
-                        "prompt_key": "question",
-                        "response_key": "answer",
-                        "system_prompt": DEMO_SYSTEM_PROMPT,
-                    },
-                    "default_workflow_type": workflow,
-                    "reward_fn_args": {"bonus": 2.0},
-                }
-            },
-            "trainer_input": {"experience_buffer": {"name": "exp", "storage_type": "queue"}},
-        },
-        "explorer": {"eval_on_startup": False, "eval_interval": 1000},
-        "synchronizer": {"sync_method": "nccl", "sync_interval": 1},
-        "trainer": {"save_interval": 0, "save_hf_checkpoint": "never"},
-    }
+    taskset = demo_taskset(demo, default_workflow_type=workflow, reward_fn_args={"bonus": 2.0})
+    cfg = run_config(
+        demo,
+        root / "ckpt",
+        "run",
+        buffer={"total_steps": steps, "explorer_input": {"taskset": taskset}},
+    )
+    cfg["project"] = "plugins"
     path = root / "config.yaml"
     path.write_text(json.dumps(cfg))  # JSON is YAML
     return path

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from redis_claim import CLAIM_KEY, claim_db
 
+from tests.e2e.live_page import log_in
 from workers.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,7 +63,7 @@ def live_site(tmp_path_factory, redis_url) -> LiveSite:
     fields = _prepare_site(env, var, "e2e")
     log = open(var / "daphne.log", "wb")  # noqa: SIM115 - closed after the server stops
     server = subprocess.Popen(
-        _daphne_command(port),
+        daphne_command(port),
         cwd=ROOT,
         env=env,
         stdout=log,
@@ -91,7 +92,8 @@ def _prepare_site(env: dict[str, str], var: Path, username: str) -> dict[str, st
     return dict(line.split(": ", 1) for line in login_file.read_text().splitlines())
 
 
-def _daphne_command(port: int) -> list[str]:
+def daphne_command(port: int) -> list[str]:
+    """The command line of daphne serving the site on 127.0.0.1:``port``."""
     return [
         sys.executable,
         "-m",
@@ -148,10 +150,7 @@ def page(browser):
 def logged_in_page(page, live_site):
     """A page already signed in as the site's demo user (through the real login form)."""
     page.goto(f"{live_site.url}/login/")
-    page.fill("input[name=username]", live_site.username)
-    page.fill("input[name=password]", live_site.password)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_site.url}/experiments/")  # home is the experiment list
+    log_in(page, live_site)  # home is the experiment list
     return page
 
 
@@ -326,7 +325,7 @@ def stack(tmp_path, redis_url, ray_head, unique_id) -> Stack:
             [sys.executable, "-m", "workers.ingestor", "--consumer", f"e2e-{unique_id}"],
             env,
         )
-        processes["web"] = _start(var, "web", _daphne_command(port), env)
+        processes["web"] = _start(var, "web", daphne_command(port), env)
         url = f"http://127.0.0.1:{port}"
         _wait_http(f"{url}/health.json", processes["web"], var / "log" / "web.log")
         deadline = time.monotonic() + 60

@@ -1,5 +1,7 @@
 """The run page as a browser test reads it: one evaluate of its state, waiting on it without
-reloading the page, and screenshots kept as artifacts (the live-run and outside-run tests)."""
+reloading the page (or, on a page that reloads, on its status badge), and screenshots kept as
+artifacts; and the steps before it: logging in, and the demo experiment from the form, shortened
+through its own fields (the live-run, launch, stage-progress and outside-run tests)."""
 
 from __future__ import annotations
 
@@ -123,3 +125,62 @@ def log_in(page, stack) -> None:
     page.fill("input[name=password]", stack.password)
     page.click("button[type=submit]")
     page.wait_for_url(f"{stack.url}/experiments/")
+
+
+def submit_short_demo(
+    page,
+    stack,
+    name: str,
+    *,
+    rft_steps: int,
+    save_interval: int,
+    eval_on_startup: bool,
+    eval_interval: int | None = None,
+    max_checkpoints_to_keep: int | None = None,
+) -> None:
+    """On the open new-experiment form: the demo config shortened through the form's own fields
+    (2 SFT steps of 8, then ``rft_steps`` GRPO steps of 4 tasks x 4 samples), saved as ``name``;
+    lands on the experiment's page. The optional fields are left as the demo has them if None."""
+    page.fill("#experiment-name", name)
+    page.fill("[name='buffer.total_steps']", str(rft_steps))
+    page.fill("[name='buffer.batch_size']", "4")
+    page.fill("[name='algorithm.repeat_times']", "4")
+    page.fill("[name='trainer.save_interval']", str(save_interval))
+    if eval_interval is not None:
+        page.fill("[name='explorer.eval_interval']", str(eval_interval))
+    page.check("#expert-switch")  # the fields below are behind it (the beginner form is short)
+    if max_checkpoints_to_keep is not None:
+        page.fill("[name='trainer.max_checkpoints_to_keep']", str(max_checkpoints_to_keep))
+    page.select_option("[name='explorer.eval_on_startup']", "true" if eval_on_startup else "false")
+    # the warmup stage's buffer overrides are fields of their own
+    sft_steps = page.locator("[name='stages[0].buffer.total_steps']")
+    sft_batch = page.locator("[name='stages[0].buffer.train_batch_size']")
+    assert (sft_steps.input_value(), sft_batch.input_value()) == ("450", "32")
+    sft_steps.fill("2")
+    sft_batch.fill("8")
+    page.click("button[name=source][value=form]")
+    page.wait_for_url(f"{stack.url}/experiments/*/")
+
+
+def wait_for_status(page, stack, wanted: set[str], guard_s: float) -> str:
+    """Reload the run page (it is static until the live run page lands) until its status is
+    one of ``wanted``; a final status that is not wanted (succeeded included, while waiting to
+    see running) fails at once with the page's text and the stack's logs."""
+    deadline = time.monotonic() + guard_s
+    while True:
+        status = page.locator("h1 .status").get_attribute("data-status")
+        if status in wanted:
+            return status
+        if status in {"succeeded", "failed", "cancelled", "lost"}:
+            raise AssertionError(
+                f"the run ended {status}: {page.locator('main').inner_text()[:2000]}\n"
+                + stack.logs_tail()
+            )
+        stack.check_alive()
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"the run stayed {status} for {guard_s:.0f} s (wanted {sorted(wanted)}):\n"
+                + stack.logs_tail()
+            )
+        time.sleep(1)
+        page.reload()

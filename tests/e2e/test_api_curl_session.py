@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import requests
+from demo_site import log_in_session, shorten_demo
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "webapp" / "api" / "curl_session.sh"
@@ -27,17 +28,7 @@ RUN_GUARD_S = 400
 def _token_from_account_page(stack) -> str:
     """Log in and create a token the way a user does: the login form, then /account/."""
     browser = requests.Session()
-    browser.get(f"{stack.url}/login/", timeout=30).raise_for_status()
-    login = browser.post(
-        f"{stack.url}/login/",
-        data={
-            "username": stack.username,
-            "password": stack.password,
-            "csrfmiddlewaretoken": browser.cookies["csrftoken"],
-        },
-        timeout=30,
-    )
-    assert login.ok and "/login/" not in login.url, login.text[:500]
+    log_in_session(browser, stack)
     browser.get(f"{stack.url}/account/", timeout=30).raise_for_status()
     created = browser.post(
         f"{stack.url}/account/tokens/new/",
@@ -58,12 +49,7 @@ def _shorten_the_demo(stack, token: str) -> int:
     listed = api.get(f"{stack.url}/api/v1/experiments/?search=grpo_demo", timeout=30).json()
     (demo,) = [e for e in listed["results"] if e["name"] == "grpo_demo"]
     config = api.get(f"{stack.url}/api/v1/experiments/{demo['id']}/", timeout=30).json()["config"]
-    config["algorithm"]["repeat_times"] = 4
-    config["buffer"].update(batch_size=4, total_steps=2)
-    config["buffer"]["explorer_input"]["eval_tasksets"] = []
-    config["explorer"]["eval_on_startup"] = False
-    config["trainer"]["save_interval"] = 2
-    config["stages"][0]["buffer"].update(train_batch_size=8, total_steps=2)
+    shorten_demo(config)
     patched = api.patch(
         f"{stack.url}/api/v1/experiments/{demo['id']}/",
         json={"config": config, "note": "shortened for the curl session test"},

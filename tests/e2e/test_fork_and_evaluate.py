@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from live_page import keep_screenshot
-from test_launch_demo import wait_for_status
+from live_page import keep_screenshot, log_in, wait_for_status
 
 from rft_core.checkpoint.store import load_checkpoint
 
@@ -56,14 +55,6 @@ def _short_demo_yaml() -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
-def _login(page, stack) -> None:
-    page.goto(f"{stack.url}/experiments/")
-    page.fill("input[name=username]", stack.username)
-    page.fill("input[name=password]", stack.password)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{stack.url}/experiments/")
-
-
 def _job_dir(stack, run_pk: int) -> Path:
     found = [p for p in Path(stack.env["RFT_RUNS_DIR"]).rglob(f"run-{run_pk}") if p.is_dir()]
     assert len(found) == 1, found
@@ -83,7 +74,8 @@ def test_a_user_forks_a_run_from_a_checkpoint_and_evaluates_two_checkpoints(
     page, stack, tmp_path: Path
 ):
     page.set_default_timeout(30_000)
-    _login(page, stack)
+    page.goto(f"{stack.url}/experiments/")
+    log_in(page, stack)
     code = CREATE.format(username=stack.username, config=_short_demo_yaml())
     done = subprocess.run(
         [sys.executable, "manage.py", "shell", "-c", code],

@@ -24,8 +24,10 @@ import pytest
 from tests.e2e.live_page import (
     PAGE_STATE_JS,
     STEP_GUARD_S,
+    guarded_page,
     keep_screenshot,
     log_in,
+    submit_short_demo,
     wait_converted,
     wait_page,
 )
@@ -44,37 +46,21 @@ def test_a_user_watches_a_run_live_converts_a_checkpoint_and_cancels_a_second_ru
     shots.mkdir()
     print(f"screenshots dir: {shots}")
     site_host = urlsplit(stack.url).netloc
-    foreign: list[str] = []
-    console_errors: list[str] = []
-
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-
-    def only_the_site(route) -> None:
-        if urlsplit(route.request.url).netloc == site_host:
-            route.continue_()
-        else:
-            foreign.append(route.request.url)
-            route.abort()
-
-    context.route("**/*", only_the_site)
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: console_errors.append(f"pageerror: {e}"))
-    page.on(
+    guarded = guarded_page(browser, stack.url)
+    guarded.page.on(
         "websocket",
-        lambda ws: None if urlsplit(ws.url).netloc == site_host else foreign.append(ws.url),
+        lambda ws: None if urlsplit(ws.url).netloc == site_host else guarded.foreign.append(ws.url),
     )
     try:
-        _drive(page, stack, shots)
+        _drive(guarded.page, stack, shots)
     except AssertionError as failure:
         raise AssertionError(
-            f"{failure}\nbrowser console errors: {console_errors}\nforeign requests: {foreign}"
+            f"{failure}\nbrowser console errors: {guarded.errors}\n"
+            f"foreign requests: {guarded.foreign}"
         ) from failure
     finally:
-        context.close()
-    assert foreign == [], f"requests left the site: {foreign}"
-    assert console_errors == [], f"errors in the browser console: {console_errors}"
+        guarded.context.close()
+    guarded.check()
 
 
 def _drive(page, stack, shots: Path) -> None:
@@ -85,24 +71,17 @@ def _drive(page, stack, shots: Path) -> None:
 
     # ---- an experiment from the form with the demo config, shortened through its fields
     page.goto(f"{stack.url}/experiments/new/")
-    page.fill("#experiment-name", "watch it live")
-    page.fill("[name='buffer.total_steps']", str(RFT_STEPS))
-    page.fill("[name='buffer.batch_size']", "4")
-    page.fill("[name='algorithm.repeat_times']", "4")
-    page.fill("[name='trainer.save_interval']", "4")
-    page.fill("[name='explorer.eval_interval']", "1000")
-    page.check("#expert-switch")  # the fields below are behind it (the beginner form is short)
-    # keep every checkpoint (the demo keeps one per stage): the test converts an older one
-    page.fill("[name='trainer.max_checkpoints_to_keep']", "0")
-    page.select_option("[name='explorer.eval_on_startup']", "false")
-    # the warmup stage's buffer overrides are fields of their own
-    sft_steps = page.locator("[name='stages[0].buffer.total_steps']")
-    sft_batch = page.locator("[name='stages[0].buffer.train_batch_size']")
-    assert (sft_steps.input_value(), sft_batch.input_value()) == ("450", "32")
-    sft_steps.fill("2")
-    sft_batch.fill("8")
-    page.click("button[name=source][value=form]")
-    page.wait_for_url(f"{stack.url}/experiments/*/")
+    submit_short_demo(
+        page,
+        stack,
+        "watch it live",
+        rft_steps=RFT_STEPS,
+        save_interval=4,
+        eval_on_startup=False,
+        eval_interval=1000,
+        # keep every checkpoint (the demo keeps one per stage): the test converts an older one
+        max_checkpoints_to_keep=0,
+    )
     experiment_url = page.url
     assert page.locator("h1").inner_text().startswith("watch it live")
 

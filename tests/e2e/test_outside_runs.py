@@ -17,13 +17,13 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 
 from tests.e2e.live_page import (
     RUN_GUARD_S,
     STEP_GUARD_S,
+    guarded_page,
     keep_screenshot,
     log_in,
     wait_converted,
@@ -74,22 +74,8 @@ def test_a_terminal_run_appears_live_and_its_job_dir_imports_with_its_history(
 ):
     shots = tmp_path / "screenshots"
     shots.mkdir()
-    site = urlsplit(stack.url).netloc
-    foreign: list[str] = []
-    console_errors: list[str] = []
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.route(
-        "**/*",
-        lambda route: (
-            route.continue_()
-            if urlsplit(route.request.url).netloc == site
-            else (foreign.append(route.request.url), route.abort())
-        ),
-    )
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: console_errors.append(f"pageerror: {e}"))
+    guarded = guarded_page(browser, stack.url)
+    page = guarded.page
     terminal = None
 
     def terminal_log() -> str:
@@ -144,16 +130,15 @@ def test_a_terminal_run_appears_live_and_its_job_dir_imports_with_its_history(
     except AssertionError as failure:
         log = terminal_log() if terminal is not None else ""
         raise AssertionError(
-            f"{failure}\n--- terminal\n{log}\nconsole errors: {console_errors}\n"
-            f"foreign requests: {foreign}"
+            f"{failure}\n--- terminal\n{log}\nconsole errors: {guarded.errors}\n"
+            f"foreign requests: {guarded.foreign}"
         ) from failure
     finally:
         if terminal is not None and terminal.poll() is None:
             terminal.terminate()
             terminal.wait(timeout=60)
-        context.close()
-    assert foreign == [], f"requests left the site: {foreign}"
-    assert console_errors == [], f"errors in the browser console: {console_errors}"
+        guarded.context.close()
+    guarded.check()
 
 
 def _watch_and_import(page, stack, run, terminal, terminal_log, checkpoints, shots) -> None:

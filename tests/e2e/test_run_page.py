@@ -28,6 +28,8 @@ from django.utils import timezone
 from rft_core.monitor import redis_prefix, runs_set, stream_key
 from rft_core.monitor.monitor import Monitor
 from rft_core.monitor.sinks import RedisStreamSink
+from tests.conftest import database_url_of_test_db
+from tests.e2e.conftest import daphne_command
 from webapp.experiments.models import Experiment
 from webapp.runs.models import LogLine, Run, RunStatus
 from workers.services import free_port
@@ -78,18 +80,6 @@ def _wait_http(url: str, site: Site, timeout: float = 60) -> None:
     raise RuntimeError(f"daphne did not answer at {url} within {timeout} s:\n{site.log('web')}")
 
 
-def _test_database_url() -> str:
-    """DATABASE_URL of this session's test database (as tests/conftest.py's worker gets it)."""
-    from django.db import connection
-
-    db = connection.settings_dict
-    if db["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{db['NAME']}"
-    user = db.get("USER") or ""
-    auth = f"{user}:{db['PASSWORD']}@" if db.get("PASSWORD") else (f"{user}@" if user else "")
-    return f"postgres://{auth}{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
-
-
 @pytest.fixture
 def live_site(tmp_path, redis_url, redis_client, unique_id, celery_worker_queue, watched_run):
     """daphne and an ingestor of the watched run's stream only (other sessions' streams come
@@ -99,7 +89,7 @@ def live_site(tmp_path, redis_url, redis_client, unique_id, celery_worker_queue,
     env = {
         **os.environ,
         "RFT_VAR_DIR": str(var),
-        "DATABASE_URL": _test_database_url(),
+        "DATABASE_URL": database_url_of_test_db(),
         "REDIS_URL": redis_url,
         "RFT_CONVERT_QUEUE": celery_worker_queue,
         "RFT_INGESTOR_GROUP": f"ingestor-{unique_id}",
@@ -126,21 +116,7 @@ def live_site(tmp_path, redis_url, redis_client, unique_id, celery_worker_queue,
             ],
             env,
         )
-        site.processes["web"] = _start(
-            var,
-            "web",
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "webapp.asgi:application",
-            ],  # fmt: skip
-            env,
-        )
+        site.processes["web"] = _start(var, "web", daphne_command(port), env)
         _wait_http(f"{site.url}/health.json", site)
         yield site
     finally:

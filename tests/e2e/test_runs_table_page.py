@@ -16,7 +16,7 @@ import time
 import pytest
 
 from tests.e2e.conftest import ROOT
-from tests.e2e.live_page import keep_screenshot
+from tests.e2e.live_page import keep_screenshot, log_in
 
 pytestmark = pytest.mark.browser
 
@@ -75,10 +75,7 @@ def test_runs_filters_by_a_tag_set_on_the_run_page_and_the_csv_downloads(
     )
     tag = f"sweep-{unique_id}"
     page.goto(f"{stack.url}/login/")
-    page.fill("input[name=username]", stack.username)
-    page.fill("input[name=password]", stack.password)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{stack.url}/experiments/")
+    log_in(page, stack)
     # the stack's ingestor stores the six points
     deadline = time.monotonic() + 60
     csv_url = f"{stack.url}/runs/{tagged}/metrics.csv"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.live_page import RUN_GUARD_S, keep_screenshot, log_in
+from tests.e2e.live_page import RUN_GUARD_S, keep_screenshot, log_in, submit_short_demo
 
 pytestmark = pytest.mark.browser
 
@@ -86,22 +86,15 @@ def test_the_run_page_counts_the_grpo_stages_own_steps_with_an_eta_and_the_phase
         page.goto(f"{stack.url}/experiments/")
         log_in(page, stack)
         page.goto(f"{stack.url}/experiments/new/")
-        page.fill("#experiment-name", "stages")
-        page.fill("[name='buffer.total_steps']", str(RFT_STEPS))
-        page.fill("[name='buffer.batch_size']", "4")
-        page.fill("[name='algorithm.repeat_times']", "4")
-        page.fill("[name='trainer.save_interval']", "2")
-        page.fill("[name='explorer.eval_interval']", "1000")
-        page.check("#expert-switch")  # eval_on_startup is behind it (the beginner form is short)
-        page.select_option("[name='explorer.eval_on_startup']", "true")
-        # the warmup stage's buffer overrides are fields of their own
-        sft_steps = page.locator("[name='stages[0].buffer.total_steps']")
-        sft_batch = page.locator("[name='stages[0].buffer.train_batch_size']")
-        assert (sft_steps.input_value(), sft_batch.input_value()) == ("450", "32")
-        sft_steps.fill("2")
-        sft_batch.fill("8")
-        page.click("button[name=source][value=form]")
-        page.wait_for_url(f"{stack.url}/experiments/*/")
+        submit_short_demo(
+            page,
+            stack,
+            "stages",
+            rft_steps=RFT_STEPS,
+            save_interval=2,
+            eval_on_startup=True,
+            eval_interval=1000,
+        )
         page.click("#launch")
         # a guard, not a timing assertion: the launch's preflight is slow on a loaded machine
         page.wait_for_url(f"{stack.url}/runs/*/", timeout=RUN_GUARD_S * 1000)

@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
 
-from checkpoint_fixtures import build_model, build_tokenizer, tiny_config  # noqa: E402
+from checkpoint_fixtures import tiny_model_fixtures  # noqa: E402
 from convert_fixtures import assert_same_logits, save_job_step  # noqa: E402
 
 from webapp.audit.record import Actor  # noqa: E402
@@ -25,14 +25,7 @@ from webapp.runs.models import Run  # noqa: E402
 pytestmark = pytest.mark.django_db(transaction=True)  # the worker reads our committed rows
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model(tokenizer):
-    return build_model(tiny_config(len(tokenizer)))
+tokenizer, model = tiny_model_fixtures()
 
 
 @pytest.fixture

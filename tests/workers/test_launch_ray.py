@@ -21,6 +21,7 @@ import psutil
 import pytest
 import redis
 import yaml
+from demo_site import shorten_demo
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.utils import timezone
@@ -40,14 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def short_demo_config() -> dict:
-    data = parse_yaml((ROOT / "examples" / "demo" / "grpo_demo.yaml").read_text())
-    data["algorithm"]["repeat_times"] = 4
-    data["buffer"].update(batch_size=4, total_steps=2)
-    data["buffer"]["explorer_input"]["eval_tasksets"] = []
-    data["explorer"]["eval_on_startup"] = False
-    data["trainer"]["save_interval"] = 2
-    data["stages"][0]["buffer"].update(train_batch_size=8, total_steps=2)
-    return data
+    return shorten_demo(parse_yaml((ROOT / "examples" / "demo" / "grpo_demo.yaml").read_text()))
 
 
 @pytest.fixture(scope="session")

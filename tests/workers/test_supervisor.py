@@ -34,6 +34,7 @@ from pathlib import Path
 import psutil
 import pytest
 import requests
+from demo_site import log_in_session, shorten_demo
 from redis_claim import CLAIM_KEY, claim_db
 
 from webapp.health.checks import ray_auth_headers
@@ -274,32 +275,12 @@ def _wait_for(what: str, probe, stack: SupervisedStack, guard_s: float = START_G
         time.sleep(1)
 
 
-def _log_in(stack: SupervisedStack) -> None:
-    session = stack.staff
-    session.get(f"{stack.url}/login/", timeout=30).raise_for_status()
-    response = session.post(
-        f"{stack.url}/login/",
-        data={
-            "username": stack.username,
-            "password": stack.password,
-            "csrfmiddlewaretoken": session.cookies["csrftoken"],
-        },
-        timeout=30,
-    )
-    assert response.ok and "/login/" not in response.url, response.text[:500]
-
-
 def _shortened_demo(stack: SupervisedStack) -> int:
     listed = stack.api.get(f"{stack.url}/api/v1/experiments/?search=grpo_demo", timeout=30)
     (demo,) = [e for e in listed.json()["results"] if e["name"] == "grpo_demo"]
     url = f"{stack.url}/api/v1/experiments/{demo['id']}/"
     config = stack.api.get(url, timeout=30).json()["config"]
-    config["algorithm"]["repeat_times"] = 4
-    config["buffer"].update(batch_size=4, total_steps=2)
-    config["buffer"]["explorer_input"]["eval_tasksets"] = []
-    config["explorer"]["eval_on_startup"] = False
-    config["trainer"]["save_interval"] = 2
-    config["stages"][0]["buffer"].update(train_batch_size=8, total_steps=2)
+    shorten_demo(config)
     patched = stack.api.patch(url, json={"config": config, "note": "shortened"}, timeout=60)
     assert patched.status_code == 200, patched.text
     return demo["id"]
@@ -373,7 +354,7 @@ def supervised(redis_url) -> SupervisedStack:
         )
         _manage(env, "ensure_demo_experiment", "--username", "ops")
         _wait_for("the web answering", lambda: _answers(stack.url), stack)
-        _log_in(stack)
+        log_in_session(stack.staff, stack)
         _wait_for("every service up", lambda: stack.health()["status"] == "ok", stack)
         yield stack
     finally:

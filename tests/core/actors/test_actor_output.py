@@ -16,14 +16,13 @@ from pathlib import Path
 
 import pytest
 import redis
+from run_configs import run_config
 
 from rft_core.config import load_config_from_dict
-from rft_core.demo import build_demo
 from rft_core.monitor import MonitorEvent, stream_key
 from rft_core.monitor.replay import read_job_events
 from rft_core.plugins import load_plugins
 from rft_core.runtime.in_process import InProcessRun
-from tests.core.runtime.test_orchestration import _config
 
 ROOT = Path(__file__).resolve().parents[3]
 CAP = 40
@@ -67,11 +66,6 @@ def noisy_ppo(*args, **kwargs):
 """
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    return build_demo(tmp_path_factory.mktemp("demo"))
-
-
 @pytest.fixture
 def plugin_dir(tmp_path, monkeypatch):
     directory = tmp_path / "plugins"
@@ -83,7 +77,7 @@ def plugin_dir(tmp_path, monkeypatch):
 
 
 def _noisy_config(demo, root: Path, name: str, **sections) -> dict:
-    cfg = _config(demo, root, name, **sections)
+    cfg = run_config(demo, root, name, **sections)
     cfg["buffer"]["total_steps"] = 2
     cfg["buffer"]["explorer_input"]["taskset"]["default_workflow_type"] = "noisy_math_workflow"
     cfg["algorithm"]["policy_loss_fn"] = "noisy_ppo"

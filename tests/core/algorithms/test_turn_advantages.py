@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from frozen_lake_play import ScriptedEngine, expert, first_grid, lake_task
 
 from rft_core.algorithms.advantages import get_advantage_fn
 from rft_core.algorithms.turn_advantages import Turn, turns_of
@@ -17,7 +18,6 @@ from rft_core.experience import Experience
 from rft_core.trainer.step_masks import clipb_keep
 from rft_core.workflows import get
 from rft_core.workflows.frozen_lake import shortest_path
-from tests.core.workflows.test_multi_turn import ScriptedEngine, _first_grid, expert, lake_task
 
 EPS = 1e-6
 SQRT_HALF = 0.5**0.5  # 0.70710678
@@ -194,7 +194,7 @@ def test_a_step_wise_frozen_lake_episode_is_one_experience_per_turn():
     path = shortest_path(board)
 
     def script(conversation: str) -> str:
-        assert _first_grid(board) in conversation
+        assert first_grid(board) in conversation
         return expert(board)(conversation)
 
     engine = ScriptedEngine(script)

@@ -6,10 +6,10 @@ tests step by hand (no sleeping, no timing assertions)."""
 
 from __future__ import annotations
 
-import copy
 import logging
 
 import pytest
+from run_configs import minimal_config
 
 from rft_core.buffer.queue import QueueBuffer, replay_settings
 from rft_core.buffer.replay import ReplayQueue
@@ -112,25 +112,11 @@ def test_priority_fn_args_are_checked():
         ReplayQueue(priority_fn_args={"sigma": 1.0})
 
 
-MINIMAL = {
-    "model": {"model_path": "/models/tiny", "max_model_len": 256, "max_response_tokens": 128},
-    "buffer": {
-        "batch_size": 4,
-        "explorer_input": {
-            "taskset": {
-                "name": "arith",
-                "path": "/data/arith",
-                "format": {"prompt_key": "question", "response_key": "answer"},
-            }
-        },
-        "trainer_input": {"experience_buffer": {"name": "exp", "storage_type": "queue"}},
-    },
-}
-
-
 def _with_buffer(**eb) -> dict:
-    d = copy.deepcopy(MINIMAL)
-    d["buffer"]["trainer_input"]["experience_buffer"].update(eb)
+    d = minimal_config()
+    d["buffer"]["trainer_input"] = {
+        "experience_buffer": {"name": "exp", "storage_type": "queue", **eb}
+    }
     return d
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from checkpoint_fixtures import build_model, build_tokenizer, logits_of, tiny_config
+from checkpoint_fixtures import logits_of, tiny_model_fixtures
 from transformers import AutoModelForCausalLM
 
 from rft_core.checkpoint.formats.hf_safetensors import write_hf_weights
@@ -21,15 +21,7 @@ from rft_core.checkpoint.shards import merge_shards, shard_state_dict
 from rft_core.checkpoint.store import load_checkpoint, save_checkpoint, save_state_dict_for_sync
 from rft_core.errors import CheckpointError
 
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model(tokenizer):
-    return build_model(tiny_config(len(tokenizer)))
+tokenizer, model = tiny_model_fixtures()
 
 
 def trained_optimizer(model):

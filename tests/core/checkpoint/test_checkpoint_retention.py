@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from run_configs import minimal_config
 
 from rft_core.checkpoint.layout import FULL_CHECKPOINT_MARKER, LATEST_CHECKPOINTED
 from rft_core.checkpoint.retention import (
@@ -91,19 +92,7 @@ def test_a_pin_of_a_dead_process_does_not_count(tmp_path):
     assert prune_checkpoints(tmp_path, 1) == [10]
 
 
-MINIMAL = {
-    "model": {"model_path": "/models/tiny", "max_model_len": 256, "max_response_tokens": 128},
-    "buffer": {
-        "batch_size": 4,
-        "explorer_input": {
-            "taskset": {
-                "name": "arith",
-                "path": "/data/arith",
-                "format": {"prompt_key": "question", "response_key": "answer"},
-            }
-        },
-    },
-}
+MINIMAL = minimal_config()
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 import yaml
 from omegaconf import OmegaConf
+from run_configs import dry_run, minimal_config
 
 from rft_core.config import (
     config_to_dict,
@@ -27,19 +28,7 @@ ROOT = Path(__file__).resolve().parents[3]
 SEED = ROOT / "examples" / "grpo_gsm8k" / "gsm8k.yaml"
 SEED_SFT = ROOT / "examples" / "grpo_gsm8k" / "gsm8k_sft_warmup.yaml"
 
-MINIMAL = {
-    "model": {"model_path": "/models/tiny", "max_model_len": 256, "max_response_tokens": 128},
-    "buffer": {
-        "batch_size": 4,
-        "explorer_input": {
-            "taskset": {
-                "name": "arith",
-                "path": "/data/arith",
-                "format": {"prompt_key": "question", "response_key": "answer"},
-            }
-        },
-    },
-}
+MINIMAL = minimal_config()
 
 
 @pytest.fixture
@@ -422,22 +411,7 @@ def test_reference_module_prints_the_reference():
 
 
 def test_dry_run_prints_the_resolved_config(clean_env, tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rft_core.cli",
-            "run",
-            "--config",
-            str(SEED),
-            "--dry-run",
-            "buffer.batch_size=4",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
+    proc = dry_run(SEED, "buffer.batch_size=4", timeout=120, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     printed = yaml.safe_load(proc.stdout)
     assert printed["buffer"]["batch_size"] == 4 and printed["buffer"]["train_batch_size"] == 32

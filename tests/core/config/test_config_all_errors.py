@@ -4,11 +4,10 @@ error still raises that one ConfigError as before."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from run_configs import dry_run
 
 from rft_core.config import load_config, load_config_from_dict
 from rft_core.errors import ConfigError, ConfigErrors
@@ -111,12 +110,7 @@ def test_several_errors_survive_pickling_as_ray_sends_them(tmp_path):
 
 
 def test_trinity_run_dry_run_prints_every_error_and_exits_2(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "rft_core.cli", "run", "--config", str(_four_bad(tmp_path)), "--dry-run"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )  # fmt: skip
+    proc = dry_run(_four_bad(tmp_path), timeout=120)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert [line.split(": ")[2] for line in lines] == [

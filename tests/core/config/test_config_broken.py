@@ -5,11 +5,10 @@ holds the text of its ``# contains:`` header)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from run_configs import dry_run
 
 from rft_core.config import load_config
 from rft_core.errors import ConfigError
@@ -48,21 +47,7 @@ def test_broken_config_is_rejected_naming_its_path(path: Path):
 def test_trinity_run_dry_run_prints_one_line_and_exits_non_zero():
     env = dict(os.environ)
     env.pop("RFT_TEST_SURELY_UNSET_VAR_42", None)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rft_core.cli",
-            "run",
-            "--config",
-            str(CORPUS / "typo_taskset_format.yaml"),
-            "--dry-run",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    proc = dry_run(CORPUS / "typo_taskset_format.yaml", env=env, timeout=120)
     assert proc.returncode == ConfigError.exit_code != 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr

@@ -5,11 +5,10 @@ the CLI prints when it is the only problem, and the CLI prints them all and exit
 from __future__ import annotations
 
 import copy
-import subprocess
-import sys
 
 import pytest
 import yaml
+from run_configs import dry_run
 
 from rft_core.config import load_config_from_dict
 from rft_core.errors import ConfigError, ConfigErrors
@@ -126,12 +125,7 @@ def test_cross_field_rules_are_left_out_when_a_value_could_not_be_read():
 def test_trinity_run_dry_run_prints_every_cross_field_error_and_exits_2(tmp_path):
     path = tmp_path / "four_rules.yaml"
     path.write_text(yaml.safe_dump(_with(*PROBLEMS)))
-    proc = subprocess.run(
-        [sys.executable, "-m", "rft_core.cli", "run", "--config", str(path), "--dry-run"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = dry_run(path, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
         f"trinity run: error: {LINES[name]}"

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from run_configs import minimal_config
 
 from rft_core.config import load_config, load_config_from_dict, resolve_stages
 from rft_core.config.gpu_fit import (
@@ -36,19 +37,7 @@ DEMO = ROOT / "examples" / "demo" / "grpo_demo.yaml"
 FAKE_VLLM = Path(__file__).parents[1] / "fake_vllm"
 GIB = 1024**3
 
-MINIMAL = {
-    "model": {"model_path": "/models/tiny", "max_model_len": 256, "max_response_tokens": 128},
-    "buffer": {
-        "batch_size": 4,
-        "explorer_input": {
-            "taskset": {
-                "name": "arith",
-                "path": "/data/arith",
-                "format": {"prompt_key": "question", "response_key": "answer"},
-            }
-        },
-    },
-}
+MINIMAL = minimal_config()
 # Qwen2.5-1.5B's config.json (the shape keys; Qwen/Qwen2.5-1.5B on the Hub)
 QWEN_1P5B = {
     "model_type": "qwen2",

@@ -5,16 +5,16 @@ placement itself cannot run on this machine; the launcher hands these bundles to
 from types import SimpleNamespace
 
 import pytest
+from run_configs import run_config
 
 from rft_core.config import load_config_from_dict
 from rft_core.config.resources import job_placement
-from tests.core.runtime.test_orchestration import _config
 
 DEMO = SimpleNamespace(model_dir="/models/qwen", dataset_dir="/data/gsm8k")
 
 
 def _plan(tmp_path, mode="both", nodes=1, gpus=2, engine_num=1, tp=1, world_size=None):
-    cfg = _config(DEMO, tmp_path, "placement")
+    cfg = run_config(DEMO, tmp_path, "placement")
     cfg["mode"] = mode
     cfg["cluster"] = {"node_num": nodes, "gpu_per_node": gpus}
     cfg["explorer"]["rollout_model"] = {"engine_num": engine_num, "tensor_parallel_size": tp}

@@ -7,11 +7,11 @@ from __future__ import annotations
 import logging
 
 import pytest
+from policy_rollouts import algorithm, rollout
 from tiny_lm import build_tiny_model
 
 from rft_core.config import load_config_from_dict
 from rft_core.trainer.policy import PolicyUpdater
-from tests.core.trainer.test_policy_update import algorithm, rollout
 
 ACTOR = "trainer.trainer_config.actor_rollout_ref.actor"
 

@@ -11,11 +11,10 @@ import importlib.util
 import logging
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from run_configs import dry_run
 
 from rft_core.config import (
     check_registered_names,
@@ -374,21 +373,7 @@ def test_unimplemented_help_says_so_in_the_reference():
 
 def test_trinity_run_dry_run_warns_about_unimplemented_keys(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRINITY_")}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rft_core.cli",
-            "run",
-            "--config",
-            str(CORPUS / "grpo_lora_gsm8k.yaml"),
-            "--dry-run",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=180,
-    )
+    proc = dry_run(CORPUS / "grpo_lora_gsm8k.yaml", env=env, timeout=180)
     assert proc.returncode == 0, proc.stderr
     assert "model.lora_configs" in proc.stderr and "does not implement" in proc.stderr
 

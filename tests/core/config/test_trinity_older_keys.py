@@ -5,11 +5,11 @@ step-wise runs; ``sync_method`` memory in mode both and nccl outside it."""
 
 from __future__ import annotations
 
-import copy
 import logging
 from pathlib import Path
 
 import pytest
+from run_configs import minimal_config
 from tiny_lm import build_tiny_model
 
 from rft_core import workflows
@@ -17,23 +17,9 @@ from rft_core.config import load_config_from_dict
 from rft_core.data.task import Task
 from rft_core.errors import ConfigError
 
-MINIMAL = {
-    "model": {"model_path": "/models/tiny", "max_model_len": 256, "max_response_tokens": 128},
-    "buffer": {
-        "batch_size": 4,
-        "explorer_input": {
-            "taskset": {
-                "name": "arith",
-                "path": "/data/arith",
-                "format": {"prompt_key": "question", "response_key": "answer"},
-            }
-        },
-    },
-}
-
 
 def _cfg(**sections) -> dict:
-    d = copy.deepcopy(MINIMAL)
+    d = minimal_config()
     for key, value in sections.items():
         if isinstance(value, dict) and isinstance(d.get(key), dict):
             d[key].update(value)

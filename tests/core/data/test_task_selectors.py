@@ -155,10 +155,10 @@ def test_a_run_feeds_each_steps_rewards_back_to_the_selector(tmp_path):
     # a real 2-step run (explorer and trainer in one process, the demo model): after a step,
     # the rows it rolled out have their estimates moved by the rewards they earned
     import pyarrow.parquet as pq
+    from run_configs import run_config
 
     from rft_core.demo import build_demo
     from rft_core.runtime.in_process import InProcessRun
-    from tests.core.runtime.test_orchestration import _config
 
     demo = build_demo(tmp_path / "demo")
     rows = pq.read_table(demo.train_path).to_pylist()[:4]
@@ -169,7 +169,7 @@ def test_a_run_feeds_each_steps_rewards_back_to_the_selector(tmp_path):
             for i, r in enumerate(rows)
         )
     )
-    cfg = _config(demo, tmp_path, "selector", buffer={"batch_size": 2, "total_steps": 2})
+    cfg = run_config(demo, tmp_path, "selector", buffer={"batch_size": 2, "total_steps": 2})
     cfg["mode"] = "colocate"
     cfg["synchronizer"] = {"sync_method": "memory", "sync_interval": 1, "sync_offset": 0}
     ts = cfg["buffer"]["explorer_input"]["taskset"]

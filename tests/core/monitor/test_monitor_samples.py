@@ -8,11 +8,11 @@ import json
 import math
 
 import pytest
+from run_configs import run_config
 
 from rft_core.config import load_config_from_dict
 from rft_core.demo import build_demo
 from rft_core.monitor import MonitorEvent, build_monitor, runs_set, stream_key
-from tests.core.runtime.test_orchestration import _config
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def _explore(tmp_path, steps: int, **monitor):
 
     demo = build_demo(tmp_path / "demo")
     cfg = load_config_from_dict(
-        {**_config(demo, tmp_path, "samples"), "monitor": {"monitor_type": "none", **monitor}}
+        {**run_config(demo, tmp_path, "samples"), "monitor": {"monitor_type": "none", **monitor}}
     )
     explorer = Explorer(cfg)
     tasks = []
@@ -155,5 +155,5 @@ def test_a_bad_retention_setting_is_refused_with_its_path(tmp_path, key, value, 
 
     demo = build_demo(tmp_path / "demo")
     with pytest.raises(ConfigError) as err:
-        load_config_from_dict({**_config(demo, tmp_path, "bad"), "monitor": {key: value}})
+        load_config_from_dict({**run_config(demo, tmp_path, "bad"), "monitor": {key: value}})
     assert f"monitor.{key}" in str(err.value) and rule in str(err.value)

@@ -3,17 +3,17 @@ real local Ray with the tiny demo model on CPU (real actors, real placement grou
 transfer through the object store), and a short ``mode: both`` run with two engines."""
 
 import os
-import time
 from pathlib import Path
 
 import pytest
 import ray
 import torch
 from ray.util.placement_group import placement_group_table
+from ray_cluster import cpus_back
+from run_configs import run_config, run_taskset
 
 from rft_core.config import load_config_from_dict
 from rft_core.config.resources import gpu_split
-from rft_core.demo import build_demo
 from rft_core.errors import ConfigError, EngineUnavailable, ServiceUnavailable
 from rft_core.explorer.explorer import Explorer
 from rft_core.rollout import build_engine
@@ -22,22 +22,9 @@ from rft_core.rollout.pool import EnginePool, engine_pool_name, remove_engine_po
 from rft_core.runtime.launcher import _engine_pool_cpus, run_experiment
 from rft_core.runtime.preflight import preflight
 from rft_core.sync.schedule import expected_model_versions
-from tests.core.runtime.test_orchestration import _config, _taskset
 
 PROMPTS = [f"Question: what is {a} + {a + 3}? Answer:" for a in range(5)]
 GREEDY = SamplingParams(n=2, temperature=0.0, max_tokens=6)
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    return build_demo(tmp_path_factory.mktemp("demo"))
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +112,7 @@ def test_close_removes_actors_and_placement_group(demo, local_ray):
 
 def test_a_killed_explorer_takes_its_pool_with_it(demo, local_ray, tmp_path):
     cfg = load_config_from_dict(
-        _config(demo, tmp_path, "killed", explorer={"rollout_model": {"engine_num": 2}})
+        run_config(demo, tmp_path, "killed", explorer={"rollout_model": {"engine_num": 2}})
     )
     explorer = ray.remote(Explorer).options(num_cpus=0).remote(cfg)
     ray.get(explorer._build_engine.remote())
@@ -135,7 +122,7 @@ def test_a_killed_explorer_takes_its_pool_with_it(demo, local_ray, tmp_path):
     # Ray keeps the placement group of a killed actor until the job ends: its CPUs stay taken
     assert placement_group_table()[created[0]]["state"] == "CREATED"
     assert remove_engine_pool(engine_pool_name(cfg.job_dir))  # the launcher's clean-up
-    assert _cpus_back(2)
+    assert cpus_back(2)
     assert placement_group_table()[created[0]]["state"] == "REMOVED"
     assert not remove_engine_pool(engine_pool_name(cfg.job_dir))  # nothing left the second time
 
@@ -154,16 +141,16 @@ def test_an_engine_that_cannot_start_fails_with_its_own_message(demo, local_ray)
     # vLLM is not installed here: the engines' error, not Ray's "the actor died"
     with pytest.raises(EngineUnavailable, match="vLLM is not installed"):
         EnginePool("vllm", str(demo.model_dir), engine_num=2)
-    assert "CREATED" not in _pg_states() and _cpus_back(2)
+    assert "CREATED" not in _pg_states() and cpus_back(2)
 
 
 def test_bad_engine_counts_are_rejected_with_their_yaml_path(demo, tmp_path):
-    zero = _config(demo, tmp_path, "zero", explorer={"rollout_model": {"engine_num": 0}})
+    zero = run_config(demo, tmp_path, "zero", explorer={"rollout_model": {"engine_num": 0}})
     with pytest.raises(ConfigError) as err:
         load_config_from_dict(zero)
     assert "explorer.rollout_model.engine_num" in str(err.value)
 
-    many = _config(
+    many = run_config(
         demo,
         tmp_path,
         "many",
@@ -178,7 +165,7 @@ def test_bad_engine_counts_are_rejected_with_their_yaml_path(demo, tmp_path):
 
 
 def test_resource_accounting_for_a_pool(demo, tmp_path):
-    gpus = _config(
+    gpus = run_config(
         demo,
         tmp_path,
         "gpus",
@@ -191,13 +178,13 @@ def test_resource_accounting_for_a_pool(demo, tmp_path):
     cfg.explorer.rollout_model.engine_num = 1
     assert gpu_split(cfg) == (1, 3)  # one in-process engine: the explorer holds its GPU
     cpu = load_config_from_dict(
-        _config(demo, tmp_path, "cpu", explorer={"rollout_model": {"engine_num": 5}})
+        run_config(demo, tmp_path, "cpu", explorer={"rollout_model": {"engine_num": 5}})
     )
     assert _engine_pool_cpus([cpu]) == 5  # a local Ray gets room for 5 one-CPU bundles
 
 
 def test_nccl_sync_into_gpu_engines_is_refused_before_any_actor_starts(demo, tmp_path):
-    gpu_pool = _config(
+    gpu_pool = run_config(
         demo,
         tmp_path,
         "gpu_pool",
@@ -217,7 +204,7 @@ def test_run_both_with_two_engines(demo, local_ray, tmp_path, sync_method):
     """``trinity run`` path (mode both; nccl = gloo broadcast on CPU; checkpoint = the way GPU
     pools sync) with engine_num 2: the model versions follow sync_interval 1, evaluation runs
     on the pool, and the pool is released."""
-    raw = _config(
+    raw = run_config(
         demo,
         tmp_path,
         "two_engines",
@@ -226,7 +213,7 @@ def test_run_both_with_two_engines(demo, local_ray, tmp_path, sync_method):
         synchronizer={"sync_method": sync_method},
     )
     # evaluation goes through the pool too: at step 2 and on the final weights
-    raw["buffer"]["explorer_input"]["eval_tasksets"] = [_taskset(demo, "test", "held")]
+    raw["buffer"]["explorer_input"]["eval_tasksets"] = [run_taskset(demo, "test", "held")]
     cfg = load_config_from_dict(raw)
     result = run_experiment(cfg).last
     assert [tuple(sv) for sv in result.explorer["model_versions"]] == [(1, 0), (2, 1), (3, 2)]
@@ -241,14 +228,4 @@ def test_run_both_with_two_engines(demo, local_ray, tmp_path, sync_method):
     assert {"explorer_engine_0.log", "explorer_engine_1.log"} <= logs  # one file per actor
     # the pool is gone with the explorer: no placement group left holding CPUs
     assert set(_pg_states()) <= {"REMOVED"}
-    assert _cpus_back(2)
-
-
-def _cpus_back(cpus: float, wait_s: float = 30.0) -> bool:
-    """Whether Ray's free CPUs return to ``cpus`` (its resource view lags a removal a moment)."""
-    deadline = time.monotonic() + wait_s
-    while ray.available_resources().get("CPU") != cpus:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
+    assert cpus_back(2)

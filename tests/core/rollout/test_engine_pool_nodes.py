@@ -8,18 +8,12 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 from ray.util.placement_group import placement_group_table
+from ray_cluster import cpus_back
+from run_configs import run_config
 
 from rft_core.config import load_config_from_dict
-from rft_core.demo import build_demo
 from rft_core.explorer.explorer import Explorer
 from rft_core.rollout.base import SamplingParams
-from tests.core.rollout.test_engine_pool import _cpus_back
-from tests.core.runtime.test_orchestration import _config
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    return build_demo(tmp_path_factory.mktemp("demo"))
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +29,7 @@ def two_nodes():
 
 def _explorer(demo, tmp_path, name: str, node_num: int) -> Explorer:
     cfg = load_config_from_dict(
-        _config(
+        run_config(
             demo,
             tmp_path,
             name,
@@ -51,7 +45,7 @@ def test_engines_spread_over_nodes_only_when_the_job_has_several(
     demo, two_nodes, tmp_path, node_num
 ):
     # all 4 CPUs free first: PACK is soft, and falls back to two nodes when one lacks room
-    assert _cpus_back(4)
+    assert cpus_back(4)
     explorer = _explorer(demo, tmp_path, f"nodes{node_num}", node_num)
     explorer._build_engine()
     pool = explorer._engine

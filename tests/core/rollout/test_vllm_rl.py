@@ -313,13 +313,6 @@ def test_the_tested_fake_version_passes(fake_vllm, monkeypatch):
     assert check_vllm_version() == "0.26.0"
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    from rft_core.demo import build_demo
-
-    return build_demo(tmp_path_factory.mktemp("demo"))
-
-
 @pytest.mark.parametrize(
     ("version", "refused"), [("0.11.0", True), ("0.26.0", False), (None, True)]
 )
@@ -330,15 +323,16 @@ def test_the_launchers_preflight_names_an_untested_or_missing_vllm(
     machine has no GPU, so the GPU-count problem is reported in the same line."""
     import sys
 
+    from run_configs import run_config
+
     from rft_core.config import load_config_from_dict
     from rft_core.runtime.preflight import preflight
-    from tests.core.runtime.test_orchestration import _config
 
     if version is None:
         monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
     else:
         monkeypatch.setenv("FAKE_VLLM_VERSION", version)
-    cfg = _config(
+    cfg = run_config(
         demo,
         tmp_path,
         "vllm_version",

@@ -4,21 +4,18 @@ topr, sppo, asymre, rec) on the tiny demo model: explorer and trainer in one pro
 own advantage fn and policy loss. Every step reports finite loss and reward metrics, and the
 policy gets a gradient.
 
-The untrained demo model never earns the math reward in 6 tokens (every reward -0.1, so every
-group advantage 0), so these runs score a response by its length in characters instead: random
-samples differ in it, and the groups have something to compare."""
+The untrained demo model never earns the math reward in 6 tokens, so these runs score a response
+by its length in characters instead (``algorithm_runs.colocated_run_config``)."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
+from algorithm_runs import colocated_run_config
+from run_configs import run_steps
 
-from rft_core import rewards
 from rft_core.config import load_config_from_dict
-from rft_core.demo import build_demo
-from rft_core.runtime.in_process import InProcessRun
-from tests.core.runtime.test_orchestration import _config
 
 # algorithm_type -> (advantage fn, policy loss) its preset picks
 FAMILIES = {
@@ -34,48 +31,23 @@ FAMILIES = {
 OWN_LOSS = {"opmd": "opmd_loss", "asymre": "opmd_loss", "cispo": "cispo_loss", "topr": "topr_loss"}
 
 
-if "response_chars" not in rewards.names():
-
-    @rewards.register("response_chars")
-    def response_chars(response: str, truth: str) -> dict[str, float]:
-        return {"response_chars": len(response) / 32}
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    return build_demo(tmp_path_factory.mktemp("demo"))
-
-
 @pytest.mark.parametrize("algorithm_type", FAMILIES)
 def test_a_short_run_reports_finite_loss_and_rewards(demo, tmp_path, algorithm_type):
-    cfg = _config(
+    cfg = colocated_run_config(
         demo,
         tmp_path,
-        algorithm_type,
         # a Trinity-only advantage argument (grpo's duplicate_experiences): warned when the
         # config loads, never handed to the advantage fn
-        algorithm={
+        {
             "algorithm_type": algorithm_type,
             "repeat_times": 2,
             "advantage_fn_args": {"duplicate_experiences": True},
         },
-        buffer={"total_steps": 2},
-        synchronizer={"sync_method": "memory", "sync_interval": 1, "sync_offset": 0},
     )
-    cfg["mode"] = "colocate"
-    cfg["buffer"]["explorer_input"]["taskset"]["default_reward_fn_type"] = "response_chars"
     config = load_config_from_dict(cfg)
     a = config.algorithm
     assert (a.advantage_fn, a.policy_loss_fn) == FAMILIES[algorithm_type]
-    run = InProcessRun(config)
-    try:
-        run.start()
-        reports = []
-        while (report := run.step()) is not None:
-            reports.append(report)
-        summaries = run.finish()
-    finally:
-        run.close()
+    reports, summaries = run_steps(config)
     assert summaries["trainer"]["steps"] == 2
     trained = [r for r in reports if "actor/pg_loss" in r]
     assert len(trained) == 2, [sorted(r) for r in reports]

@@ -4,8 +4,9 @@ multi_step_grpo, gigpo) on the tiny demo model: explorer and trainer in one proc
 advantage fn and policy loss. Every step reports finite metrics, including each algorithm's own
 (M2PO's m2 statistics, SAPO's gate, Clip_B's filter, RAFT's SFT loss).
 
-The single-turn ones score a response by its length in characters (as test_algorithm_runs.py:
-the untrained model never earns the math reward, so its groups would have nothing to compare).
+The single-turn ones score a response by its length in characters (``algorithm_runs``, as
+test_algorithm_runs.py: the untrained model never earns the math reward, so its groups would
+have nothing to compare).
 The step-wise ones play the demo's frozen lake, one experience per turn."""
 
 from __future__ import annotations
@@ -14,12 +15,10 @@ import math
 
 import pytest
 import yaml
+from algorithm_runs import colocated_run_config
+from run_configs import run_steps
 
-import tests.core.runtime.test_algorithm_runs  # noqa: F401  (registers the response_chars reward)
 from rft_core.config import load_config_from_dict
-from rft_core.demo import build_demo
-from rft_core.runtime.in_process import InProcessRun
-from tests.core.runtime.test_orchestration import _config
 from tests.core.test_frozen_lake_demo import DEMO_CONFIG
 
 # algorithm_type -> (advantage fn, policy loss, metrics of its own the trainer reports)
@@ -32,23 +31,6 @@ SINGLE_TURN = {
 STEP_WISE = {"multi_step_grpo": "step_wise_grpo", "gigpo": "gigpo"}
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    return build_demo(tmp_path_factory.mktemp("demo"))
-
-
-def _run(config) -> tuple[list[dict], dict]:
-    run = InProcessRun(config)
-    try:  # close: the engine and the OpenAI endpoint an agent workflow started on it
-        run.start()
-        reports = []
-        while (report := run.step()) is not None:
-            reports.append(report)
-        return reports, run.finish()
-    finally:
-        run.close()
-
-
 @pytest.mark.parametrize("algorithm_type", SINGLE_TURN)
 def test_a_short_single_turn_run_reports_its_own_metrics(demo, tmp_path, algorithm_type):
     algorithm = {"algorithm_type": algorithm_type, "repeat_times": 2}
@@ -59,20 +41,10 @@ def test_a_short_single_turn_run_reports_its_own_metrics(demo, tmp_path, algorit
     if algorithm_type == "grpo_verl":
         algorithm["advantage_fn"] = "clipb"  # Trinity's Clip_B example: grpo_verl + clipb
         algorithm["advantage_fn_args"] = {"mu": 0.5}
-    cfg = _config(
-        demo,
-        tmp_path,
-        algorithm_type,
-        algorithm=algorithm,
-        buffer={"total_steps": 2},
-        synchronizer={"sync_method": "memory", "sync_interval": 1, "sync_offset": 0},
-    )
-    cfg["mode"] = "colocate"
-    cfg["buffer"]["explorer_input"]["taskset"]["default_reward_fn_type"] = "response_chars"
-    config = load_config_from_dict(cfg)
+    config = load_config_from_dict(colocated_run_config(demo, tmp_path, algorithm))
     a = config.algorithm
     assert (a.advantage_fn, a.policy_loss_fn) == SINGLE_TURN[algorithm_type][:2]
-    reports, summaries = _run(config)
+    reports, summaries = run_steps(config)
     assert summaries["trainer"]["steps"] == 2
     trained = [r for r in reports if "actor/grad_norm" in r]
     assert len(trained) == 2, [sorted(r) for r in reports]
@@ -108,7 +80,7 @@ def test_a_short_step_wise_frozen_lake_run(demo, tmp_path, monkeypatch, algorith
     cfg["trainer"]["save_hf_checkpoint"] = "never"
     config = load_config_from_dict(cfg)
     assert config.algorithm.advantage_fn == STEP_WISE[algorithm_type]
-    reports, summaries = _run(config)
+    reports, summaries = run_steps(config)
     assert summaries["trainer"]["steps"] >= 1
     explored = [r for r in reports if "rollout/env_steps/mean" in r]
     assert len(explored) == 2

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_configs import run_taskset
 
 from rft_core.buffer import BufferTimeout, build_buffer
 from rft_core.buffer.file import FileBuffer
@@ -27,22 +28,15 @@ from rft_core.buffer.sql import SQLBuffer
 from rft_core.checkpoint.layout import FULL_CHECKPOINT_MARKER, LATEST_STATE_DICT, step_dir
 from rft_core.checkpoint.store import save_state_dict_for_sync
 from rft_core.config import load_config, load_config_from_dict
-from rft_core.demo import build_demo
 from rft_core.errors import ConfigError
 from rft_core.experience import Experience
 from rft_core.runtime.preflight import preflight
 from rft_core.sync.checkpoint_watch import CheckpointWatch
-from tests.core.runtime.test_orchestration import _taskset
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE_EXPLORER = ROOT / "examples" / "demo" / "async_explorer.yaml"
 EXAMPLE_TRAINER = ROOT / "examples" / "demo" / "async_trainer.yaml"
 BUFFER_PATH = "buffer.trainer_input.experience_buffer.path"
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    return build_demo(tmp_path_factory.mktemp("demo"))
 
 
 def _weights(value: float) -> dict[str, torch.Tensor]:
@@ -243,7 +237,7 @@ def _common(demo, root: Path, mode: str) -> dict:
         },
         "cluster": {"gpu_per_node": 0},
         "buffer": {
-            "explorer_input": {"taskset": _taskset(demo, "train", "arithmetic")},
+            "explorer_input": {"taskset": run_taskset(demo, "train", "arithmetic")},
             "trainer_input": {
                 "experience_buffer": {
                     "name": "pair_buffer",

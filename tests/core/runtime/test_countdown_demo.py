@@ -9,18 +9,13 @@ import math
 from pathlib import Path
 
 import pytest
-import test_orchestration
 import yaml
+from run_configs import demo_taskset
 
 from rft_core.config import load_config_from_dict
-from rft_core.demo import DEMO_SYSTEM_PROMPT
 from rft_core.runtime.launcher import run_experiment
 
 ROOT = Path(__file__).resolve().parents[3]
-
-# the demo dir and the local Ray cluster, as test_orchestration sets them up
-demo = test_orchestration.demo
-local_ray = test_orchestration.local_ray
 
 
 def _finite(metrics: dict) -> bool:
@@ -55,23 +50,14 @@ def test_countdown_demo_config_runs_and_scores_with_countdown_reward(
 @pytest.mark.slow
 def test_math_rm_workflow_judges_with_an_auxiliary_model_in_a_real_run(demo, local_ray, tmp_path):
     model = str(demo.model_dir)
-    taskset = {
-        "name": "arithmetic",
-        "storage_type": "file",
-        "path": str(demo.dataset_dir),
-        "subset_name": "main",
-        "split": "train",
-        "format": {
-            "prompt_key": "question",
-            "response_key": "answer",
-            "system_prompt": DEMO_SYSTEM_PROMPT,
-        },
-        "default_workflow_type": "math_rm_workflow",
-        "workflow_args": {
+    taskset = demo_taskset(
+        demo,
+        default_workflow_type="math_rm_workflow",
+        workflow_args={
             "judge_prompt": "Q:{question} R:{response} Score:",
             "judge_system_prompt": "",
         },
-    }
+    )
     cfg = load_config_from_dict(
         {
             "project": "judge",

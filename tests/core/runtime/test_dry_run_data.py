@@ -8,11 +8,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
+from run_configs import dry_run
 
 from rft_core.runtime.launcher import cli_run
 
@@ -48,15 +47,7 @@ def _rows(path: Path, rows: list[dict]) -> str:
 def test_a_missing_response_column_fails_the_dry_run_in_one_line(tmp_path):
     data = _rows(tmp_path / "lakes.jsonl", [{"question": "walk", "size": 4, "p": 0.8, "seed": 1}])
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRINITY_")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "rft_core.cli", "run", "--config", str(_config(tmp_path, data))]
-        + ["--dry-run"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = dry_run(_config(tmp_path, data), cwd=tmp_path, env=env, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and "Traceback" not in proc.stderr

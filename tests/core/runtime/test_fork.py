@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_orchestration import _config, _logged_steps, demo, local_ray  # noqa: F401 - fixtures
+from run_configs import logged_steps, run_config
 
 from rft_core.checkpoint.fork import FORK_META, seed_job_dir
 from rft_core.checkpoint.layout import step_dir
@@ -19,11 +19,11 @@ from rft_core.runtime.launcher import run_experiment
 
 @pytest.mark.slow
 def test_a_fork_from_step_2_starts_at_step_3_with_the_checkpoints_weights(
-    demo,  # noqa: F811
-    local_ray,  # noqa: F811
+    demo,
+    local_ray,
     tmp_path,
 ):
-    parent_cfg = _config(
+    parent_cfg = run_config(
         demo,
         tmp_path / "parent",
         "parent",
@@ -37,7 +37,7 @@ def test_a_fork_from_step_2_starts_at_step_3_with_the_checkpoints_weights(
     # the fork: new job dir, new hyperparameters. lr 1e-30: an Adam update of about lr per
     # weight (and decay by a factor 1 - lr * wd) is below float32's resolution at these
     # weights' size (~1e-2 * 6e-8), so the fork's weights must stay the checkpoint's exactly
-    fork_cfg = _config(
+    fork_cfg = run_config(
         demo,
         tmp_path / "fork",
         "fork",
@@ -58,7 +58,7 @@ def test_a_fork_from_step_2_starts_at_step_3_with_the_checkpoints_weights(
     result = run_experiment(load_config_from_dict(fork_cfg)).last
     assert result.job_dir == str(fork)
     # the step counter continues: steps 3 and 4, the explorer's first with the step-2 weights
-    assert _logged_steps(fork, "trainer") == [3, 4]
+    assert logged_steps(fork, "trainer") == [3, 4]
     assert [tuple(sv) for sv in result.explorer["model_versions"]] == [(3, 2), (4, 3)]
     fork3 = load_checkpoint(fork, 3)
     assert fork3.extra_state["global_step"] == 3

@@ -10,24 +10,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_configs import run_config, run_taskset
 
 from rft_core.config import load_config_from_dict
-from rft_core.demo import build_demo
 from rft_core.runtime.in_process import InProcessRun
 from rft_core.sync.schedule import expected_model_versions
-from tests.core.runtime.test_orchestration import _config, _taskset
 
 SCRIPT = Path(__file__).parents[1] / "in_process_script.py"
 ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    return build_demo(tmp_path_factory.mktemp("demo"))
-
-
 def _colocate(demo, root: Path, name: str, **synchronizer) -> dict:
-    cfg = _config(demo, root, name, synchronizer={"sync_method": "memory", **synchronizer})
+    cfg = run_config(demo, root, name, synchronizer={"sync_method": "memory", **synchronizer})
     cfg["mode"] = "colocate"
     return cfg
 
@@ -80,7 +74,7 @@ def test_colocate_hands_the_trainers_parameters_to_the_engine_and_frees_memory_i
 ):
     cfg = _colocate(demo, tmp_path, "hand_off", sync_interval=1, sync_offset=0)
     cfg["buffer"]["total_steps"] = 3
-    cfg["buffer"]["explorer_input"]["eval_tasksets"] = [_taskset(demo, "test", "held-out")]
+    cfg["buffer"]["explorer_input"]["eval_tasksets"] = [run_taskset(demo, "test", "held-out")]
     cfg["trainer"]["optimizer_offload"] = True
     run = InProcessRun(load_config_from_dict(cfg))
     run.start()

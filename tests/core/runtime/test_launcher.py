@@ -210,17 +210,18 @@ def test_the_preflight_reads_each_taskset_once_for_the_whole_run(tmp_path, monke
     """The tasksets the preflight reads are the explorer's: rollout steps and evals read no
     file again (the explorer used to re-read the training taskset, and each eval taskset at
     every eval)."""
+    from run_configs import run_config, run_taskset
+
     from rft_core.config import load_config_from_dict
     from rft_core.data import source
     from rft_core.demo import build_demo
     from rft_core.explorer.explorer import Explorer
-    from tests.core.runtime.test_orchestration import _config, _taskset
 
     demo = build_demo(tmp_path / "demo")
     buffer = {
         "explorer_input": {
-            "taskset": _taskset(demo, "train", "arithmetic"),
-            "eval_tasksets": [_taskset(demo, "test", "held-out")],
+            "taskset": run_taskset(demo, "train", "arithmetic"),
+            "eval_tasksets": [run_taskset(demo, "test", "held-out")],
         },
         "trainer_input": {
             "experience_buffer": {
@@ -231,7 +232,10 @@ def test_the_preflight_reads_each_taskset_once_for_the_whole_run(tmp_path, monke
         },
     }
     cfg = load_config_from_dict(
-        {**_config(demo, tmp_path, "read-once", buffer=buffer), "monitor": {"monitor_type": "none"}}
+        {
+            **run_config(demo, tmp_path, "read-once", buffer=buffer),
+            "monitor": {"monitor_type": "none"},
+        }
     )
     reads: list[str] = []
     read_rows = source.read_rows

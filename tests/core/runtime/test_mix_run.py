@@ -6,21 +6,15 @@ import json
 import math
 
 import pytest
+from run_configs import run_config
 
 from rft_core.config import load_config_from_dict
-from rft_core.demo import build_demo
 from rft_core.runtime.in_process import InProcessRun
-from tests.core.runtime.test_orchestration import _config
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    return build_demo(tmp_path_factory.mktemp("demo"))
 
 
 @pytest.mark.slow
 def test_mix_chord_trains_on_rollouts_and_expert_rows_with_finite_metrics(demo, tmp_path):
-    cfg = _config(
+    cfg = run_config(
         demo,
         tmp_path,
         "mix_chord",

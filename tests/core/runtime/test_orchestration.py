@@ -7,67 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import ray
 import torch
+from run_configs import logged_steps, run_config, run_taskset
 
 from rft_core.checkpoint.store import load_checkpoint
 from rft_core.config import load_config_from_dict
-from rft_core.demo import DEMO_SYSTEM_PROMPT, build_demo
 from rft_core.runtime.launcher import run_experiment
 from rft_core.sync.schedule import expected_model_versions
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    return build_demo(tmp_path_factory.mktemp("demo"))
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
-    yield
-    ray.shutdown()
-
-
-def _taskset(demo, split: str, name: str) -> dict:
-    return {
-        "name": name,
-        "storage_type": "file",
-        "path": str(demo.dataset_dir),
-        "subset_name": "main",
-        "split": split,
-        "format": {
-            "prompt_key": "question",
-            "response_key": "answer",
-            "system_prompt": DEMO_SYSTEM_PROMPT,
-        },
-        "rollout_args": {"temperature": 1.0},
-        "default_workflow_type": "math_workflow",
-    }
-
-
-def _config(demo, root: Path, name: str, **sections) -> dict:
-    cfg = {
-        "project": "orchestration",
-        "name": name,
-        "checkpoint_root_dir": str(root),
-        "mode": "both",
-        "algorithm": {"algorithm_type": "grpo", "repeat_times": 2, "optimizer": {"lr": 1e-4}},
-        "model": {"model_path": str(demo.model_dir), "max_response_tokens": 6, "max_model_len": 96},
-        "cluster": {"gpu_per_node": 0},
-        "buffer": {
-            "batch_size": 2,
-            "total_steps": 5,
-            "explorer_input": {"taskset": _taskset(demo, "train", "arithmetic")},
-            "trainer_input": {"experience_buffer": {"name": "exp", "storage_type": "queue"}},
-        },
-        "explorer": {"eval_on_startup": False, "eval_interval": 1000},
-        "synchronizer": {"sync_method": "nccl", "sync_interval": 1, "sync_offset": 0},
-        "trainer": {"save_interval": 0, "save_hf_checkpoint": "never"},
-    }
-    for key, value in sections.items():
-        cfg[key].update(value)
-    return cfg
 
 
 def _sft_buffer(demo) -> dict:
@@ -86,16 +32,11 @@ def _sft_buffer(demo) -> dict:
     }
 
 
-def _logged_steps(job_dir: Path, role: str) -> list[int]:
-    path = job_dir / "monitor" / f"{role}_metrics.jsonl"
-    return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()]
-
-
 @pytest.mark.slow
 def test_sync_offset_1_interval_2_follows_the_documented_timeline(demo, local_ray, tmp_path):
     # explorer |1|2|3|sync|4|5|  trainer |1|2|sync|3|4|sync|5|  (nccl sync, gloo on CPU)
     cfg = load_config_from_dict(
-        _config(demo, tmp_path, "timeline", synchronizer={"sync_offset": 1, "sync_interval": 2})
+        run_config(demo, tmp_path, "timeline", synchronizer={"sync_offset": 1, "sync_interval": 2})
     )
     result = run_experiment(cfg).last
     versions = [v for _, v in result.explorer["model_versions"]]
@@ -113,7 +54,7 @@ def test_sync_offset_1_interval_2_follows_the_documented_timeline(demo, local_ra
 @pytest.mark.slow
 def test_rerun_resumes_from_the_checkpoint_not_from_zero(demo, local_ray, tmp_path):
     # checkpoint weight sync this time; first run stops after 2 steps (final checkpoint)
-    first = _config(demo, tmp_path, "resume", synchronizer={"sync_method": "checkpoint"})
+    first = run_config(demo, tmp_path, "resume", synchronizer={"sync_method": "checkpoint"})
     first["buffer"]["total_steps"] = 2
     r1 = run_experiment(load_config_from_dict(first)).last
     job_dir = Path(r1.job_dir)
@@ -122,13 +63,13 @@ def test_rerun_resumes_from_the_checkpoint_not_from_zero(demo, local_ray, tmp_pa
     ckpt2 = load_checkpoint(job_dir, 2)
     assert max(s["step"] for s in ckpt2.optimizer_state["state"].values()) == 2
 
-    second = _config(demo, tmp_path, "resume", synchronizer={"sync_method": "checkpoint"})
+    second = run_config(demo, tmp_path, "resume", synchronizer={"sync_method": "checkpoint"})
     second["buffer"]["total_steps"] = 4
     r2 = run_experiment(load_config_from_dict(second)).last
     # step numbers continue: the explorer did steps 3 and 4 with the step-2 weights first
     assert [tuple(sv) for sv in r2.explorer["model_versions"]] == [(3, 2), (4, 3)]
     assert r2.trainer["steps"] == 4
-    assert _logged_steps(job_dir, "trainer") == [1, 2, 3, 4]
+    assert logged_steps(job_dir, "trainer") == [1, 2, 3, 4]
     # taskset offset: 4 steps x batch_size 2 tasks, not 2 x 2 replayed from the start
     meta = json.loads((job_dir / "explorer_meta.json").read_text())
     assert meta["latest_iteration"] == 4 and meta["taskset_offset"]["index"] == 8
@@ -139,9 +80,9 @@ def test_rerun_resumes_from_the_checkpoint_not_from_zero(demo, local_ray, tmp_pa
     # and the weights changed from step 2 to step 4
     assert any(not torch.equal(ckpt2.state_dict[k], ckpt4.state_dict[k]) for k in ckpt2.state_dict)
     # bench mode on the same job dir evaluates every full checkpoint in order
-    bench = _config(demo, tmp_path, "resume", synchronizer={"sync_method": "checkpoint"})
+    bench = run_config(demo, tmp_path, "resume", synchronizer={"sync_method": "checkpoint"})
     bench["mode"] = "bench"
-    bench["buffer"]["explorer_input"]["eval_tasksets"] = [_taskset(demo, "test", "held-out")]
+    bench["buffer"]["explorer_input"]["eval_tasksets"] = [run_taskset(demo, "test", "held-out")]
     bench["buffer"]["explorer_input"]["eval_tasksets"][0]["rollout_args"] = {"temperature": 0.0}
     r3 = run_experiment(load_config_from_dict(bench)).last
     assert list(r3.bench) == ["2", "4"]
@@ -151,7 +92,7 @@ def test_rerun_resumes_from_the_checkpoint_not_from_zero(demo, local_ray, tmp_pa
 @pytest.mark.slow
 def test_a_failing_actor_stops_the_run_with_a_non_zero_exit(demo, tmp_path):
     # a job dir whose latest checkpoint is corrupt: resuming from it fails inside the actors
-    cfg = _config(demo, tmp_path, "broken")
+    cfg = run_config(demo, tmp_path, "broken")
     job_dir = tmp_path / "orchestration" / "broken"
     actor = job_dir / "global_step_1" / "actor"
     actor.mkdir(parents=True)
@@ -175,10 +116,10 @@ def test_a_failing_actor_stops_the_run_with_a_non_zero_exit(demo, tmp_path):
 
 @pytest.mark.slow
 def test_colocate_hands_weights_over_in_memory_every_step(demo, local_ray, tmp_path):
-    cfg = _config(demo, tmp_path, "colocate", synchronizer={"sync_method": "memory"})
+    cfg = run_config(demo, tmp_path, "colocate", synchronizer={"sync_method": "memory"})
     cfg["mode"] = "colocate"
     cfg["buffer"]["total_steps"] = 3
-    cfg["buffer"]["explorer_input"]["eval_tasksets"] = [_taskset(demo, "test", "held-out")]
+    cfg["buffer"]["explorer_input"]["eval_tasksets"] = [run_taskset(demo, "test", "held-out")]
     cfg["explorer"]["eval_interval"] = 2
     result = run_experiment(load_config_from_dict(cfg)).last
     assert [tuple(sv) for sv in result.explorer["model_versions"]] == [(1, 0), (2, 1), (3, 2)]
@@ -193,7 +134,7 @@ def test_memory_sync_in_mode_both_goes_through_the_object_store(demo, local_ray,
     # Trinity's Tinker example: mode both, sync_method memory. Explorer and trainer are two
     # actors; each sync step the trainer's weights go through Ray's object store (ray.put /
     # ray.get), so with sync_interval 1, offset 0 the explorer's step s runs on version s-1
-    cfg = _config(demo, tmp_path, "memory_both", synchronizer={"sync_method": "memory"})
+    cfg = run_config(demo, tmp_path, "memory_both", synchronizer={"sync_method": "memory"})
     cfg["buffer"]["total_steps"] = 3
     result = run_experiment(load_config_from_dict(cfg)).last
     assert [tuple(sv) for sv in result.explorer["model_versions"]] == [(1, 0), (2, 1), (3, 2)]
@@ -210,7 +151,7 @@ def test_two_trainer_ranks_train_sync_and_checkpoint_in_mode_both(demo, local_ra
 
     from rft_core.convert import convert_checkpoints
 
-    cfg = _config(
+    cfg = run_config(
         demo,
         tmp_path,
         "ranks",
@@ -258,7 +199,7 @@ def test_a_resumed_run_reads_its_sql_buffer_on_from_where_the_checkpoint_left_it
     demo, local_ray, tmp_path
 ):
     def run(steps: int):
-        cfg = _config(demo, tmp_path, "sql", synchronizer={"sync_method": "checkpoint"})
+        cfg = run_config(demo, tmp_path, "sql", synchronizer={"sync_method": "checkpoint"})
         cfg["buffer"]["total_steps"] = steps
         cfg["buffer"]["trainer_input"]["experience_buffer"] = {
             "name": "exp",
@@ -291,7 +232,7 @@ def test_a_resumed_run_reads_its_sql_buffer_on_from_where_the_checkpoint_left_it
 def test_a_rerun_skips_finished_stages_without_starting_ray(demo, tmp_path, monkeypatch):
     import rft_core.runtime.launcher as launcher
 
-    cfg = _config(demo, tmp_path, "staged")
+    cfg = run_config(demo, tmp_path, "staged")
     cfg["stages"] = [
         {
             "stage_name": "sft_warmup",
@@ -322,7 +263,7 @@ def test_a_rerun_skips_finished_stages_without_starting_ray(demo, tmp_path, monk
 def test_the_final_interval_checkpoint_gets_hf_weights_once_even_after_a_crash(
     demo, local_ray, tmp_path
 ):
-    cfg = _config(
+    cfg = run_config(
         demo, tmp_path, "sft_hf", trainer={"save_interval": 2, "save_hf_checkpoint": "last"}
     )
     cfg["mode"] = "train"

@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import pytest
-import test_orchestration
 import yaml
 
 from rft_core.checkpoint.layout import dir_size, full_checkpoints, latest_checkpoint_step
@@ -19,9 +18,6 @@ from rft_core.runtime.launcher import run_experiment
 
 ROOT = Path(__file__).resolve().parents[3]
 METRIC = "eval/arithmetic-eval/accuracy/mean@1"
-
-demo = test_orchestration.demo
-local_ray = test_orchestration.local_ray
 
 
 def _expected_best(stage_dir: Path, saved: set[int]) -> int | None:

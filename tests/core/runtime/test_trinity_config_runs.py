@@ -19,11 +19,10 @@ import math
 from pathlib import Path
 
 import pytest
+from run_configs import run_steps
 
 from rft_core.config import load_config
-from rft_core.demo import build_demo
 from rft_core.errors import RFTError
-from rft_core.runtime.in_process import InProcessRun
 from tests.core.config.test_trinity_configs import ACCEPTED
 
 # the demo's datasets: taskset overrides per config (columns as the demo writes them)
@@ -39,11 +38,6 @@ DATA = {
 
 # config -> (YAML path, text) of the one line that refuses it on this machine
 CANNOT_RUN: dict[str, tuple[str, str]] = {}
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    return build_demo(tmp_path_factory.mktemp("demo"))
 
 
 def _overrides(cfg_stem: str, raw_taskset_keys: bool, demo, root: Path) -> list[str]:
@@ -144,18 +138,12 @@ def test_a_loading_trinity_config_runs_two_steps_on_the_demo_model(
 
 
 def _run(cfg):
-    run = InProcessRun(cfg)
-    try:  # close: the engine and the OpenAI endpoint an agent config's workflow started on it
-        run.start()
+    def check_the_queue(run) -> None:
         replay = cfg.buffer.trainer_input.experience_buffer.replay_buffer
         if replay is not None and replay.enable:
             from rft_core.buffer.replay import ReplayQueue
 
             # the queue between them is Trinity's priority replay queue (rft_core.buffer.replay)
             assert isinstance(run.explorer._buffer._local, ReplayQueue)
-        reports = []
-        while (report := run.step()) is not None:
-            reports.append(report)
-        return reports, run.finish()
-    finally:
-        run.close()
+
+    return run_steps(cfg, on_start=check_the_queue)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_policy_update import algorithm, rollout
+from policy_rollouts import algorithm, rollout
 from tiny_lm import build_tiny_model
 
 from rft_core.actor_setup import setup_actor_logging

@@ -7,9 +7,9 @@ import math
 
 import pytest
 import torch
-from tiny_lm import build_tiny_model
+from policy_rollouts import CONVERSATIONS, algorithm, rollout
+from tiny_lm import TINY_SHAPE, build_tiny_model
 
-from rft_core.config.schema import AlgorithmConfig, OptimizerConfig
 from rft_core.experience import Experience
 from rft_core.messages import experiences_from_messages
 from rft_core.rollout import SamplingParams, build_engine
@@ -18,43 +18,10 @@ from rft_core.trainer.forward import shares_prefix
 from rft_core.trainer.optimizer import lr_factor
 from rft_core.trainer.policy import PolicyUpdater
 
-CONVERSATIONS = [
-    [{"role": "user", "content": "1+2=?"}],
-    [{"role": "user", "content": "what is 12*3?"}],
-    [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
-]
-
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny")))
-
-
-def algorithm(kind: str = "grpo", lr: float = 1e-3, **kwargs) -> AlgorithmConfig:
-    optimizer = OptimizerConfig(lr=lr, **kwargs.pop("optimizer", {}))
-    return AlgorithmConfig(algorithm_type=kind, optimizer=optimizer, **kwargs)
-
-
-def rollout(model_dir: str, temperature: float = 0.8, n: int = 4, max_tokens: int = 12):
-    engine = build_engine("hf", model_dir, seed=1)
-    groups = engine.chat(
-        CONVERSATIONS, SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens)
-    )
-    experiences = []
-    for g, group in enumerate(groups):
-        for i, gen in enumerate(group):
-            experiences.append(
-                Experience(
-                    prompt_ids=gen.prompt_ids,
-                    response_ids=gen.response_ids,
-                    logprobs=gen.logprobs,
-                    reward=float(i % 2),
-                    advantage=1.0 if i % 2 else -1.0,
-                    group_id=f"g{g}",
-                    truncated=gen.finish_reason == "length",
-                )
-            )
-    return experiences
 
 
 def sequence_logprob(trainer: PolicyUpdater, experiences: list[Experience]) -> list[float]:
@@ -399,15 +366,7 @@ def test_the_plain_layout_serves_unique_prompts_and_checkpointed_models(model_di
     metrics = trainer.train_step(rollout(model_dir, n=2))
     assert metrics["actor/pg_clipfrac"] == 0.0
     sliding = Qwen2Config(
-        vocab_size=300,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        use_sliding_window=True,
-        sliding_window=8,
-        max_window_layers=0,
+        **TINY_SHAPE, vocab_size=300, use_sliding_window=True, sliding_window=8, max_window_layers=0
     )
     assert not shares_prefix(Qwen2ForCausalLM(sliding).eval())
 

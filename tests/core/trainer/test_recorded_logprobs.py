@@ -25,9 +25,8 @@ import math
 from pathlib import Path
 
 import pytest
-import ray
 import torch
-from test_policy_update import algorithm, rollout
+from policy_rollouts import algorithm, rollout
 from tiny_lm import build_tiny_model
 from transformers import AutoModelForCausalLM
 
@@ -59,13 +58,6 @@ PAIRS = [
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny")))
-
-
-@pytest.fixture(scope="module")
-def local_ray():  # as test_trainer_ranks.py's: the ranks' actors on a 2-CPU local Ray
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
-    yield
-    ray.shutdown()
 
 
 def by_hand(model, prompt: list[int], response: list[int], temperature: float = 1.0) -> list[float]:

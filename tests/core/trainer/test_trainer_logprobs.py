@@ -16,19 +16,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_configs import run_config
 from transformers import AutoModelForCausalLM
 
 from rft_core.config import load_config_from_dict
-from rft_core.demo import build_demo
 from rft_core.runtime.in_process import InProcessRun
-from tests.core.runtime.test_orchestration import _config
 
 KEPT = 4  # monitor.rollout_samples_per_step: two groups of repeat_times 2
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    return build_demo(tmp_path_factory.mktemp("demo"))
 
 
 def _rows(path: Path) -> list[dict]:
@@ -38,7 +32,7 @@ def _rows(path: Path) -> list[dict]:
 @pytest.mark.slow
 def test_the_trainers_logprobs_of_kept_rollouts_match_a_hand_computation(demo, tmp_path):
     mirror = tmp_path / "experiences.jsonl"
-    cfg = _config(demo, tmp_path, "trainer_logprobs", synchronizer={"sync_method": "memory"})
+    cfg = run_config(demo, tmp_path, "trainer_logprobs", synchronizer={"sync_method": "memory"})
     cfg["mode"] = "colocate"
     cfg["buffer"]["total_steps"] = 1
     cfg["buffer"]["batch_size"] = 3  # 6 rollouts, of which the first 2 groups (4) are kept

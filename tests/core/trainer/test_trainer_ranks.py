@@ -10,7 +10,7 @@ import json
 import pytest
 import ray
 import torch
-from test_policy_update import algorithm, rollout
+from policy_rollouts import algorithm, rollout
 from tiny_lm import build_tiny_model
 
 from rft_core.checkpoint.store import load_checkpoint
@@ -22,13 +22,6 @@ from rft_core.trainer.ranks import TrainerRanks, merge_metrics, shard_experience
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny")))
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
-    yield
-    ray.shutdown()
 
 
 def _weights(policy) -> dict[str, torch.Tensor]:

@@ -13,19 +13,18 @@ import threading
 from pathlib import Path
 
 import pytest
+from frozen_lake_play import ScriptedEngine
 from omegaconf import OmegaConf
-from test_multi_turn import ScriptedEngine
+from run_configs import run_config, run_taskset
 
 from rft_core.config import check_registered_names, load_config, load_config_from_dict
 from rft_core.data.task import Task
-from rft_core.demo import build_demo
 from rft_core.errors import ConfigError
 from rft_core.registries import registered_names_table
 from rft_core.rollout.openai_server import stop_endpoint
 from rft_core.runtime.in_process import InProcessRun
 from rft_core.workflows import get
 from rft_core.workflows.react_math import calculate, run_tool
-from tests.core.runtime.test_orchestration import _config, _taskset
 
 TOOL_CALL = '<tool_call>\n{"name": "calculate", "arguments": {"expression": "2+3"}}\n</tool_call>'
 
@@ -168,17 +167,12 @@ def test_the_react_names_of_trinitys_examples_load():
         get("as_react_workflow")({"type": "email_search"})
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    return build_demo(tmp_path_factory.mktemp("demo"))
-
-
 def test_two_steps_of_the_react_agent_on_the_demo_model(demo, tmp_path):
-    taskset = _taskset(demo, "train", "arithmetic")
+    taskset = run_taskset(demo, "train", "arithmetic")
     taskset["default_workflow_type"] = "as_react_workflow"
     taskset["rollout_args"] = {"temperature": 1.0, "max_tokens": 12}
     taskset["workflow_args"] = {"max_turns": 2, "system_prompt": "Answer in \\boxed{}."}
-    cfg = _config(
+    cfg = run_config(
         demo,
         tmp_path,
         "react",

@@ -1,15 +1,15 @@
 """Multi-turn workflows: an episode of several model turns becomes ONE experience whose
 environment tokens are masked out of the loss, and frozen_lake_workflow plays Trinity's
-FrozenLake on gymnasium. The engine here is scripted (its answers are fixed per turn) to test
-the plumbing; the demo model runs it for real in test_frozen_lake_demo.py."""
+FrozenLake on gymnasium. The engine here is scripted (``frozen_lake_play``: its answers are
+fixed per turn) to test the plumbing; the demo model runs it for real in test_frozen_lake_demo.py."""
 
 from __future__ import annotations
 
 import pytest
+from frozen_lake_play import ScriptedEngine, expert, first_grid, lake_task
 
-from rft_core.data.task import Task
 from rft_core.demo import IM_END, build_tokenizer
-from rft_core.rollout.base import Generation, PromptEncoding, SamplingParams
+from rft_core.rollout.base import Generation
 from rft_core.trainer.batching import collate, response_mask
 from rft_core.workflows import get
 from rft_core.workflows.frozen_lake import (
@@ -55,60 +55,6 @@ def test_the_trainer_batch_masks_the_environment_tokens():
     assert mb.mask[0].tolist() == [1.0, 1.0, 0.0, 0.0, 0.0, 1.0]
 
 
-class ScriptedEngine(PromptEncoding):
-    """Renders conversations with the demo tokenizer; answers each conversation with
-    ``script(conversation_text)``; records the batch size of every call."""
-
-    def __init__(self, script):
-        self.tokenizer = build_tokenizer()
-        self.chat_template_kwargs = {}
-        self.model_version = 3
-        self.script = script
-        self.calls: list[int] = []
-
-    def generate_ids(self, prompt_ids, params: SamplingParams):
-        assert params.n == 1
-        self.calls.append(len(prompt_ids))
-        im_end = self.tokenizer.convert_tokens_to_ids(IM_END)
-        out = []
-        for ids in prompt_ids:
-            text = self.script(self.tokenizer.decode(ids))
-            response = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [im_end]
-            out.append([Generation(list(ids), response, [-0.1] * len(response), text, "stop")])
-        return out
-
-
-def lake_task(index: int, seed: int, size: int = 3) -> Task:
-    return Task(
-        index=index,
-        taskset="lake",
-        raw={"size": size, "p": 0.8, "seed": seed},
-        prompt=f"lake {seed}",
-        workflow="frozen_lake_workflow",
-        rollout_args={"temperature": 1.0, "max_tokens": 16},
-        workflow_args={"max_steps": 6},
-    )
-
-
-def expert(board: list[str]):
-    """A script that walks the shortest path of ``board`` from wherever P stands."""
-    names = {1: "Left", 2: "Down", 3: "Right", 4: "Up"}
-
-    def answer(conversation: str) -> str:
-        grid = conversation.rsplit("Current Observation", 1)[1].split("\n")[1:]
-        rows = [line.replace(" ", "").split("\t")[:-1] for line in grid[: len(board)]]
-        r, c = next((r, c) for r, row in enumerate(rows) for c, x in enumerate(row) if x == "P")
-        here = [
-            "".join(
-                "S" if (i, j) == (r, c) else ("F" if x == "S" else x) for j, x in enumerate(row)
-            )
-            for i, row in enumerate(board)
-        ]
-        return f"Go. ```{names[shortest_path(here)[0]]}```"
-
-    return answer
-
-
 def test_a_frozen_lake_episode_runs_one_batched_call_per_turn_and_masks_the_lake():
     tasks = [lake_task(0, seed=1), lake_task(1, seed=2)]
     workflow = get("frozen_lake_workflow")({"max_steps": 6})
@@ -119,7 +65,7 @@ def test_a_frozen_lake_episode_runs_one_batched_call_per_turn_and_masks_the_lake
     def script(conversation: str) -> str:
         # each conversation's map is recognised by its first observation
         for board in boards:
-            if _first_grid(board) in conversation:
+            if first_grid(board) in conversation:
                 return expert(board)(conversation)
         raise AssertionError(f"unknown lake in {conversation[:300]!r}")
 
@@ -158,11 +104,6 @@ def test_a_frozen_lake_episode_runs_one_batched_call_per_turn_and_masks_the_lake
 
 def _name(action: int) -> str:
     return {1: "Left", 2: "Down", 3: "Right", 4: "Up"}[action]
-
-
-def _first_grid(board: list[str]) -> str:
-    cells = {"S": " P \t", "F": " _ \t", "H": " O \t", "G": " G \t"}
-    return "\n".join("".join(cells[x] for x in row) for row in board)
 
 
 def test_invalid_answers_keep_the_player_and_run_out_of_steps():

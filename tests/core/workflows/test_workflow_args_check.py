@@ -6,9 +6,8 @@ name. The check runs on the live registries and on the committed table alike (th
 
 from __future__ import annotations
 
-import copy
-
 import pytest
+from run_configs import minimal_config
 
 from rft_core import workflows
 from rft_core.config import load_config_from_dict
@@ -17,24 +16,11 @@ from rft_core.config.registered import check_registered_names
 from rft_core.errors import ConfigError
 from rft_core.registries import registered_names_table
 
-BASE = {
-    "model": {"model_path": "/models/tiny", "max_model_len": 256, "max_response_tokens": 128},
-    "buffer": {
-        "batch_size": 4,
-        "explorer_input": {
-            "taskset": {
-                "name": "t",
-                "path": "/data/t",
-                "format": {"prompt_key": "question", "response_key": "answer"},
-            }
-        },
-    },
-}
 WA = "buffer.explorer_input.taskset.workflow_args"
 
 
 def config(workflow: str, **taskset):
-    d = copy.deepcopy(BASE)
+    d = minimal_config()
     d["buffer"]["explorer_input"]["taskset"].update(default_workflow_type=workflow, **taskset)
     return load_config_from_dict(d)
 

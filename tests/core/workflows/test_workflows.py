@@ -1,62 +1,21 @@
 """Workflows: prompts, batching, scoring, grouping, per-row overrides and explorer metrics.
 
-``ScriptedEngine`` is a tiny RolloutEngine that answers from a script: it exercises the
-workflow's own logic (which prompt, how many calls, which reward, which group). The last test
-runs the same workflow on the real ``hf`` engine with a tiny random model.
+``ScriptedEngine`` (``workflow_engines``) is a tiny RolloutEngine that answers from a script: it
+exercises the workflow's own logic (which prompt, how many calls, which reward, which group). The
+last test runs the same workflow on the real ``hf`` engine with a tiny random model.
 """
 
 from __future__ import annotations
 
 import pytest
 from tiny_lm import build_tiny_model
+from workflow_engines import ScriptedEngine, task
 
 from rft_core import workflows
-from rft_core.data.task import Task
 from rft_core.errors import ConfigError
-from rft_core.rollout.base import Generation, SamplingParams
 from rft_core.workflows.math import THINK_ANSWER_SYSTEM_PROMPT
 
 GOOD_72 = "<think>48/2=24, 48+24=72</think><answer>72</answer>"
-
-
-class ScriptedEngine:
-    """Replies to a conversation by the content of its last (user) turn."""
-
-    def __init__(self, replies: dict[str, list[str]], model_version: int = 3) -> None:
-        self.replies = replies
-        self.model_version = model_version
-        self.tokenizer = None
-        self.calls: list[tuple[list[list[dict]], SamplingParams]] = []
-
-    def chat(self, conversations: list[list[dict]], params: SamplingParams):
-        self.calls.append((conversations, params))
-        out = []
-        for conv in conversations:
-            texts = self.replies[conv[-1]["content"]][: params.n]
-            out.append(
-                [
-                    Generation(
-                        prompt_ids=[1, 2, 3],
-                        response_ids=list(range(len(t))),
-                        logprobs=[-0.5] * len(t),
-                        text=t,
-                        finish_reason="length" if len(t) >= params.max_tokens else "stop",
-                    )
-                    for t in texts
-                ]
-            )
-        return out
-
-    def generate(self, prompts, params):
-        raise AssertionError("workflows must use chat")
-
-    def load_weights(self, state_dict, version):
-        raise AssertionError("not used")
-
-
-def task(index: int, prompt: str, truth: str | None, **kw) -> Task:
-    kw.setdefault("rollout_args", {"temperature": 0.7, "max_tokens": 40, "n": 99, "top_p": None})
-    return Task(index=index, taskset="gsm", raw={}, prompt=prompt, truth=truth, **kw)
 
 
 REPLIES = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from test_workflows import ScriptedEngine
+from workflow_engines import ScriptedEngine
 
 from rft_core import workflows
 from rft_core.data.task import Task

@@ -13,14 +13,12 @@ from __future__ import annotations
 import logging
 
 import pytest
-from test_workflows import ScriptedEngine
-from test_workflows import task as _task
+from workflow_engines import ScriptedEngine, demo_judge
+from workflow_engines import task as _task
 
 from rft_core import workflows
-from rft_core.demo import build_model, build_tokenizer
 from rft_core.errors import ConfigError
 from rft_core.rewards import score
-from rft_core.rollout import build_engine
 from rft_core.rollout.base import AuxiliaryModel, Generation, SamplingParams
 from rft_core.workflows.learn2ask import STOP, fuse, parse_judge_tags
 from rft_core.workflows.rubric_judge import parse_rating
@@ -347,12 +345,7 @@ def test_trainable_ruler_trains_the_judge_when_the_truth_counts():
 
 @pytest.fixture(scope="module")
 def tiny_judge(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("judge")
-    tokenizer = build_tokenizer()
-    build_model(tokenizer, seed=0).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    engine = build_engine("hf", str(directory), seed=0, max_prompt_tokens=2000)
-    return AuxiliaryModel(engine, SamplingParams(temperature=0.0, max_tokens=8), str(directory))
+    return demo_judge(tmp_path_factory.mktemp("judge"), max_prompt_tokens=2000)
 
 
 def test_math_ruler_with_the_tiny_model_as_judge_falls_back_without_crashing(tiny_judge):

@@ -5,7 +5,7 @@ Trinity's tests/explorer/workflow_test.py::test_math_boxed_workflow)."""
 from __future__ import annotations
 
 import pytest
-from test_workflows import ScriptedEngine, task
+from workflow_engines import ScriptedEngine, task
 
 from rft_core import workflows
 from rft_core.rollout.base import Generation

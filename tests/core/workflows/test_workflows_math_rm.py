@@ -10,13 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_workflows import ScriptedEngine, task
+from workflow_engines import ScriptedEngine, demo_judge, task
 
 from rft_core import workflows
-from rft_core.demo import build_model, build_tokenizer
 from rft_core.errors import ConfigError
-from rft_core.rollout import build_engine
-from rft_core.rollout.base import AuxiliaryModel, SamplingParams
 from rft_core.workflows.math_rm import parse_judge_score
 
 SHORT_JUDGE = "Q:{question} A:{reference} R:{response} Score {score_min}-{score_max}:"
@@ -41,12 +38,7 @@ def test_judge_score_parsing(reply, score):
 
 @pytest.fixture(scope="module")
 def judge(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("judge")
-    tokenizer = build_tokenizer()
-    build_model(tokenizer, seed=0).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    engine = build_engine("hf", str(directory), seed=0, max_prompt_tokens=200)
-    return AuxiliaryModel(engine, SamplingParams(temperature=0.0, max_tokens=8), str(directory))
+    return demo_judge(tmp_path_factory.mktemp("judge"), max_prompt_tokens=200)
 
 
 def test_judge_scores_each_response_in_one_batched_call(judge):

@@ -1,0 +1,124 @@
+"""The configs tests/core loads and runs, as dicts for ``load_config_from_dict``, and the ways
+the tests run one: a minimal config that only loads (no model or data behind it), the demo's
+taskset, a short GRPO run of the tiny demo model (mode both, 2 tasks x 2 samples, 5 steps), an
+``InProcessRun`` step by step, and ``trinity run --dry-run`` in a child process."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+_MINIMAL = {
+    "model": {"model_path": "/models/tiny", "max_model_len": 256, "max_response_tokens": 128},
+    "buffer": {
+        "batch_size": 4,
+        "explorer_input": {
+            "taskset": {
+                "name": "arith",
+                "path": "/data/arith",
+                "format": {"prompt_key": "question", "response_key": "answer"},
+            }
+        },
+    },
+}
+
+
+def minimal_config() -> dict:
+    """A fresh copy of the smallest config that loads: a model path, a batch size, a taskset."""
+    return copy.deepcopy(_MINIMAL)
+
+
+def demo_taskset(demo, split: str = "train", name: str = "arithmetic", **fields) -> dict:
+    """The demo's arithmetic file taskset (its columns and system prompt); ``fields`` follow."""
+    from rft_core.demo import DEMO_SYSTEM_PROMPT  # torch and transformers: only where a run is
+
+    return {
+        "name": name,
+        "storage_type": "file",
+        "path": str(demo.dataset_dir),
+        "subset_name": "main",
+        "split": split,
+        "format": {
+            "prompt_key": "question",
+            "response_key": "answer",
+            "system_prompt": DEMO_SYSTEM_PROMPT,
+        },
+        **fields,
+    }
+
+
+def run_taskset(demo, split: str, name: str) -> dict:
+    """The short run's taskset: the demo's, sampled at temperature 1.0 by ``math_workflow``."""
+    return demo_taskset(
+        demo,
+        split,
+        name,
+        rollout_args={"temperature": 1.0},
+        default_workflow_type="math_workflow",
+    )
+
+
+def run_config(demo, root: Path, name: str, **sections) -> dict:
+    """A short GRPO run of the demo model under ``root``; ``sections`` update its sections."""
+    cfg = {
+        "project": "orchestration",
+        "name": name,
+        "checkpoint_root_dir": str(root),
+        "mode": "both",
+        "algorithm": {"algorithm_type": "grpo", "repeat_times": 2, "optimizer": {"lr": 1e-4}},
+        "model": {"model_path": str(demo.model_dir), "max_response_tokens": 6, "max_model_len": 96},
+        "cluster": {"gpu_per_node": 0},
+        "buffer": {
+            "batch_size": 2,
+            "total_steps": 5,
+            "explorer_input": {"taskset": run_taskset(demo, "train", "arithmetic")},
+            "trainer_input": {"experience_buffer": {"name": "exp", "storage_type": "queue"}},
+        },
+        "explorer": {"eval_on_startup": False, "eval_interval": 1000},
+        "synchronizer": {"sync_method": "nccl", "sync_interval": 1, "sync_offset": 0},
+        "trainer": {"save_interval": 0, "save_hf_checkpoint": "never"},
+    }
+    for key, value in sections.items():
+        cfg[key].update(value)
+    return cfg
+
+
+def logged_steps(job_dir: Path, role: str) -> list[int]:
+    """The steps a run's ``role`` (explorer, trainer) wrote to its monitor metrics file."""
+    path = job_dir / "monitor" / f"{role}_metrics.jsonl"
+    return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_steps(config, on_start: Callable | None = None) -> tuple[list[dict], dict]:
+    """An ``InProcessRun`` of ``config`` step by step, closed after (the engine and the OpenAI
+    endpoint an agent workflow started on it): its step reports and summaries. ``on_start``
+    gets the started run (to look inside it)."""
+    from rft_core.runtime.in_process import InProcessRun
+
+    run = InProcessRun(config)
+    try:
+        run.start()
+        if on_start is not None:
+            on_start(run)
+        reports = []
+        while (report := run.step()) is not None:
+            reports.append(report)
+        return reports, run.finish()
+    finally:
+        run.close()
+
+
+def dry_run(config: Path, *overrides: str, **options) -> subprocess.CompletedProcess:
+    """``trinity run --config CONFIG --dry-run OVERRIDES`` in a child Python, its output as
+    text; ``options`` go to ``subprocess.run`` (env, cwd, timeout)."""
+    return subprocess.run(
+        [sys.executable, "-m", "rft_core.cli", "run", "--config", str(config), "--dry-run"]
+        + list(overrides),
+        capture_output=True,
+        text=True,
+        **options,
+    )
