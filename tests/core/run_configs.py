@@ -1,7 +1,8 @@
 """The configs tests/core loads and runs, as dicts for ``load_config_from_dict``, and the ways
 the tests run one: a minimal config that only loads (no model or data behind it), the demo's
 taskset, a short GRPO run of the tiny demo model (mode both, 2 tasks x 2 samples, 5 steps), an
-``InProcessRun`` step by step, and ``trinity run --dry-run`` in a child process."""
+``InProcessRun`` step by step, ``trinity run --dry-run`` in a child process, and the registered
+names check of a minimal config naming a workflow, as the CLI and the web make it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,14 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+
+from rft_core.config import load_config_from_dict
+from rft_core.config.committed_names import committed_registered_names
+from rft_core.config.registered import check_registered_names
+from rft_core.registries import registered_names_table
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+FROZEN_LAKE_DEMO_CONFIG = EXAMPLES / "demo" / "frozen_lake_demo.yaml"
 
 _MINIMAL = {
     "model": {"model_path": "/models/tiny", "max_model_len": 256, "max_response_tokens": 128},
@@ -122,3 +131,18 @@ def dry_run(config: Path, *overrides: str, **options) -> subprocess.CompletedPro
         text=True,
         **options,
     )
+
+
+def workflow_config(workflow: str, **taskset):
+    """The minimal config, loaded, its training taskset run by ``workflow`` with ``taskset``'s
+    fields."""
+    d = minimal_config()
+    d["buffer"]["explorer_input"]["taskset"].update(default_workflow_type=workflow, **taskset)
+    return load_config_from_dict(d)
+
+
+def check_names(cfg) -> None:
+    """The registered names check of ``cfg`` on the live registries (the CLI's) and on the
+    committed table (the web's)."""
+    check_registered_names(cfg, registered_names_table())
+    check_registered_names(cfg, committed_registered_names())

@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 import yaml
+from run_configs import FROZEN_LAKE_DEMO_CONFIG
 
 from rft_core.demo import build_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
-DEMO_CONFIG = ROOT / "examples" / "demo" / "frozen_lake_demo.yaml"
 
 
 def test_the_demo_lakes_and_warmup_episodes(demo):
@@ -31,7 +31,7 @@ def test_the_demo_lakes_and_warmup_episodes(demo):
 
 
 def test_a_short_frozen_lake_run_on_the_demo_model(demo, tmp_path):
-    cfg = yaml.safe_load(DEMO_CONFIG.read_text())
+    cfg = yaml.safe_load(FROZEN_LAKE_DEMO_CONFIG.read_text())
     cfg.pop("stages")  # no warmup: the untrained model plays (and mostly fails) two steps
     cfg["checkpoint_root_dir"] = str(tmp_path / "ckpt")
     cfg["algorithm"]["repeat_times"] = 2

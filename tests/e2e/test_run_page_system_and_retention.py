@@ -1,4 +1,4 @@
-"""The run page (Chromium, the whole stack of test_run_page: web server, ingestor, Redis) for
+"""The run page (Chromium, the whole stack of test_run_page, run_page_site.py: web server, ingestor, Redis) for
 issue 23's items 7-9: system metrics in their own chart group, checkpoint rows that retention
 pruned, the job dir's size on disk, and the opt-in run-end notification.
 
@@ -13,21 +13,17 @@ import sys
 from pathlib import Path
 
 import pytest
-import test_run_page
+import run_page_site
 from live_page import keep_screenshot
-from test_run_page import guard_hosts, sign_in, stopped_job
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core" / "monitor"))
-from test_system_metrics import _fake_pynvml  # noqa: E402
+from run_page_site import guard_hosts, sign_in, stopped_job
 
 from rft_core.monitor.system import GB
+from tests.core.fake_pynvml import fake_pynvml
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-# the site, its signed-in user and the run it watches, as test_run_page sets them up
-live_site = test_run_page.live_site
-user = test_run_page.user
-watched_run = test_run_page.watched_run
+# the site, its signed-in user and the run it watches, as test_run_page has them (run_page_site)
+live_site, user, watched_run = run_page_site.fixtures()
 
 SYSTEM_GPU = "system/trainer/gpu0/utilization_percent"
 # headless Chromium shows no notifications and answers no permission prompt: the page's
@@ -56,7 +52,7 @@ def test_system_metrics_pruned_checkpoints_disk_use_and_the_end_notification(
     live_site, watched_run, browser, user, tmp_path, monkeypatch
 ):
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(util=(64,), used=(20 * GB,)))
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(util=(64,), used=(20 * GB,)))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     rut = watched_run
     trainer = rut.monitor("trainer", "rft")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import yaml
+from demo_rows import DEMO_YAML
 from django.conf import settings
 from hypothesis import HealthCheck
 from hypothesis import settings as hsettings
@@ -24,7 +25,6 @@ FUZZ = hsettings(
     database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-DEMO_YAML = settings.RFT_DEMO_CONFIG.read_text()
 DEMO = yaml.safe_load(DEMO_YAML)
 
 json_scalars = (

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import yaml
 from api_helpers import make_run, make_user
+from demo_rows import DEMO_YAML
 from django.apps import apps
-from django.conf import settings
 from django.contrib.auth.models import Group
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
@@ -45,7 +45,6 @@ from webapp.runs.models import Run, RunOrigin, RunStatus
 ROLES = ("anonymous", "owner", "other", "staff")
 UNSAFE = ("POST", "PUT", "PATCH", "DELETE")
 METHODS = ("GET", *UNSAFE)
-DEMO_YAML = Path(settings.RFT_DEMO_CONFIG).read_text()
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 JSON_ACCEPT = "application/json"
 # the admin's own pages (staff with model permissions) are test_admin*.py's; its index is a row

@@ -8,41 +8,16 @@ import json
 import subprocess
 import sys
 import time
-import types
 
 import pytest
+from fake_pynvml import fake_pynvml
 
 from rft_core.monitor import build_monitor
 from rft_core.monitor.system import GB, GpuReader, SystemMetricsThread, SystemSampler
 
 
-class _NVMLError(Exception):
-    pass
-
-
-def _fake_pynvml(util=(35, 80), used=(4 * GB, 30 * GB), total=80 * GB, fail_init=False):
-    """A stand-in for nvidia-ml-py's ``pynvml`` on a host with len(util) GPUs."""
-    nvml = types.ModuleType("pynvml")
-    nvml.NVMLError = _NVMLError
-    nvml.calls = []
-
-    def init():
-        if fail_init:
-            raise _NVMLError("NVML Shared Library Not Found")
-
-    nvml.nvmlInit = init
-    nvml.nvmlShutdown = lambda: nvml.calls.append("shutdown")
-    nvml.nvmlDeviceGetCount = lambda: len(util)
-    nvml.nvmlDeviceGetHandleByIndex = lambda i: i
-    nvml.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=util[h], memory=0)
-    nvml.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(
-        used=used[h], total=total, free=total - used[h]
-    )
-    return nvml
-
-
 def test_mocked_gpu_metrics_follow_cuda_visible_devices(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml())
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     gpu = GpuReader()
     # the process sees one GPU, NVML's device 1: it is this process's gpu0
@@ -61,7 +36,7 @@ def test_mocked_gpu_metrics_follow_cuda_visible_devices(monkeypatch):
 def test_without_nvml_or_a_driver_there_are_no_gpu_metrics(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # nvidia-ml-py not installed
     assert not GpuReader().available
-    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(fail_init=True))  # no driver
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(fail_init=True))  # no driver
     reader = GpuReader()
     assert not reader.available and reader.read() == {}
     sample = SystemSampler(gpu=reader).sample()
@@ -90,7 +65,7 @@ def test_the_process_tree_memory_counts_an_engine_child(monkeypatch):
 
 def test_system_metrics_reach_their_own_file_at_the_actors_step(tmp_path, monkeypatch):
     monkeypatch.delenv("RFT_EVENTS_REDIS_URL", raising=False)
-    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(util=(55,), used=(8 * GB,)))
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(util=(55,), used=(8 * GB,)))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monitor = build_monitor(
         "none", {}, tmp_path, role="explorer", run_name="demo", system_metrics_interval=0.05

@@ -14,42 +14,17 @@ model, and the Hugging Face weights the fake workers hold and load new weights i
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 import torch
-from tiny_lm import build_tiny_model
+from vllm_fakes import SEED, vllm_engine
 
 from rft_core.config import load_config
 from rft_core.errors import DataError, EngineUnavailable
 from rft_core.rollout import SamplingParams, build_engine, engine_settings, vllm_usable
 from rft_core.rollout.vllm import LOGPROBS_MODE, WORKER_EXTENSION, finish_reason
 
-FAKE_VLLM = Path(__file__).parents[1] / "fake_vllm"
-SEED = Path(__file__).parents[3] / "examples" / "grpo_gsm8k" / "gsm8k.yaml"
 CONVERSATION = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "1+2=?"}]
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"))
-
-
-@pytest.fixture()
-def fake_vllm(monkeypatch):
-    """Make ``import vllm`` find the fake package for one test, then forget it."""
-    monkeypatch.syspath_prepend(str(FAKE_VLLM))
-    # the adapter may set VLLM_USE_FLASHINFER_SAMPLER; set-then-delete makes monkeypatch restore
-    # the variable as it was before the test
-    monkeypatch.setenv("VLLM_USE_FLASHINFER_SAMPLER", "")
-    monkeypatch.delenv("VLLM_USE_FLASHINFER_SAMPLER")
-    yield
-    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
-        del sys.modules[name]
-
-
-def vllm_engine(model_dir, **kwargs):
-    return build_engine("vllm", str(model_dir), **kwargs)
 
 
 def test_engine_settings_reach_vllm_llm(fake_vllm, model_dir):

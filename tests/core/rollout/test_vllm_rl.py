@@ -17,8 +17,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-import test_rollout_vllm as base
 import torch
+from vllm_fakes import SEED, vllm_engine
 
 from rft_core.config import load_config
 from rft_core.errors import ConfigError
@@ -27,14 +27,6 @@ from rft_core.rollout import vllm as vllm_adapter
 from rft_core.rollout.vllm_sync import pack_bucket, transfer_metas, unpack_bucket
 from rft_core.rollout.vllm_version import check_vllm_version, parse_version, vllm_version_problem
 from rft_core.sync.nccl import BroadcastGroup, bucket_plan, free_port, tensor_metas
-
-# the fixtures of the adapter's API tests: the fake vLLM on sys.path, the tiny model
-fake_vllm, model_dir, vllm_engine, SEED = (
-    base.fake_vllm,
-    base.model_dir,
-    base.vllm_engine,
-    base.SEED,
-)
 
 
 def perturbed(engine, scale=0.5, seed=0):

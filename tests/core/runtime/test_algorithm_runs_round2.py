@@ -16,10 +16,9 @@ import math
 import pytest
 import yaml
 from algorithm_runs import colocated_run_config
-from run_configs import run_steps
+from run_configs import FROZEN_LAKE_DEMO_CONFIG, run_steps
 
 from rft_core.config import load_config_from_dict
-from tests.core.test_frozen_lake_demo import DEMO_CONFIG
 
 # algorithm_type -> (advantage fn, policy loss, metrics of its own the trainer reports)
 SINGLE_TURN = {
@@ -62,7 +61,7 @@ def test_a_short_single_turn_run_reports_its_own_metrics(demo, tmp_path, algorit
 @pytest.mark.parametrize("algorithm_type", STEP_WISE)
 def test_a_short_step_wise_frozen_lake_run(demo, tmp_path, monkeypatch, algorithm_type):
     monkeypatch.setenv("RFT_DEMO_DIR", str(demo.root))
-    cfg = yaml.safe_load(DEMO_CONFIG.read_text())
+    cfg = yaml.safe_load(FROZEN_LAKE_DEMO_CONFIG.read_text())
     cfg.pop("stages")  # no warmup: the untrained model plays two steps
     cfg["checkpoint_root_dir"] = str(tmp_path / "ckpt")
     cfg["mode"] = "colocate"

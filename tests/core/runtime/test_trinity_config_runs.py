@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 from run_configs import run_steps
+from toolace import TOOLACE_ROW
+from trinity_corpus import ACCEPTED
 
 from rft_core.config import load_config
 from rft_core.errors import RFTError
-from tests.core.config.test_trinity_configs import ACCEPTED
 
 # the demo's datasets: taskset overrides per config (columns as the demo writes them)
 GSM8K = ["subset_name=main", "format.prompt_key=question", "format.response_key=answer"]
@@ -90,9 +91,7 @@ def test_a_loading_trinity_config_runs_two_steps_on_the_demo_model(
     monkeypatch.setenv("TRINITY_TASKSET_PATH", str(demo.dataset_dir))
     monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path))
     monkeypatch.setenv("TRINITY_SFT_DATASET_PATH", str(demo.sft_path))
-    if path.stem == "grpo_toolcall":  # ToolACE's columns (test_toolcall.py); prompts truncated
-        from tests.core.workflows.test_toolcall import TOOLACE_ROW
-
+    if path.stem == "grpo_toolcall":  # ToolACE's columns (toolace.py); prompts truncated
         (tmp_path / "toolace.jsonl").write_text((json.dumps(TOOLACE_ROW) + "\n") * 4)
     if path.stem == "dpo_humanlike":  # its preference rows come from TRINITY_TASKSET_PATH
         rows = [{"prompt": f"{i}+{i}=?", "chosen": str(2 * i), "rejected": "7"} for i in range(4)]

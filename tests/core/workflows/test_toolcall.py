@@ -8,31 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
+from toolace import CALLS, TOOLACE_ROW, TRUTH
 
 from rft_core import rewards, workflows
 from rft_core.config import check_registered_names, load_config
 from rft_core.data.task import Task
 from rft_core.errors import DataError
 from rft_core.registries import registered_names_table
-
-CALLS = [
-    {"name": "weather", "arguments": {"city": "Paris", "unit": "C"}},
-    {"name": "time", "arguments": {"zone": "CET"}},
-]
-TRUTH = json.dumps(CALLS)
-TOOLACE_ROW = {
-    "tools": json.dumps(
-        [{"name": "weather", "description": "today's weather", "parameters": {"type": "object"}}]
-    ),
-    "raw_system": "You are a helpful assistant.",
-    "conversations": [
-        {"from": "user", "value": "Weather in Paris?"},
-        {"from": "function_call", "value": {"name": "weather", "arguments": {"city": "Paris"}}},
-        {"from": "observation", "value": "18 C"},
-        {"from": "gpt", "value": "It is 18 C."},
-    ],
-    "answer": TRUTH,
-}
 
 
 def score(response: str, truth: str = TRUTH) -> float:

@@ -7,27 +7,15 @@ name. The check runs on the live registries and on the committed table alike (th
 from __future__ import annotations
 
 import pytest
-from run_configs import minimal_config
+from run_configs import check_names, workflow_config
 
 from rft_core import workflows
-from rft_core.config import load_config_from_dict
 from rft_core.config.committed_names import committed_registered_names
 from rft_core.config.registered import check_registered_names
 from rft_core.errors import ConfigError
 from rft_core.registries import registered_names_table
 
 WA = "buffer.explorer_input.taskset.workflow_args"
-
-
-def config(workflow: str, **taskset):
-    d = minimal_config()
-    d["buffer"]["explorer_input"]["taskset"].update(default_workflow_type=workflow, **taskset)
-    return load_config_from_dict(d)
-
-
-def check(cfg) -> None:
-    check_registered_names(cfg, registered_names_table())  # live registries
-    check_registered_names(cfg, committed_registered_names())  # the web's table
 
 
 def test_every_built_in_workflow_declares_its_args():
@@ -49,7 +37,8 @@ def test_a_subclass_that_declares_nothing_is_not_checked(caplog):
         assert workflows.workflow_args_table()["mine_for_args_test"] is None
         with caplog.at_level("WARNING"):
             check_registered_names(
-                config("mine_for_args_test", workflow_args={"depth": 3}), registered_names_table()
+                workflow_config("mine_for_args_test", workflow_args={"depth": 3}),
+                registered_names_table(),
             )
         assert "workflow_args.depth" not in caplog.text
     finally:
@@ -58,21 +47,27 @@ def test_a_subclass_that_declares_nothing_is_not_checked(caplog):
 
 def test_an_unknown_key_is_a_warning_with_its_full_path(caplog):
     with caplog.at_level("WARNING"):
-        check(config("math_ruler_workflow", workflow_args={"judge_model": 0, "temperature": 1}))
+        check_names(
+            workflow_config(
+                "math_ruler_workflow", workflow_args={"judge_model": 0, "temperature": 1}
+            )
+        )
     assert f"{WA}.temperature: not taken by math_ruler_workflow, ignored" in caplog.text
     assert f"{WA}.judge_model" not in caplog.text
 
 
 def test_a_misspelt_key_is_an_error():
     with pytest.raises(ConfigError) as info:
-        check(config("math_rm_workflow", workflow_args={"judge_modle": 0}))
+        check_names(workflow_config("math_rm_workflow", workflow_args={"judge_modle": 0}))
     assert info.value.path == f"{WA}.judge_modle"
     assert "did you mean 'judge_model'?" in str(info.value)
 
 
 def test_frozen_lake_takes_trinitys_step_bounds():
-    cfg = config("frozen_lake_workflow", workflow_args={"env_max_steps": 8, "agent_max_steps": 10})
-    check(cfg)  # no error, no warning
+    cfg = workflow_config(
+        "frozen_lake_workflow", workflow_args={"env_max_steps": 8, "agent_max_steps": 10}
+    )
+    check_names(cfg)  # no error, no warning
     wf = workflows.get("frozen_lake_workflow")({"env_max_steps": 8, "agent_max_steps": 10})
     assert (wf.env_max_steps, wf.max_steps) == (8, 10)
     # the older single bound sets both; Trinity's current defaults with the new spelling
@@ -107,7 +102,7 @@ def test_frozen_lake_env_max_steps_bounds_the_map():
 )
 def test_frozen_lake_refuses_what_it_would_ignore(args, key, text):
     with pytest.raises(ConfigError) as info:
-        check(config("frozen_lake_workflow", workflow_args=args))
+        check_names(workflow_config("frozen_lake_workflow", workflow_args=args))
     assert info.value.path == f"{WA}.{key}"
     assert text in str(info.value)
     # the workflow refuses it too when built without the config check
@@ -116,17 +111,19 @@ def test_frozen_lake_refuses_what_it_would_ignore(args, key, text):
 
 
 def test_frozen_lake_accepts_a_refused_key_set_false():
-    check(config("frozen_lake_workflow", workflow_args={"use_multistep_prompt": False}))
+    check_names(
+        workflow_config("frozen_lake_workflow", workflow_args={"use_multistep_prompt": False})
+    )
 
 
 def test_an_outside_judge_in_workflow_args_is_refused_by_name():
     # Trinity's grpo_frozenlake_openjudge: the grader calls an outside judge API
-    cfg = config(
+    cfg = workflow_config(
         "frozen_lake_workflow",
         workflow_args={"env_max_steps": 8, "reward_fn_type": "trajectory_accuracy_grader_reward"},
     )
     with pytest.raises(ConfigError) as info:
-        check(cfg)
+        check_names(cfg)
     assert info.value.path == f"{WA}.reward_fn_type"
     assert (
         "'trajectory_accuracy_grader_reward' needs an outside OpenAI-compatible judge API"
@@ -136,11 +133,11 @@ def test_an_outside_judge_in_workflow_args_is_refused_by_name():
 
 def test_reward_fn_args_the_function_does_not_take_are_an_error():
     with pytest.raises(ConfigError) as info:
-        check(config("math_workflow", reward_fn_args={"weights": {}}))
+        check_names(workflow_config("math_workflow", reward_fn_args={"weights": {}}))
     assert info.value.path == "buffer.explorer_input.taskset.reward_fn_args.weights"
     assert "'math_reward' takes no argument 'weights'" in str(info.value)
-    check(
-        config(
+    check_names(
+        workflow_config(
             "math_workflow",
             default_reward_fn_type="rlcr_reward",
             reward_fn_args={"weights": None},
@@ -151,8 +148,8 @@ def test_reward_fn_args_the_function_does_not_take_are_an_error():
 def test_reward_settings_a_workflow_does_not_use_are_warned(caplog):
     # Trinity's learn2ask example sets math_reward, which the workflow never calls
     with caplog.at_level("WARNING"):
-        check(
-            config(
+        check_names(
+            workflow_config(
                 "learn2ask_workflow",
                 default_reward_fn_type="math_reward",
                 workflow_args={"train_mode": "Ra+Rs", "fusion_mode": "default"},
@@ -176,7 +173,7 @@ def test_the_judge_demo_config_passes_the_check_without_a_warning(caplog, monkey
     )
     with caplog.at_level("WARNING"):
         cfg = load_config(demo)
-        check(cfg)
+        check_names(cfg)
     assert "workflow_args" not in caplog.text and "reward_fn" not in caplog.text
     ts = cfg.buffer.explorer_input.taskset
     assert ts.default_workflow_type == "math_ruler_workflow"

@@ -5,6 +5,7 @@ Trinity's tests/explorer/workflow_test.py::test_math_boxed_workflow)."""
 from __future__ import annotations
 
 import pytest
+from run_configs import check_names, workflow_config
 from workflow_engines import ScriptedEngine, task
 
 from rft_core import workflows
@@ -87,11 +88,9 @@ def test_unused_workflow_args_are_named_at_load_time(caplog):
     # Trinity's dapo example sets DAPO's overlong settings in workflow_args; they do nothing
     # there: the config check names each with its YAML path (test_workflow_args_check.py has
     # the rest of the check)
-    from test_workflow_args_check import check, config
-
     args = {"use_base": True, "enable_overlong_penalty": True, "cache_length": 4096}
     with caplog.at_level("WARNING"):
-        check(config("math_boxed_workflow", workflow_args=args))
+        check_names(workflow_config("math_boxed_workflow", workflow_args=args))
     text = caplog.text
     path = "buffer.explorer_input.taskset.workflow_args"
     assert f"{path}.cache_length: not taken by math_boxed_workflow, ignored" in text

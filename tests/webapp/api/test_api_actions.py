@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from api_helpers import make_checkpoint, make_experiment, make_run, make_user, token_client
-from django.conf import settings as django_settings
+from demo_rows import DEMO_YAML
 
 from webapp.audit.models import AuditEvent
 from webapp.checkpoints.models import HFStatus
@@ -16,7 +16,6 @@ from webapp.runs.models import Run, RunStatus
 from workers.services import free_port
 
 pytestmark = pytest.mark.django_db
-DEMO_YAML = django_settings.RFT_DEMO_CONFIG.read_text()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
-from django.conf import settings
+from demo_rows import DEMO_YAML
 from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
 
@@ -49,7 +49,6 @@ AUDITED = (
 IP = "198.51.100.7"
 AGENT = "Mozilla/5.0 (audit coverage)"
 PASSWORD = "correct-horse-battery"
-DEMO_YAML = settings.RFT_DEMO_CONFIG.read_text()
 
 
 @dataclass

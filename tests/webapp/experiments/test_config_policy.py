@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from demo_rows import DEMO_YAML
 from django.conf import settings as django_settings
 
 from webapp.errors import ActionError
 from webapp.experiments.config_policy import check_config
 
 ROOT = Path(__file__).resolve().parents[3]
-DEMO_YAML = django_settings.RFT_DEMO_CONFIG.read_text()
 
 
 def demo(**changes) -> dict:

@@ -9,6 +9,7 @@ import re
 
 import pytest
 import yaml
+from demo_rows import DEMO_YAML
 from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
@@ -30,9 +31,6 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def _demo_paths_exist(roots):
     """The demo config's model and data directories exist (a save refuses paths that do not)."""
-
-
-DEMO_YAML = django_settings.RFT_DEMO_CONFIG.read_text()
 
 
 @pytest.fixture
