@@ -437,7 +437,6 @@ def demo_judge_problem(path: Path) -> str | None:
     return None
 
 
-
 def _check_target(paths: DemoPaths, seed: int, force: bool) -> bool:
     """Refuse what must not be written into; return whether existing demo files are rewritten."""
     root = paths.root
