@@ -121,16 +121,20 @@ def run_steps(config, on_start: Callable | None = None) -> tuple[list[dict], dic
         run.close()
 
 
-def dry_run(config: Path, *overrides: str, **options) -> subprocess.CompletedProcess:
-    """``trinity run --config CONFIG --dry-run OVERRIDES`` in a child Python, its output as
-    text; ``options`` go to ``subprocess.run`` (env, cwd, timeout)."""
+def trinity_run(config: Path, *args: str, **options) -> subprocess.CompletedProcess:
+    """``trinity run --config CONFIG ARGS`` in a child Python, its output as text; ``options``
+    go to ``subprocess.run`` (env, cwd, timeout)."""
     return subprocess.run(
-        [sys.executable, "-m", "rft_core.cli", "run", "--config", str(config), "--dry-run"]
-        + list(overrides),
+        [sys.executable, "-m", "rft_core.cli", "run", "--config", str(config), *args],
         capture_output=True,
         text=True,
         **options,
     )
+
+
+def dry_run(config: Path, *overrides: str, **options) -> subprocess.CompletedProcess:
+    """``trinity run --config CONFIG --dry-run OVERRIDES`` (``trinity_run``)."""
+    return trinity_run(config, "--dry-run", *overrides, **options)
 
 
 def workflow_config(workflow: str, **taskset):

@@ -3,12 +3,11 @@ raises held-out accuracy above where the SFT warmup left it, and writes the seed
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from run_configs import trinity_run
 
 from rft_core.demo import build_demo
 
@@ -79,12 +78,10 @@ def test_grpo_after_sft_warmup_raises_held_out_accuracy(tmp_path):
     )
     env.pop("RAY_ADDRESS", None)
     start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "rft_core.cli", "run", "--config", str(DEMO_CONFIG)],
+    proc = trinity_run(
+        DEMO_CONFIG,
         cwd=tmp_path,
         env=env,
-        capture_output=True,
-        text=True,
     )
     wall = time.perf_counter() - start
     assert proc.returncode == 0, proc.stderr[-3000:]

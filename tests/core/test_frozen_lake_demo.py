@@ -7,12 +7,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
-from run_configs import FROZEN_LAKE_DEMO_CONFIG
+from run_configs import FROZEN_LAKE_DEMO_CONFIG, trinity_run
 
 from rft_core.demo import build_tokenizer
 
@@ -45,12 +43,10 @@ def test_a_short_frozen_lake_run_on_the_demo_model(demo, tmp_path):
     config.write_text(yaml.safe_dump(cfg))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRINITY_", "RAY_ADDRESS"))}
     env.update(RFT_DEMO_DIR=str(demo.root), PYTHONPATH=str(ROOT))
-    proc = subprocess.run(
-        [sys.executable, "-m", "rft_core.cli", "run", "--config", str(config)],
+    proc = trinity_run(
+        config,
         cwd=tmp_path,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import uuid
 from pathlib import Path
 
 import pytest
 import redis
-from run_configs import run_config
+from run_configs import run_config, trinity_run
 
 from rft_core.config import load_config_from_dict
 from rft_core.monitor import MonitorEvent, stream_key
@@ -177,12 +176,10 @@ def test_a_ray_runs_actors_prints_reach_the_run_log(demo, tmp_path, plugin_dir):
         OMP_NUM_THREADS="1",
     )
     env.pop("RAY_ADDRESS", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "rft_core.cli", "run", "--config", str(config_path)],
+    done = trinity_run(
+        config_path,
         cwd=ROOT,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]

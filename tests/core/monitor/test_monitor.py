@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from run_configs import trinity_run
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from rft_core.errors import ConfigError, EngineUnavailable, ServiceUnavailable
@@ -271,8 +272,6 @@ def test_monitor_type_none_keeps_only_the_jsonl_file(tmp_path, no_dashboard_env)
 def test_trinity_run_refuses_a_missing_backend_and_an_unreachable_stream_before_ray(
     tmp_path, no_dashboard_env, redis_url
 ):
-    import subprocess
-
     from workers.services import free_port
 
     demo = Path(__file__).resolve().parents[3] / "examples" / "demo" / "grpo_demo.yaml"
@@ -294,16 +293,15 @@ def test_trinity_run_refuses_a_missing_backend_and_an_unreachable_stream_before_
         ),
     ]
     for overrides, env, text in cases:
-        proc = subprocess.run(
-            [sys.executable, "-m", "rft_core.cli", "run", "--config", str(demo), *overrides],
+        proc = trinity_run(
+            demo,
+            *overrides,
             cwd=tmp_path,
             env={
                 k: v
                 for k, v in {**os.environ, "RFT_DEMO_DIR": str(tmp_path), **env}.items()
                 if v is not None
             },
-            capture_output=True,
-            text=True,
             timeout=300,
         )
         assert proc.returncode == 2, proc.stderr[-2000:]

@@ -2,13 +2,11 @@
 sync timeline of TRINITY_COMPAT.md, and resume from a checkpoint."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from run_configs import logged_steps, run_config, run_taskset
+from run_configs import logged_steps, run_config, run_taskset, trinity_run
 
 from rft_core.checkpoint.store import load_checkpoint
 from rft_core.config import load_config_from_dict
@@ -101,11 +99,9 @@ def test_a_failing_actor_stops_the_run_with_a_non_zero_exit(demo, tmp_path):
     (job_dir / "latest_checkpointed_iteration.txt").write_text("1\n")
     config = tmp_path / "broken.yaml"
     config.write_text(json.dumps(cfg))  # JSON is YAML
-    proc = subprocess.run(
-        [sys.executable, "-m", "rft_core.cli", "run", "--config", str(config)],
+    proc = trinity_run(
+        config,
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert proc.returncode == 1, proc.stderr[-2000:]

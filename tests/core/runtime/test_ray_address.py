@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
 import yaml
+from run_configs import trinity_run
 
 from rft_core.demo import build_demo
 
@@ -54,12 +53,10 @@ def test_trinity_run_joins_the_cluster_ray_address_names(ray_head, tmp_path):
         TRINITY_CHECKPOINT_ROOT_DIR=str(tmp_path / "checkpoints"),
         OMP_NUM_THREADS="1",
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "rft_core.cli", "run", "--config", str(config)],
+    proc = trinity_run(
+        config,
         cwd=tmp_path,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
