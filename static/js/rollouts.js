@@ -20,9 +20,7 @@
       return { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c];
     });
   }
-  function num(v, digits) {
-    return typeof v === "number" && isFinite(v) ? v.toFixed(digits === undefined ? 3 : digits) : "—";
-  }
+  var num = window.RFTFormat.num;
   // the search text marked in a text (escaped first)
   function marked(text) {
     var html = esc(text);

@@ -409,14 +409,13 @@
   }
   // the token view's lists belong to the rollout explorer (/runs/<id>/rollouts/), not the cards
   var SAMPLE_KNOWN = { stage: 1, step: 1, prompt: 1, response: 1, truth: 1, reward: 1, tokens: 1, logprobs: 1, trainer_logprobs: 1 };
-  function fmtNumber(x, digits) {
-    return x === null || x === undefined ? "—" : (typeof x === "number" ? x.toFixed(digits) : String(x));
-  }
+  var num = window.RFTFormat.num;
   function sampleCard(s) {
     var extra = Object.keys(s).filter(function (k) { return !SAMPLE_KNOWN[k]; }).map(function (k) {
       return "<dt>" + esc(k) + "</dt><dd>" + esc(typeof s[k] === "object" ? JSON.stringify(s[k]) : s[k]) + "</dd>";
     }).join("");
-    return '<article class="sample"><div class="reward">reward <strong>' + esc(fmtNumber(s.reward, 3)) + "</strong></div><dl>" +
+    var reward = s.reward === null || s.reward === undefined ? "—" : (typeof s.reward === "number" ? s.reward.toFixed(3) : s.reward);
+    return '<article class="sample"><div class="reward">reward <strong>' + esc(reward) + "</strong></div><dl>" +
       "<dt>prompt</dt><dd><pre>" + esc(s.prompt || "") + "</pre></dd>" +
       "<dt>response</dt><dd><pre>" + esc(s.response || "") + "</pre></dd>" +
       "<dt>truth</dt><dd><pre>" + esc(s.truth === undefined || s.truth === null ? "" : s.truth) + "</pre></dd>" + extra + "</dl></article>";
@@ -428,10 +427,10 @@
     var sides = ["chosen", "rejected"].filter(function (side) { return pair.sides[side]; }).map(function (side) {
       var s = pair.sides[side];
       return '<dt class="side">' + side + "</dt><dd><pre>" + esc(s.response || "") + '</pre><span class="hint">implicit reward ' +
-        esc(fmtNumber(s.reward, 4)) + "</span></dd>";
+        esc(num(s.reward, 4)) + "</span></dd>";
     }).join("");
     return '<article class="sample pair" data-group="' + esc(pair.group) + '"><div class="reward">pair ' + esc(pair.group) +
-      " · margin <strong>" + esc(fmtNumber(parts.dpo_margin, 4)) + "</strong> · loss <strong>" + esc(fmtNumber(parts.dpo_loss, 4)) +
+      " · margin <strong>" + esc(num(parts.dpo_margin, 4)) + "</strong> · loss <strong>" + esc(num(parts.dpo_loss, 4)) +
       "</strong></div><dl><dt>prompt</dt><dd><pre>" + esc(pair.prompt || "") + "</pre></dd>" + sides + "</dl></article>";
   }
   function stageCards(items) {

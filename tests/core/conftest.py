@@ -2,7 +2,7 @@
 of rft_core's top-level modules stay here). The helper modules the folders share (``tiny_lm``,
 ``checkpoint_fixtures``, ``convert_fixtures``, ``run_configs``, ``algorithm_runs``,
 ``policy_rollouts``, ``workflow_engines``, ``frozen_lake_play``, ``ray_cluster``,
-``in_process_script``) and the data beside them (``fake_vllm/``, ``trinity_configs/``,
+``in_process_script``, ``vllm_fakes``, ``trinity_corpus``, ``toolace``, ``fake_pynvml``) and the data beside them (``fake_vllm/``, ``trinity_configs/``,
 ``broken_configs/``) stay in this folder too: it is put on ``sys.path`` here, so
 ``from tiny_lm import build_tiny_model`` works from any subfolder. The fixtures the runs of
 several folders share (the demo, a local Ray) are here too."""
