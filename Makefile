@@ -54,14 +54,29 @@ demo: setup
 	@echo "   logs: var/log/<process>.log, restarts: var/log/restarts.log; \`$(BIN)/supervisorctl -c var/supervisord.conf status\`; Ctrl-C stops all"
 	@PATH="$(BIN):$$PATH" $(PY) scripts/stack.py supervise
 
+# Both passes run at once, each spread over pytest-xdist processes (a test file stays on one
+# process, so its module fixtures are shared): most tests wait on a server, a subprocess or Ray,
+# and one pytest process left the 2 cores idle half the time. TEST_WORKERS=0 runs one process.
+# Reports: var/test-reports/{sqlite,postgres}.xml (JUnit) and the 50 slowest tests of each pass.
+TEST_WORKERS ?= 4
+PG_TEST_WORKERS ?= 2
+TEST_REPORTS := var/test-reports
+
 test: setup
-	@echo "== pass 1: whole suite, database: SQLite (temporary test database)"; \
-	env -u DATABASE_URL PATH="$(BIN):$$PATH" $(PY) -m pytest; rc1=$$?; \
-	if [ $$rc1 -eq 5 ]; then echo "make: pytest collected no tests — that is a failure, not a pass"; fi; \
-	pg=$$($(PY) scripts/stack.py postgres-url); rc2=0; \
+	@mkdir -p $(TEST_REPORTS); pg=$$($(PY) scripts/stack.py postgres-url); rc2=0; pgpid=""; \
 	if [ -n "$$pg" ]; then \
-	  echo "== pass 2: webapp + workers tests, database: PostgreSQL at $$pg"; \
-	  DATABASE_URL="$$pg" PATH="$(BIN):$$PATH" $(PY) -m pytest tests/webapp tests/workers; rc2=$$?; \
+	  echo "== pass 2 started beside pass 1: webapp + workers tests that use a database, PostgreSQL at $$pg (output at the end; $(TEST_REPORTS)/postgres.log)"; \
+	  DATABASE_URL="$$pg" PATH="$(BIN):$$PATH" $(PY) -m pytest tests/webapp tests/workers -m "not no_test_database" \
+	    -n $(PG_TEST_WORKERS) --dist loadfile --junitxml=$(TEST_REPORTS)/postgres.xml > $(TEST_REPORTS)/postgres.log 2>&1 & pgpid=$$!; \
+	fi; \
+	echo "== pass 1: whole suite, database: SQLite (temporary test databases), $(TEST_WORKERS) processes"; \
+	env -u DATABASE_URL PATH="$(BIN):$$PATH" $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile \
+	  --junitxml=$(TEST_REPORTS)/sqlite.xml; rc1=$$?; \
+	if [ $$rc1 -eq 5 ]; then echo "make: pytest collected no tests — that is a failure, not a pass"; fi; \
+	if [ -n "$$pgpid" ]; then \
+	  wait $$pgpid; rc2=$$?; \
+	  echo "== pass 2: webapp + workers tests that use a database, database: PostgreSQL at $$pg"; \
+	  cat $(TEST_REPORTS)/postgres.log; \
 	  if [ $$rc2 -eq 5 ]; then echo "make: pytest collected no tests on PostgreSQL"; fi; \
 	else \
 	  echo "== pass 2 (PostgreSQL) NOT run: no PostgreSQL answers at $${RFT_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"; \

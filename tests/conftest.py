@@ -55,6 +55,29 @@ def pytest_configure(config: pytest.Config) -> None:
     _embedded_redis = start_redis(port, Path(tempfile.mkdtemp(prefix="rft-test-redis-")))
 
 
+_DATABASE_FIXTURES = {
+    "db",
+    "transactional_db",
+    "django_db_setup",
+    "live_server",
+    "client",
+    "admin_client",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``no_test_database`` (left out of make test's PostgreSQL pass) must be true of the test."""
+    for item in items:
+        if item.get_closest_marker("no_test_database") is None:
+            continue
+        used = _DATABASE_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if used or item.get_closest_marker("django_db"):
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked no_test_database but uses the test database "
+                f"({', '.join(sorted(used)) or 'django_db'}): drop the mark"
+            )
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _embedded_redis is not None:
         _embedded_redis.terminate()

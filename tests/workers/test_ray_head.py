@@ -11,11 +11,14 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from webapp.health.checks import check_ray
 from workers.services import first_free_port, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.no_test_database  # a SQLite file of its own: no PostgreSQL pass
 
 
 def test_the_demo_ray_head_is_seen_up_and_stops_without_leftovers(tmp_path):

@@ -17,6 +17,8 @@ from workers.services import free_port, redis_answers
 
 ROOT = Path(__file__).resolve().parents[2]
 
+pytestmark = pytest.mark.no_test_database  # a SQLite file of its own: no PostgreSQL pass
+
 
 def _stack(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(

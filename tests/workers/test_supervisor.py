@@ -50,6 +50,8 @@ from workers.supervision import (
     write_config,
 )
 
+pytestmark = pytest.mark.no_test_database  # a SQLite file of its own: no PostgreSQL pass
+
 ROOT = Path(__file__).resolve().parents[2]
 # guards against a hung stack or run, not timing assertions
 START_GUARD_S = 240
