@@ -2,7 +2,7 @@
 // stage with its bar, the whole run's fraction with one bar per stage, the ETA and what the
 // run is doing now. The figures come from the run state (webapp/runs/progress.py: stage_step,
 // stage_total_steps, stage_index, stage_count, stages, run_fraction, stage_eta_s, run_eta_s,
-// progress_at, phase, phases); only the ETA's countdown between two states is done here.
+// progress_at, machine_busy, phase, phases); only the ETA's countdown between two states is done here.
 (function () {
   "use strict";
 
@@ -80,7 +80,10 @@
     var text = "";
     if (stage !== null) {
       text = "ETA " + fmtDuration(stage) + (run.stage_count > 1 ? (whole !== null ? " (end of run)" : " (end of this stage)") : "");
-      if (run.step_rate) text += " · " + (run.step_rate >= 1 ? run.step_rate.toFixed(2) + " steps/s" : fmtDuration(1 / run.step_rate) + "/step");
+      // the rate of the newest steps (webapp/runs/progress.py): say so, and when it is well
+      // below the stage's earlier rate, that the machine is busy
+      if (run.step_rate) text += " · at the recent " + (run.step_rate >= 1 ? run.step_rate.toFixed(2) + " steps/s" : fmtDuration(1 / run.step_rate) + "/step");
+      if (run.machine_busy) text += " · machine busy: slower than this stage's start";
     }
     $("run-eta").textContent = text;
     var phase = $("run-phase");
