@@ -1,6 +1,6 @@
 // The run page's progress header (window.RFTProgress): the stage (n of m), the step of the
 // stage with its bar, the whole run's fraction with one bar per stage, the ETA and what the
-// run is doing now. The figures come from the run state (webapp/runs/progress.py: stage_step,
+// run is doing now, and the stage's headline figure. The figures come from the run state (webapp/runs/progress.py: stage_step,
 // stage_total_steps, stage_index, stage_count, stages, run_fraction, stage_eta_s, run_eta_s,
 // progress_at, machine_busy, phase, phases); only the ETA's countdown between two states is done here.
 (function () {
@@ -64,6 +64,14 @@
         RFTCharts.escapeHtml(s.name) + '" title="' + RFTCharts.escapeHtml(title) + '"><span style="width:' +
         Math.round((s.fraction || 0) * 1000) / 10 + '%"></span><small>' + RFTCharts.escapeHtml(s.name || "run") + "</small></div>";
     }).join("");
+
+    // the stage's headline: its reward, or (SFT) its own metric (webapp/runs/models.py)
+    var head = run.headline, headline = $("run-headline");
+    if (headline && head) {
+      $("run-headline-label").textContent = head.label;
+      headline.dataset.metric = head.name;
+      headline.textContent = head.value === null || head.value === undefined ? "—" : Number(head.value).toFixed(3);
+    }
 
     var phase = $("run-phase");
     phase.dataset.phase = run.phase || "";
