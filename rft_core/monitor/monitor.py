@@ -82,7 +82,7 @@ class Monitor:
         self._closed = False
         self._heartbeat_stop = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
-        self._phase: str | None = None
+        self._phase: tuple[str, int | None] | None = None  # (phase, step) last sent
         self._system: Any = None  # a SystemMetricsThread while system metrics are on
         self.last_step = 0  # the step the latest metrics carried (system metrics are put there)
 
@@ -128,13 +128,14 @@ class Monitor:
             self._emit("samples", {"samples": [dict(s) for s in samples]}, step)
 
     def phase(self, phase: str, step: int | None = None) -> None:
-        """What the role does from now on (one of ``PHASES``): sent only when it changes, so a
-        loop may call it every step."""
+        """What the role does from now on (one of ``PHASES``), and at which step: sent only when
+        either changes (a loop may call it every step), so the page's "training (step N)"
+        follows each step, not only each change of phase."""
         if phase not in PHASES:
             raise ValueError(f"phase {phase!r} is not one of {', '.join(PHASES)}")
-        if phase == self._phase:
+        if (phase, step) == self._phase:
             return
-        self._phase = phase
+        self._phase = (phase, step)
         self._emit("phase", {"phase": phase}, step)
 
     def heartbeat(self) -> None:

@@ -47,10 +47,12 @@ class _ChunkedTokenScores(torch.autograd.Function):
         with_entropy: bool,
         matmul_dtype: torch.dtype,
         fused: bool,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        with_top1: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         n = hidden.shape[0]
         logp = torch.empty(n, dtype=torch.float32, device=hidden.device)
         entropy = torch.zeros(n, dtype=torch.float32, device=hidden.device)
+        top1 = torch.zeros(n, dtype=torch.float32, device=hidden.device)
         w, b = _cast(weight, bias, matmul_dtype)
         for start in range(0, n, chunk_tokens):
             end = min(n, start + chunk_tokens)
@@ -59,8 +61,12 @@ class _ChunkedTokenScores(torch.autograd.Function):
                 logp[start:end], entropy[start:end] = fused_chunk_forward()(
                     logits, targets[start:end], temperature
                 )
+                if with_top1:
+                    top1[start:end] = logits.argmax(-1) == targets[start:end]
                 continue
             z = _tempered_logits(hidden[start:end], w, b, temperature)
+            if with_top1:  # before z turns into log-probs in place; ties go to the lower id
+                top1[start:end] = z.argmax(-1) == targets[start:end]
             lse = torch.logsumexp(z, dim=-1)
             logp[start:end] = z.gather(-1, targets[start:end, None]).squeeze(-1) - lse
             if with_entropy:
@@ -69,17 +75,20 @@ class _ChunkedTokenScores(torch.autograd.Function):
         ctx.save_for_backward(hidden, weight, bias, targets)
         ctx.settings = (temperature, chunk_tokens, matmul_dtype, fused)
         ctx.set_materialize_grads(False)
+        ctx.mark_non_differentiable(top1)
         if not with_entropy:
             ctx.mark_non_differentiable(entropy)
-        return logp, entropy
+        return logp, entropy, top1
 
     @staticmethod
-    def backward(ctx: Any, grad_logp: torch.Tensor | None, grad_entropy: torch.Tensor | None):  # type: ignore[override]
+    def backward(  # type: ignore[override]
+        ctx: Any, grad_logp: torch.Tensor | None, grad_entropy: torch.Tensor | None, _top1: Any
+    ):
         hidden, weight, bias, targets = ctx.saved_tensors
         temperature, chunk_tokens, matmul_dtype, fused = ctx.settings
         need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
         if grad_logp is None and grad_entropy is None:
-            return (None,) * 9
+            return (None,) * 10
         grad_hidden = torch.zeros_like(hidden) if need_hidden else None
         # the head's gradient sums over chunks in fp32, whatever the matmul dtype
         grad_weight = weight.new_zeros(weight.shape, dtype=torch.float32) if need_weight else None
@@ -112,7 +121,7 @@ class _ChunkedTokenScores(torch.autograd.Function):
             grad_hidden,
             grad_weight.to(weight.dtype) if need_weight else None,
             grad_bias.to(bias.dtype) if need_bias else None,
-            *(None,) * 6,
+            *(None,) * 7,
         )
 
 
@@ -232,8 +241,10 @@ def chunked_token_scores(
     with_entropy: bool = True,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     fused: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """fp32 log-probs of ``targets`` and (``with_entropy``) the entropy, under
+    with_top1: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """fp32 log-probs of ``targets``, (``with_entropy``) the entropy and (``with_top1``) 1.0
+    where the target is the most likely token (0.0 elsewhere; no gradient), under
     ``softmax((hidden @ weight.T + bias) / temperature)``, ``chunk_tokens`` tokens at a time.
 
     ``hidden``: [..., H]; ``targets``: [...]; returns tensors shaped like ``targets``. The matmul
@@ -248,7 +259,7 @@ def chunked_token_scores(
         torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
     )
     with torch.autocast(device, enabled=False):
-        logp, entropy = _ChunkedTokenScores.apply(
+        logp, entropy, top1 = _ChunkedTokenScores.apply(
             hidden.reshape(-1, hidden.shape[-1]),
             weight,
             bias,
@@ -258,8 +269,13 @@ def chunked_token_scores(
             with_entropy,
             matmul_dtype,
             fused,
+            with_top1,
         )
-    return logp.view(shape), entropy.view(shape) if with_entropy else None
+    return (
+        logp.view(shape),
+        entropy.view(shape) if with_entropy else None,
+        top1.view(shape) if with_top1 else None,
+    )
 
 
 def scores_in_head(model: Any) -> bool:
@@ -288,17 +304,19 @@ def head_scores(
     entropy_grad: bool = False,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     fused: bool = False,
+    with_top1: bool = False,
 ) -> Iterator[HeadScores]:
     """While in the block, ``model``'s output head maps the hidden states it is given
-    ([B, K, H], the ``logits_to_keep`` positions) to ``[B, K, 2]``: the log-prob of
-    ``scores.targets`` ([B, K] long, set before each call) and the entropy (zeros without
-    ``with_entropy``; detached without ``entropy_grad``, so its backward pass is skipped); the
-    model returns that in place of its logits."""
+    ([B, K, H], the ``logits_to_keep`` positions) to ``[B, K, 3]``: the log-prob of
+    ``scores.targets`` ([B, K] long, set before each call), the entropy (zeros without
+    ``with_entropy``; detached without ``entropy_grad``, so its backward pass is skipped) and
+    whether the target is the top-1 token (zeros without ``with_top1``); the model returns that
+    in place of its logits."""
     head = model.get_output_embeddings()
     scores = HeadScores()
 
     def score(hidden: torch.Tensor) -> torch.Tensor:
-        logp, entropy = chunked_token_scores(
+        logp, entropy, top1 = chunked_token_scores(
             hidden,
             head.weight,
             head.bias,
@@ -307,10 +325,12 @@ def head_scores(
             with_entropy=with_entropy,
             chunk_tokens=chunk_tokens,
             fused=fused,
+            with_top1=with_top1,
         )
         if entropy is None:
             entropy = torch.zeros_like(logp)
-        return torch.stack([logp, entropy if entropy_grad else entropy.detach()], -1)
+        top1 = top1 if top1 is not None else torch.zeros_like(logp)
+        return torch.stack([logp, entropy if entropy_grad else entropy.detach(), top1], -1)
 
     head.forward = score
     try:

@@ -87,9 +87,23 @@ class PolicyForward:
         carries a gradient only with ``entropy_grad`` (an entropy bonus). The logits are
         computed a chunk of tokens at a time inside the model's forward
         (``chunked_logprobs``), never whole."""
+        scores = self.token_scores(model, mb, entropy=entropy, entropy_grad=entropy_grad)
+        return scores[..., 0], scores[..., 1] if entropy else None
+
+    def token_scores(
+        self,
+        model: Any,
+        mb: MicroBatch,
+        *,
+        entropy: bool = False,
+        entropy_grad: bool = False,
+        top1: bool = False,
+    ) -> torch.Tensor:
+        """[B, R, 3]: ``logprobs``' two, and (``top1``) 1.0 where the response token is the
+        model's most likely next token (SFT's token accuracy; no gradient), else zeros."""
         with cpu_attention(model):
             if not scores_in_head(model):
-                return self._scores_from_logits(model, mb, entropy)
+                return self._scores_from_logits(model, mb, entropy, top1)
             with head_scores(
                 model,
                 temperature=self.temperature,
@@ -97,9 +111,9 @@ class PolicyForward:
                 entropy_grad=entropy_grad,
                 chunk_tokens=self.logprob_chunk_tokens,
                 fused=self.fused_head,
+                with_top1=top1,
             ) as head:
-                scores = self._scores(model, mb, head)
-        return scores[..., 0], scores[..., 1] if entropy else None
+                return self._scores(model, mb, head)
 
     @torch.no_grad()
     def logprobs_of(self, model: Any, experiences: list[Experience]) -> list[list[float]]:
@@ -116,7 +130,7 @@ class PolicyForward:
         return out
 
     def _scores(self, model: Any, mb: MicroBatch, head: HeadScores) -> torch.Tensor:
-        """[B, R, 2] (log-prob, entropy) of the response tokens, on the micro-batch's cheapest
+        """[B, R, 3] (log-prob, entropy, top-1) of the response tokens, on the micro-batch's cheapest
         layout: shared prefix, packed rows, or the padded rows."""
         prefix = mb.shared_prefix
         if prefix is not None and self.share_prompt_prefix and shares_prefix(model):
@@ -131,8 +145,9 @@ class PolicyForward:
                 use_cache=False,
                 logits_to_keep=packed.logits_index,
             ).logits[0]
-            flat = out.new_zeros(mb.targets.numel(), 2).index_copy(0, packed.slot, out)
-            return flat.view(*mb.targets.shape, 2)
+            channels = out.shape[-1]
+            flat = out.new_zeros(mb.targets.numel(), channels).index_copy(0, packed.slot, out)
+            return flat.view(*mb.targets.shape, channels)
         seq_len = mb.input_ids.shape[1]
         head.targets = mb.targets
         return model(
@@ -188,10 +203,10 @@ class PolicyForward:
         return torch.cat(parts)[inverse.to(parts[0].device)]
 
     def _scores_from_logits(
-        self, model: Any, mb: MicroBatch, entropy: bool
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``logprobs`` for a model whose head is not a plain linear map (logit soft-capping,
-        a scale): from its [B, R, V] logits, held whole, on the padded layout."""
+        self, model: Any, mb: MicroBatch, entropy: bool, top1: bool
+    ) -> torch.Tensor:
+        """``token_scores`` for a model whose head is not a plain linear map (logit
+        soft-capping, a scale): from its [B, R, V] logits, held whole, on the padded layout."""
         out = model(
             input_ids=mb.input_ids,
             attention_mask=mb.attention_mask,
@@ -203,7 +218,9 @@ class PolicyForward:
         if self.temperature != 1.0:
             logits = logits / self.temperature
         logp = token_logprobs(logits, mb.targets, 1.0)
-        return logp, entropy_from_logits(logits) if entropy else None
+        zeros = torch.zeros_like(logp)
+        hits = (logits.argmax(-1) == mb.targets).float() if top1 else zeros
+        return torch.stack([logp, entropy_from_logits(logits) if entropy else zeros, hits], -1)
 
 
 def shares_prefix(model: Any) -> bool:

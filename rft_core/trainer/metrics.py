@@ -25,9 +25,12 @@ def step_metrics(
     grad_norm: float,
     lr: float,
     elapsed: float,
+    rewarded: bool = True,
 ) -> dict[str, float]:
     """Means over the trained experiences of the global batch (filtered groups and a rank's
-    stand-in count in none), the step's gradient norm, learning rate and speed."""
+    stand-in count in none), the step's gradient norm, learning rate and speed. The mean
+    reward only when the experiences are ``rewarded`` (rollouts; not SFT's or DPO's dataset
+    rows, whose reward is a placeholder 0)."""
     tokens = sum(len(e.prompt_ids) + len(e.response_ids) + len(e.rejected_ids) for e in experiences)
     trained = [e for e in experiences if is_trained(e)]
     lengths = [len(e.response_ids) for e in trained]
@@ -38,12 +41,13 @@ def step_metrics(
     metrics = {
         "actor/grad_norm": grad_norm,
         "actor/lr": lr,
-        "critic/rewards/mean": sum(e.reward for e in rollouts) / max(rollout_rows, 1.0),
         "response_length/mean": sum(lengths) / rows,
         "response_length/clip_ratio": sum(e.truncated for e in trained) / rows,
         "perf/throughput": tokens / elapsed,
         "time/train_step": elapsed,
     }
+    if rewarded:
+        metrics["critic/rewards/mean"] = sum(e.reward for e in rollouts) / max(rollout_rows, 1.0)
     if lengths:
         metrics["response_length/max"] = float(max(lengths))
         metrics["response_length/min"] = float(min(lengths))

@@ -207,6 +207,8 @@ class PolicyUpdater(PolicyCheckpoints):
                 grad_norm=grad_norm,
                 lr=float(lr),
                 elapsed=elapsed,
+                # sft, dpo: dataset rows with no reward of their own
+                rewarded=self.policy_loss.inputs in ("advantages", "mixed"),
             )
         )
         return metrics

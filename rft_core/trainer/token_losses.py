@@ -6,7 +6,9 @@ For an advantage loss the micro-batch loss is
 
     policy loss (old log-probs, advantages) + kl_coef · KL(policy, ref) - entropy_coef · H
 
-aggregated by ``algorithm.loss_agg_mode``; SFT's has the entropy term only. Micro-batch losses
+aggregated by ``algorithm.loss_agg_mode``; SFT's has the entropy term only, and SFT also
+reports its token accuracy (``actor/sft_token_accuracy``: the share of response tokens that
+are the model's top-1 guess, from the same forward). Micro-batch losses
 are weighted (``batching.loss_weight``) so that gradient accumulation equals one pass over the
 whole batch, and the critic (ppo) takes its own step over the same micro-batches.
 
@@ -68,6 +70,7 @@ def token_losses_backward(
     metrics: dict[str, float] = {}
     mixed = loss.inputs == "mixed"  # mix, mix_chord: expert SFT rows among the rollouts
     on_advantages = loss.inputs in ("advantages", "mixed")
+    likelihood = loss.inputs == "logprobs"  # sft
     old: list[torch.Tensor] = []
     ref: list[torch.Tensor | None] = []
     extra: list[dict[str, Any]] = [{} for _ in mbs]
@@ -103,7 +106,13 @@ def token_losses_backward(
         # Trinity's mix entropy; the mixed loss weighs its parts itself (its *_totals)
         term_mask, term_weight, loss_scale = mb.mask, weight, weight
         entropy_bonus = algo.entropy_coef > 0
-        logp, entropy = forward.logprobs(model, mb, entropy=True, entropy_grad=entropy_bonus)
+        scores = forward.token_scores(
+            model, mb, entropy=True, entropy_grad=entropy_bonus, top1=likelihood
+        )
+        logp, entropy = scores[..., 0], scores[..., 1]
+        if likelihood:  # SFT: how often the response token is the model's top-1 guess
+            accuracy = float(masked_mean(scores[..., 2].detach(), mb.mask))
+            add_weighted(sums, "actor/sft_token_accuracy", accuracy, share)
         record_sampled(experiences, mb, logp)
         if mixed:
             expert = expert_rows[k].to(mb.mask.device)

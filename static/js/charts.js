@@ -2,8 +2,9 @@
 // the vendored Plotly (static/vendor/plotly.min.js; SVG `scatter` traces only, never WebGL).
 //
 // - groupOf(name) / groupNames(names): Trinity's metric names sorted into the page's groups
-//   (reward & accuracy, losses, KL, entropy, grad norm, clip fraction, response length,
-//   throughput & timings, other).
+//   (SFT's loss and token accuracy, accuracy, reward, losses, KL, entropy, grad norm, clip
+//   fraction, response length, throughput, timing, system, other): a stage without a reward
+//   (SFT) shows no reward group, and a timing (time/reward) is never taken for a reward.
 // - ema(values, weight) and EmaState: TensorBoard's debiased EMA (s = s*w + (1-w)*x;
 //   s / (1 - w^n)); null (NaN/inf) points stay null and do not move the average.
 // - Timeline: a run's start and ordered stages; places a point on the x axis for a mode:
@@ -23,14 +24,17 @@
   "use strict";
 
   var GROUPS = [
-    { key: "reward", title: "Reward & accuracy" },
+    { key: "sft", title: "SFT" },
+    { key: "accuracy", title: "Accuracy" },
+    { key: "reward", title: "Reward" },
     { key: "loss", title: "Losses" },
     { key: "kl", title: "KL" },
     { key: "entropy", title: "Entropy" },
     { key: "grad_norm", title: "Grad norm" },
     { key: "clipfrac", title: "Clip fraction" },
     { key: "response_length", title: "Response length" },
-    { key: "perf", title: "Throughput & timings" },
+    { key: "perf", title: "Throughput" },
+    { key: "timing", title: "Timing" },
     { key: "system", title: "System (CPU, memory, GPU)" },
     { key: "other", title: "Other" },
   ];
@@ -46,11 +50,16 @@
   function groupOf(name) {
     var n = String(name).toLowerCase();
     if (/^system\//.test(n)) return "system"; // system/<role>/...: rft_core.monitor.system
+    // timings first: time/reward is the seconds the reward took, not a reward
+    if (/^(time|timing_s|timing)\//.test(n)) return "timing";
+    // an SFT stage's headline: its loss and token accuracy (actor/sft_loss, actor/sft_token_accuracy)
+    if (/^actor\/sft_/.test(n)) return "sft";
     if (/^eval\/.+\/accuracy\//.test(n) || /^rollout\/accuracy\//.test(n) ||
-        /^critic\/(rewards|score)/.test(n) || (/^rollout\//.test(n) && n.indexOf("reward") >= 0) ||
-        /(^|\/)(reward|accuracy)/.test(n)) return "reward";
+        /(^|\/|_)accuracy/.test(n)) return "accuracy";
+    if (/^critic\/(rewards|score)/.test(n) || (/^rollout\//.test(n) && n.indexOf("reward") >= 0) ||
+        /(^|\/)reward/.test(n)) return "reward";
     if (n.indexOf("clipfrac") >= 0 || n.indexOf("clip_frac") >= 0) return "clipfrac";
-    if (/^(perf|time|timing_s|timing)\//.test(n) || n.indexOf("throughput") >= 0) return "perf";
+    if (/^perf\//.test(n) || n.indexOf("throughput") >= 0) return "perf";
     if (n.indexOf("response_length") >= 0 || /^prompt_length\//.test(n)) return "response_length";
     if (/loss/.test(n)) return "loss"; // actor/pg_loss, actor/sft_loss, actor/kl_loss, ...
     if (n.indexOf("kl") >= 0) return "kl"; // actor/ppo_kl, kl coefficients

@@ -1,8 +1,8 @@
 // The run page's progress header (window.RFTProgress): the stage (n of m), the step of the
 // stage with its bar, the whole run's fraction with one bar per stage, the ETA and what the
-// run is doing now. The figures come from the run state (webapp/runs/progress.py: stage_step,
+// run is doing now, and the stage's headline figure. The figures come from the run state (webapp/runs/progress.py: stage_step,
 // stage_total_steps, stage_index, stage_count, stages, run_fraction, stage_eta_s, run_eta_s,
-// progress_at, phase, phases); only the ETA's countdown between two states is done here.
+// progress_at, machine_busy, phase, phases); only the ETA's countdown between two states is done here.
 (function () {
   "use strict";
 
@@ -65,6 +65,14 @@
         Math.round((s.fraction || 0) * 1000) / 10 + '%"></span><small>' + RFTCharts.escapeHtml(s.name || "run") + "</small></div>";
     }).join("");
 
+    // the stage's headline: its reward, or (SFT) its own metric (webapp/runs/models.py)
+    var head = run.headline, headline = $("run-headline");
+    if (headline && head) {
+      $("run-headline-label").textContent = head.label;
+      headline.dataset.metric = head.name;
+      headline.textContent = head.value === null || head.value === undefined ? "—" : Number(head.value).toFixed(3);
+    }
+
     var phase = $("run-phase");
     phase.dataset.phase = run.phase || "";
     phase.textContent = run.phase ? (PHASE_TEXT[run.phase] || run.phase) : "—";
@@ -80,7 +88,10 @@
     var text = "";
     if (stage !== null) {
       text = "ETA " + fmtDuration(stage) + (run.stage_count > 1 ? (whole !== null ? " (end of run)" : " (end of this stage)") : "");
-      if (run.step_rate) text += " · " + (run.step_rate >= 1 ? run.step_rate.toFixed(2) + " steps/s" : fmtDuration(1 / run.step_rate) + "/step");
+      // the rate of the newest steps (webapp/runs/progress.py): say so, and when it is well
+      // below the stage's earlier rate, that the machine is busy
+      if (run.step_rate) text += " · at the recent " + (run.step_rate >= 1 ? run.step_rate.toFixed(2) + " steps/s" : fmtDuration(1 / run.step_rate) + "/step");
+      if (run.machine_busy) text += " · machine busy: slower than this stage's start";
     }
     $("run-eta").textContent = text;
     var phase = $("run-phase");

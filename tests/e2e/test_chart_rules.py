@@ -179,7 +179,7 @@ def test_a_pinned_group_moves_to_the_top_with_its_charts_and_is_remembered(page)
       const s = (v) => [{id: "r", step: [1, 2], value: v, wall_time: [1, 2], stage: ["", ""]}];
       const b = new window.RFTCharts.Board(el, {xMode: "step"});
       b.setData({"rollout/reward/mean": s([1, 2]), "actor/pg_loss": s([3, 4]),
-                 "actor/sft_loss": s([5, 6]), "actor/ppo_kl": s([0, 1])});
+                 "actor/kl_loss": s([5, 6]), "actor/ppo_kl": s([0, 1])});
       return b;
     }"""
     order = """() => Array.from(document.querySelectorAll("#charts > section"))
@@ -208,7 +208,7 @@ def test_a_pinned_group_moves_to_the_top_with_its_charts_and_is_remembered(page)
         "order": ["loss", "reward", "kl"],
         "label": "Unpin group",
         "pressed": "true",
-        "charts": ["actor/pg_loss", "actor/sft_loss"],
+        "charts": ["actor/kl_loss", "actor/pg_loss"],
     }
     assert got["both"] == ["pinned", "loss", "reward"]
     # the next page load (a new board) remembers the pinned group; unpinning puts it back

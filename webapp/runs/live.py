@@ -94,6 +94,7 @@ def run_state(run: Run) -> dict[str, Any]:
         "submission_id": run.submission_id,
         "last_eval_accuracy": run.last_eval_accuracy,
         "best_eval_accuracy": run.best_eval_accuracy,
+        "headline": run.headline,  # the stage's reward, or its own metric (SFT's loss)
         "url": run.get_absolute_url(),
         # stage_index, stage_count, stage_step, stage_total_steps, fractions, ETA, phase
         **progress_of(run, time.time()),

@@ -32,6 +32,11 @@ def new_run_key() -> str:
     return f"r{secrets.token_hex(8)}"
 
 
+# the headline metric of a stage that has no reward (the runs table's and the run header's
+# figure in an SFT or DPO stage), by rft_core's names, with the label shown beside its value
+HEADLINE_LABELS = {"actor/sft_loss": "SFT loss", "actor/dpo_loss": "DPO loss"}
+
+
 class RunOrigin(models.TextChoices):
     DASHBOARD = "dashboard"  # launched from the dashboard (a Ray job it submitted)
     TERMINAL = "terminal"  # a `trinity run` that registered itself (RFT_DASHBOARD_URL + token)
@@ -93,6 +98,13 @@ class Run(models.Model):
         help_text="the newest rollout/reward/mean (else critic/rewards/mean) point's value, "
         "kept by the ingestor (webapp.runs.telemetry) for the runs table",
     )
+    headline_name = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="the stage's own headline metric when it has no reward (HEADLINE_LABELS); "
+        "blank: the reward (latest_reward) is the headline",
+    )
+    headline_value = models.FloatField(null=True, blank=True)
     tags = models.ManyToManyField("experiments.Tag", blank=True, related_name="runs")
     notes = models.TextField(blank=True, help_text="the owner's notes on the run")
     # a fork (webapp.checkpoints.forks): the run and checkpoint it started from, at step fork_step
@@ -119,6 +131,17 @@ class Run(models.Model):
 
     def get_absolute_url(self) -> str:
         return f"/runs/{self.pk}/"
+
+    @property
+    def headline(self) -> dict | None:
+        """The figure the run's stage is judged by now: ``{"name", "label", "value"}``, its
+        reward, or (a stage without one, SFT) its own headline metric; None before any."""
+        if self.headline_name:
+            label = HEADLINE_LABELS.get(self.headline_name, self.headline_name)
+            return {"name": self.headline_name, "label": label, "value": self.headline_value}
+        if self.latest_reward is not None:
+            return {"name": "reward", "label": "Reward", "value": self.latest_reward}
+        return None
 
     @property
     def is_active(self) -> bool:

@@ -1,6 +1,8 @@
 """A run's progress as its stages make it: which stage it is in (of how many), the step within
 that stage and the stage's total, a fraction per stage and for the whole run, an ETA from the
-recent step rate, and what the run is doing now (its roles' phases).
+recent step rate (the newest ``STEP_WINDOW`` steps: a machine that got busy, or a checkpoint
+every few steps, shows in it within a window; "machine busy" when that rate is well below the
+stage's earlier one), and what the run is doing now (its roles' phases).
 
 Stages restart their steps (``rft_core.runtime.launcher``: the GRPO stage after an SFT warmup starts at
 step 1), so a run's ``step`` is always the step *of its stage*; the whole-run fraction weighs
@@ -21,6 +23,8 @@ from rft_core.monitor.events import PHASES
 
 # (unix time, step) pairs kept per run for the rate: the newest STEP_WINDOW of its stage
 STEP_WINDOW = 20
+# the recent steps this many times slower than the stage's earlier ones: "machine busy"
+BUSY_SLOWDOWN = 1.25
 # what the run is doing when its roles do different things: the first of these any role does
 # (an eval or a checkpoint holds the whole run up; rollouts and training overlap)
 PHASE_PRIORITY = ("eval", "checkpoint", "train", "rollout", "waiting")
@@ -62,24 +66,39 @@ def _positive(value: Any) -> int | None:
 
 
 def note_step(step_times: list, ts: float, step: int) -> list[list[float]]:
-    """``step_times`` with ``(ts, step)`` added when ``step`` is further than the newest one,
-    the newest ``STEP_WINDOW`` kept."""
+    """``step_times`` with ``(ts, step)`` added when ``step`` is further than the newest one:
+    the stage's first step (the anchor of its whole rate) and its newest ``STEP_WINDOW``."""
     times = [list(p) for p in step_times or []]
     if times and step <= times[-1][1]:
         return times
     times.append([float(ts), int(step)])
-    return times[-STEP_WINDOW:]
+    if len(times) > STEP_WINDOW + 1:
+        times = times[:1] + times[-STEP_WINDOW:]
+    return times
+
+
+def _rate(first: list, last: list) -> float | None:
+    (t0, s0), (t1, s1) = first, last
+    return (s1 - s0) / (t1 - t0) if t1 > t0 and s1 > s0 else None
 
 
 def step_rate(step_times: list) -> float | None:
     """Steps a second over the recent window (the newest ``STEP_WINDOW`` steps), None with
     fewer than two steps or no time between them."""
-    if not step_times or len(step_times) < 2:
-        return None
-    (t0, s0), (t1, s1) = step_times[0], step_times[-1]
-    if t1 <= t0 or s1 <= s0:
-        return None
-    return (s1 - s0) / (t1 - t0)
+    recent = (step_times or [])[-STEP_WINDOW:]
+    return _rate(recent[0], recent[-1]) if len(recent) >= 2 else None
+
+
+def machine_busy(step_times: list) -> bool:
+    """Whether the recent steps run ``BUSY_SLOWDOWN`` times slower than the stage's earlier
+    ones (from its first step to the recent window): the machine is shared or throttled, and
+    the ETA, at the recent rate, is later than the stage's start promised."""
+    times = step_times or []
+    if len(times) <= STEP_WINDOW:  # no earlier steps outside the window yet
+        return False
+    earlier = _rate(times[0], times[-STEP_WINDOW])
+    recent = step_rate(times)
+    return earlier is not None and recent is not None and recent * BUSY_SLOWDOWN < earlier
 
 
 def eta_seconds(step_times: list, step: int | None, total: int | None, now: float) -> float | None:
@@ -92,6 +111,29 @@ def eta_seconds(step_times: list, step: int | None, total: int | None, now: floa
         return 0.0
     since = max(0.0, now - step_times[-1][0])
     return max(0.0, (total - step) / rate - since)
+
+
+def role_phase(previous: dict[str, Any] | None, phase: str, step: int | None, ts: float) -> dict:
+    """A role's ``{phase, step, since}`` after its ``phase`` event at ``ts``: ``since`` is when
+    the phase began, kept while the role stays in it step after step and across a checkpoint
+    that interrupts it (the page's "training · 12m" is the training's time, not the time since
+    the last save); a checkpoint remembers what it interrupted (``paused``)."""
+    previous = previous if isinstance(previous, dict) else {}
+    paused = previous.get("paused") or {}
+    if previous.get("phase") == phase:
+        since = previous.get("since", ts)
+    elif previous.get("phase") == "checkpoint" and paused.get("phase") == phase:
+        since = paused.get("since", ts)
+    else:
+        since = ts
+    entry: dict[str, Any] = {"phase": phase, "step": step, "since": since}
+    if phase == "checkpoint":
+        entry["paused"] = (
+            paused
+            if previous.get("phase") == "checkpoint"
+            else {"phase": previous.get("phase"), "since": previous.get("since", ts)}
+        )
+    return entry
 
 
 def current_phase(phases: dict[str, Any]) -> str | None:
@@ -148,6 +190,7 @@ def progress(
         "run_fraction": run_fraction,
         "stages": stages,
         "step_rate": step_rate(step_times) if active else None,
+        "machine_busy": machine_busy(step_times) if active else False,
         "stage_eta_s": eta,
         "run_eta_s": eta if last_stage else None,
         "phase": current_phase(phases) if active else None,

@@ -10,7 +10,7 @@ from django.db import transaction
 
 from webapp.runs.live import publish_run
 from webapp.runs.models import Run
-from webapp.runs.progress import note_step, stage_plan
+from webapp.runs.progress import note_step, role_phase, stage_plan
 from webapp.runs.snapshot import stage_total_steps
 
 
@@ -38,7 +38,8 @@ def observe_phase(
             if stage in _stages_seen(locked):
                 return
             fields += enter_stage(locked, stage)
-        locked.phases = {**(locked.phases or {}), role: {"phase": phase, "step": step, "since": ts}}
+        phases = locked.phases or {}
+        locked.phases = {**phases, role: role_phase(phases.get(role), phase, step, ts)}
         locked.save(update_fields=sorted(set(fields)))
         publish_run(locked)
 

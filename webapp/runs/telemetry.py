@@ -17,6 +17,11 @@ of the newest ``critic/rewards/mean`` (the trainer's), ``REWARD_METRICS`` in tha
 recomputed by the database (``latest_reward()``, two index range scans of
 ``metric_run_name_seq``) whenever a batch of points holds one of those names, so the table
 reads a column instead of computing it per row and sorts on it.
+
+A stage without a reward (SFT, DPO) has its own headline (``Run.headline``: the newest
+``actor/sft_loss`` or ``actor/dpo_loss``, ``HEADLINE_LABELS``), kept beside the reward in
+``headline_name``/``headline_value``; the newest of those and the reward metrics in a batch
+says which one the run's current stage is judged by.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from django.db.models import F, OuterRef, Subquery, Value
 from django.db.models.functions import Coalesce, Greatest
 
 from webapp.runs.live import publish_run
-from webapp.runs.models import LogLine, MetricPoint, RolloutSample, Run
+from webapp.runs.models import HEADLINE_LABELS, LogLine, MetricPoint, RolloutSample, Run
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +112,25 @@ def record_metrics(run: Run, events: Iterable[EventLike]) -> list[MetricPoint]:
     if any(point.name in REWARD_METRICS for point in points):
         update_latest_reward(Run.objects.filter(pk=run.pk))
         run.refresh_from_db(fields=["latest_reward"])
+    _update_headline(run, points)
     return points
+
+
+def _update_headline(run: Run, points: list[MetricPoint]) -> None:
+    """The run's headline after a batch of points: the newest of its reward metrics or of
+    ``HEADLINE_LABELS``' (a stage without a reward) says which the stage's headline is."""
+    newest = next(
+        (p for p in reversed(points) if p.name in REWARD_METRICS or p.name in HEADLINE_LABELS),
+        None,
+    )
+    if newest is None:
+        return
+    name = "" if newest.name in REWARD_METRICS else newest.name
+    value = None if newest.name in REWARD_METRICS else newest.value
+    if (run.headline_name, run.headline_value) != (name, value):
+        Run.objects.filter(pk=run.pk).update(headline_name=name, headline_value=value)
+        run.headline_name, run.headline_value = name, value
+        publish_run(run)
 
 
 def _newest(name: str) -> Subquery:

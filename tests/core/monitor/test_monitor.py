@@ -309,7 +309,7 @@ def test_trinity_run_refuses_a_missing_backend_and_an_unreachable_stream_before_
         assert not (tmp_path / "checkpoints").exists()  # refused before anything started
 
 
-def test_a_roles_phase_is_streamed_when_it_changes_and_an_unknown_one_is_refused(
+def test_a_roles_phase_is_streamed_when_it_or_its_step_changes_and_an_unknown_one_is_refused(
     tmp_path, redis_client, dashboard_run
 ):
     monitor = build_monitor(
@@ -320,6 +320,8 @@ def test_a_roles_phase_is_streamed_when_it_changes_and_an_unknown_one_is_refused
     monitor.phase("rollout", 1)
     monitor.phase("waiting", 1)
     monitor.phase("rollout", 2)
+    monitor.phase("rollout", 3)  # the same phase at a new step: the page's step follows
+    monitor.phase("rollout", 3)
     with pytest.raises(ValueError, match="phase 'sleeping' is not one of rollout, train, eval"):
         monitor.phase("sleeping")
     monitor.close()
@@ -331,6 +333,7 @@ def test_a_roles_phase_is_streamed_when_it_changes_and_an_unknown_one_is_refused
         ("rollout", 1, "rft"),
         ("waiting", 1, "rft"),
         ("rollout", 2, "rft"),
+        ("rollout", 3, "rft"),
     ]
 
 

@@ -24,11 +24,11 @@ def test_a_hand_worked_logprob_and_entropy():
     # H = 1.40761 - (0.66524 * 1 + 0.09003 * -1) = 1.40761 - 0.57521 = 0.83240
     hidden = torch.tensor([[1.0, 0.0]])
     weight = torch.tensor([[1.0, 0.0], [0.0, 0.0], [-1.0, 0.0]])
-    logp, entropy = chunked_token_scores(hidden, weight, None, torch.tensor([0]))
+    logp, entropy, _ = chunked_token_scores(hidden, weight, None, torch.tensor([0]))
     assert logp.item() == pytest.approx(-0.40761, abs=1e-5)
     assert entropy.item() == pytest.approx(0.83240, abs=1e-5)
     # temperature 2 halves the logits: [0.5, 0, -0.5], lse = log(1.64872 + 1 + 0.60653) = 1.18027
-    logp, _ = chunked_token_scores(hidden, weight, None, torch.tensor([2]), temperature=2.0)
+    logp, _, _ = chunked_token_scores(hidden, weight, None, torch.tensor([2]), temperature=2.0)
     assert logp.item() == pytest.approx(-0.5 - 1.18027, abs=1e-5)
 
 
@@ -51,7 +51,7 @@ def test_chunked_scores_and_gradients_equal_the_full_logits(chunk_tokens, with_b
     a, c = torch.randn(2, 7), torch.randn(2, 7)  # arbitrary weights of the two outputs
     inputs = [hidden, weight] + ([bias] if with_bias else [])
 
-    logp, entropy = chunked_token_scores(
+    logp, entropy, _ = chunked_token_scores(
         hidden, weight, bias, targets, temperature=0.7, chunk_tokens=chunk_tokens
     )
     grads = torch.autograd.grad((a * logp).sum() + (c * entropy).sum(), inputs)
@@ -69,12 +69,12 @@ def test_a_detached_entropy_leaves_the_logprob_gradient_alone():
     hidden = torch.randn(9, 8, requires_grad=True)
     weight = torch.randn(30, 8, requires_grad=True)
     targets = torch.randint(0, 30, (9,))
-    logp, entropy = chunked_token_scores(hidden, weight, None, targets, chunk_tokens=4)
+    logp, entropy, _ = chunked_token_scores(hidden, weight, None, targets, chunk_tokens=4)
     (grad,) = torch.autograd.grad(logp.sum() + 0 * entropy.detach().sum(), [hidden])
     ref_logp, _ = _full(hidden, weight, None, targets, 1.0)
     (ref_grad,) = torch.autograd.grad(ref_logp.sum(), [hidden])
     torch.testing.assert_close(grad, ref_grad.float(), atol=1e-5, rtol=1e-4)
-    _, none = chunked_token_scores(hidden, weight, None, targets, with_entropy=False)
+    _, none, _ = chunked_token_scores(hidden, weight, None, targets, with_entropy=False)
     assert none is None
 
 
@@ -148,3 +148,17 @@ def test_the_trainer_forward_equals_the_full_logits_on_every_layout(model_dir, l
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
     # entropy lies in [0, log V]
     assert 0 < float(entropy[on].min()) and float(entropy[on].max()) < math.log(len(t.tokenizer))
+
+
+def test_top1_marks_the_tokens_the_head_ranks_first():
+    # logits [1, 0, -1] for each of 3 tokens: token 0 is the most likely one, whatever the
+    # temperature; targets 0, 1, 0 -> hits 1, 0, 1 (over two chunks)
+    hidden = torch.tensor([[1.0, 0.0]] * 3)
+    weight = torch.tensor([[1.0, 0.0], [0.0, 0.0], [-1.0, 0.0]])
+    targets = torch.tensor([0, 1, 0])
+    _, _, top1 = chunked_token_scores(
+        hidden, weight, None, targets, temperature=0.5, chunk_tokens=2, with_top1=True
+    )
+    assert top1.tolist() == [1.0, 0.0, 1.0]
+    _, _, none = chunked_token_scores(hidden, weight, None, targets)
+    assert none is None

@@ -123,7 +123,7 @@ def test_the_fused_head_gives_the_eager_head_scores_and_gradients(entropy_grad):
     a, c = torch.randn(11), torch.randn(11)
     results = []
     for fused in (False, True):
-        logp, entropy = chunked_token_scores(
+        logp, entropy, _ = chunked_token_scores(
             hidden, weight, bias, targets, temperature=0.7, chunk_tokens=4, fused=fused
         )
         loss = (a * logp).sum() + ((c * entropy).sum() if entropy_grad else 0.0)

@@ -155,6 +155,36 @@ def test_sft_loss_decreases_on_one_batch(model_dir):
     assert trainer.ref_model is None  # sft needs no reference model
 
 
+def _top1_share(model, experiences: list[Experience]) -> float:
+    """The share of trained response tokens that are ``model``'s argmax guess, from full
+    logits, one experience at a time."""
+    hits = total = 0
+    with torch.no_grad():
+        for e in experiences:
+            ids = torch.tensor([e.prompt_ids + e.response_ids])
+            logits = model(input_ids=ids).logits[0]
+            guesses = logits[len(e.prompt_ids) - 1 : -1].argmax(-1).tolist()
+            for guess, token, trained in zip(guesses, e.response_ids, e.action_mask, strict=True):
+                if trained:
+                    hits += guess == token
+                    total += 1
+    return hits / total
+
+
+def test_sft_reports_its_token_accuracy_and_no_reward(model_dir):
+    trainer = PolicyUpdater(model_dir, algorithm("sft", lr=5e-3), micro_batch_size=4)
+    experiences = experiences_from_messages(sft_rows(), trainer.tokenizer, max_len=128)
+    accuracies = []
+    for _ in range(6):
+        expected = _top1_share(trainer.model, experiences)  # the model the step's forward sees
+        metrics = trainer.train_step(experiences)
+        assert metrics["actor/sft_token_accuracy"] == pytest.approx(expected, abs=1e-6)
+        accuracies.append(metrics["actor/sft_token_accuracy"])
+        # dataset rows carry no reward: a flat 0 would pass for one on the page
+        assert "critic/rewards/mean" not in metrics
+    assert accuracies[-1] > accuracies[0], accuracies
+
+
 def test_dpo_prefers_the_chosen_response(model_dir):
     trainer = PolicyUpdater(model_dir, algorithm("dpo", lr=5e-3), micro_batch_size=4)
     rows = [
@@ -168,6 +198,7 @@ def test_dpo_prefers_the_chosen_response(model_dir):
         last = trainer.train_step(experiences)
     assert last["actor/dpo_loss"] < first["actor/dpo_loss"]
     assert last["actor/dpo_accuracy"] == 1.0
+    assert "critic/rewards/mean" not in last
 
 
 @pytest.mark.parametrize("kind", ["ppo", "reinforceplusplus"])

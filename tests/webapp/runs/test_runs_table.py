@@ -99,6 +99,30 @@ def test_it_shows_the_latest_reward_and_sorts_by_it(alice, runs):
     assert '<td data-field="reward">0.300</td>' in body
 
 
+def test_a_run_in_its_sft_stage_shows_the_sft_loss_then_its_reward_in_the_next_stage(alice, runs):
+    run = runs["third"]
+    for step, loss in ((1, 2.0), (2, 0.412)):  # the SFT stage: no reward, its loss is the figure
+        record_metrics(run, [_metric_event({"actor/sft_loss": loss, "time/train_step": 3.0}, step)])
+    row = _row(session_client(alice).get("/runs/").content.decode(), run.pk)
+    assert '<td data-field="reward"><span class="hint">SFT loss</span> 0.412</td>' in row
+    run.refresh_from_db()
+    assert run.headline == {"name": "actor/sft_loss", "label": "SFT loss", "value": 0.412}
+    assert session_client(alice).get(f"/runs/{run.pk}/").content.decode().count("SFT loss") == 1
+    # the GRPO stage: its reward is the figure again
+    record_metrics(run, [_metric_event({"rollout/reward/mean": 0.25}, 1)])
+    row = _row(session_client(alice).get("/runs/").content.decode(), run.pk)
+    assert '<td data-field="reward">0.250</td>' in row
+    run.refresh_from_db()
+    assert run.headline == {"name": "reward", "label": "Reward", "value": 0.25}
+
+
+def _row(body: str, pk: int) -> str:
+    """The ``<tr>`` of run ``pk`` in the table."""
+    match = re.search(rf'<tr data-run-id="{pk}".*?</tr>', body, re.S)
+    assert match, f"no row of run {pk}"
+    return match.group(0)
+
+
 def test_it_pages_on_the_server_with_the_same_queries_per_page(alice):
     experiment = make_experiment(alice, "many")
     Run.objects.bulk_create(

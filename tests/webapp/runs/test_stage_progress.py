@@ -52,7 +52,8 @@ def test_the_rate_is_taken_over_the_newest_steps_only():
     for step in range(21, 41):
         t += 2
         times = progress.note_step(times, t, step)
-    assert len(times) == progress.STEP_WINDOW
+    assert len(times) == progress.STEP_WINDOW + 1  # the stage's first step, the newest 20
+    assert times[0] == [T0 + 10, 1]
     # window: steps 21..40 at t0+202 .. t0+240: 19 steps in 38 s
     assert progress.step_rate(times) == pytest.approx(0.5)
     assert progress.note_step(times, t + 5, 40) == times  # a step seen already adds nothing
@@ -66,6 +67,68 @@ def test_the_eta_is_the_remaining_steps_at_the_recent_rate_counting_down_between
     assert progress.eta_seconds(times, 20, 30, now=T0 + 99) == 0.0  # late: never negative
     assert progress.eta_seconds(times[:1], 10, 30, now=T0) is None  # one step: no rate
     assert progress.eta_seconds(times, 20, None, now=T0 + 20) is None  # by epochs: no total
+
+
+def _slowing_stage() -> list[float]:
+    """The finishing time of each step of a 450-step SFT stage (issue 31's): 2.4 s a step for
+    its first 20 steps, then the machine gets busy and steps take 4 s, with a 20 s checkpoint
+    every 50 steps (the stage took 29m47s; an ETA from its first steps said 17m50s)."""
+    t, ends = T0, []
+    for step in range(1, 451):
+        t += 2.4 if step <= 20 else 4.0
+        if step % 50 == 0:
+            t += 20.0
+        ends.append(t)
+    return ends
+
+
+def test_the_eta_stays_within_a_quarter_of_the_truth_and_says_the_machine_is_busy():
+    ends = _slowing_stage()
+    times: list = []
+    busy_at = []
+    for step, t in enumerate(ends, start=1):
+        times = progress.note_step(times, t, step)
+        if step < 45:  # 10% of the stage
+            continue
+        eta = progress.eta_seconds(times, step, 450, now=t)
+        truth = ends[-1] - t
+        # while a tenth of the stage is left (in the last few steps one checkpoint's 20 s is
+        # more than a quarter of what remains, and the countdown is seconds anyway)
+        if step <= 405:
+            assert abs(eta - truth) <= 0.25 * truth, (step, eta, truth)
+        if progress.machine_busy(times):
+            busy_at.append(step)
+    # steps 21.. run 1.67x slower than the first 20: busy once the window holds slow steps only
+    # and the earlier part still shows the fast start (the stage's rate, not the window's)
+    assert busy_at and busy_at[0] == 45, busy_at[:3]
+    at_60: list = []
+    for step, t in enumerate(ends[:60], start=1):
+        at_60 = progress.note_step(at_60, t, step)
+    state = progress.progress(
+        plan=DEMO_PLAN, stage="sft_warmup", step=60, total_steps=450, step_times=at_60,
+        phases={}, active=True, succeeded=False, now=ends[59],
+    )  # fmt: skip
+    assert state["machine_busy"] is True
+
+
+def test_a_steady_stage_is_not_busy():
+    times: list = []
+    for step in range(1, 100):
+        times = progress.note_step(times, T0 + 3.0 * step, step)
+    assert progress.machine_busy(times) is False
+    assert progress.eta_seconds(times, 99, 450, now=T0 + 297) == pytest.approx(351 * 3.0)
+
+
+def test_a_roles_phase_keeps_its_start_across_steps_and_checkpoints():
+    p = progress.role_phase(None, "train", 1, T0)
+    p = progress.role_phase(p, "train", 2, T0 + 4)  # the next step: the step follows
+    assert p == {"phase": "train", "step": 2, "since": T0}
+    p = progress.role_phase(p, "checkpoint", 2, T0 + 8)
+    assert (p["phase"], p["since"]) == ("checkpoint", T0 + 8)
+    p = progress.role_phase(p, "train", 3, T0 + 30)  # back from the save: training's own start
+    assert p == {"phase": "train", "step": 3, "since": T0}
+    p = progress.role_phase(p, "waiting", 3, T0 + 40)
+    assert p["since"] == T0 + 40
 
 
 def test_the_phase_of_the_run_is_the_one_that_holds_it_up():

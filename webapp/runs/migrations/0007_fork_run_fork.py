@@ -5,30 +5,39 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0006_runstable_tags_notes'),
+        ("runs", "0006_runstable_tags_notes"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='run',
-            name='fork_from_path',
-            field=models.CharField(blank=True, help_text="the parent's global_step_N the fork starts from", max_length=1000),
+            model_name="run",
+            name="fork_from_path",
+            field=models.CharField(
+                blank=True,
+                help_text="the parent's global_step_N the fork starts from",
+                max_length=1000,
+            ),
         ),
         migrations.AddField(
-            model_name='run',
-            name='fork_stage',
+            model_name="run",
+            name="fork_stage",
             field=models.CharField(blank=True, max_length=100),
         ),
         migrations.AddField(
-            model_name='run',
-            name='fork_step',
+            model_name="run",
+            name="fork_step",
             field=models.BigIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='run',
-            name='parent',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='forks', to='runs.run'),
+            model_name="run",
+            name="parent",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="forks",
+                to="runs.run",
+            ),
         ),
     ]
