@@ -51,14 +51,14 @@ class LoadSampler(threading.Thread):
     def __init__(self, interval: float = 2.0) -> None:
         super().__init__(daemon=True)
         self.interval, self.samples = interval, []
-        self._stop = threading.Event()
+        self._done = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.wait(self.interval):
+        while not self._done.wait(self.interval):
             self.samples.append(os.getloadavg()[0])
 
     def stop(self) -> dict[str, float]:
-        self._stop.set()
+        self._done.set()
         self.join()
         s = self.samples or [os.getloadavg()[0]]
         return {"min": min(s), "mean": sum(s) / len(s), "max": max(s)}
