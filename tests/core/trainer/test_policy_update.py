@@ -15,7 +15,7 @@ from rft_core.messages import experiences_from_messages
 from rft_core.rollout import SamplingParams, build_engine
 from rft_core.trainer.batching import response_blocks
 from rft_core.trainer.forward import shares_prefix
-from rft_core.trainer.optimizer import lr_factor
+from rft_core.trainer.optimizer import build_optimizer, lr_factor
 from rft_core.trainer.policy import PolicyUpdater
 
 
@@ -273,6 +273,25 @@ def test_lr_schedule_numbers():
     # linear after warmup: 1 - 0.8 * (s - 2) / 8
     assert [f(s, "linear") for s in (2, 6, 10)] == pytest.approx([1.0, 0.6, 0.2])
     assert f(6, "cosine") == pytest.approx(0.2 + 0.8 * 0.5 * (1 + math.cos(math.pi / 2)))
+
+
+@pytest.mark.parametrize("kind", ["adamw", "adam"])
+def test_adam_is_fused_on_the_cpu_and_steps_as_the_unfused_one(kind):
+    params = [torch.nn.Parameter(torch.randn(4, 3)) for _ in range(2)]
+    twins = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    settings = dict(optimizer_type=kind, lr=0.1, weight_decay=0.01, betas=[0.9, 0.999])
+    fused = build_optimizer(params, settings, torch.device("cpu"))
+    plain = (torch.optim.AdamW if kind == "adamw" else torch.optim.Adam)(
+        twins, lr=0.1, weight_decay=0.01, betas=(0.9, 0.999)
+    )
+    assert fused.defaults["fused"] is True
+    for _ in range(3):
+        for p, q in zip(params, twins, strict=True):
+            p.grad = q.grad = torch.full_like(p, 0.5) * p.detach()
+        fused.step()
+        plain.step()
+    for p, q in zip(params, twins, strict=True):
+        torch.testing.assert_close(p, q)
 
 
 def test_weights_sync_into_the_engine(model_dir):
