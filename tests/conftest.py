@@ -42,6 +42,23 @@ def _use_session_redis_prefix() -> None:
 
 _use_session_redis_prefix()
 
+# A loaded machine (tests in parallel, other jobs: load ~24 seen) answers slowly, not never: a
+# launch's check of Redis and Ray waits this long in the session, not the 1.5 s a user's
+# dashboard waits, so a slow Ray head does not fail a launch row. Redis and Ray answer as soon
+# as they can, so a longer timeout costs nothing while they are up.
+TEST_PING_TIMEOUT_S = 10.0
+
+
+def _patient_service_checks() -> None:
+    """This process's settings and the processes its tests start (they read the environment)."""
+    from django.conf import settings
+
+    os.environ["RFT_PING_TIMEOUT_S"] = str(TEST_PING_TIMEOUT_S)
+    settings.RFT_PING_TIMEOUT_S = TEST_PING_TIMEOUT_S
+
+
+_patient_service_checks()
+
 
 def pytest_configure(config: pytest.Config) -> None:
     global _embedded_redis

@@ -298,6 +298,11 @@ RFT_YAML_MAX_ALIASES = int(os.environ.get("RFT_YAML_MAX_ALIASES", 100))
 # A running run whose last heartbeat is older than this becomes "lost" at the next reconcile.
 RFT_HEARTBEAT_TIMEOUT_S = float(os.environ.get("RFT_HEARTBEAT_TIMEOUT_S", 120))
 RFT_RECONCILE_INTERVAL_S = float(os.environ.get("RFT_RECONCILE_INTERVAL_S", 30))
+# How long the service checks wait: for Redis and Ray's job server to answer (the health page,
+# and the check before each launch), and for Celery workers' ping replies (the health page
+# waits all of it). Raise them on a loaded host, where a slow answer is not a dead service.
+RFT_PING_TIMEOUT_S = float(os.environ.get("RFT_PING_TIMEOUT_S", 1.5))
+RFT_CELERY_PING_TIMEOUT_S = float(os.environ.get("RFT_CELERY_PING_TIMEOUT_S", 1.0))
 # Celery queue of HF conversions (workers on the hosts that see the checkpoint storage); None =
 # the default queue.
 RFT_CONVERT_QUEUE = os.environ.get("RFT_CONVERT_QUEUE") or None

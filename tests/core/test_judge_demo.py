@@ -1,15 +1,23 @@
 """The demo judge (``rft_core.demo_judge``, ``trinity init-demo --judge``): a correct judge's
 reply is the digit-wise sum, each answer copied beside its 0/1, and the list ``ruler.py`` parses;
 the prompt shows each answer's final ``<answer>`` only; the rows are the same bytes for the same
-seed; and the judge config without a built judge (or with one of an older recipe) stops before
-``trinity run`` with one line that says how to build it. No test asserts the trained judge's
-agreement: training it takes 15-20 CPU-minutes; ``benchmarks/demo_judge.py`` measures it on the
-default, avx2 and avx512 kernel paths (README, "LLM judges")."""
+seed; the judge config without a built judge (or with one of an older recipe) stops before
+``trinity run`` with one line that says how to build it; and ``measure_judge`` (what
+``benchmarks/demo_judge.py`` reports) computes agreement, parsed replies and right sums as its
+doc says, on scripted judges whose figures are worked out by hand.
 
+What no test asserts: the trained judge's agreement itself (README, "LLM judges": 0.969-0.994 on
+policy-like groups) and the RULER run's held-out accuracy (0.583 -> 0.793). Training the judge
+takes 15-20 CPU-minutes and the RULER run 23 minutes; ``benchmarks/demo_judge.py`` measures the
+first per kernel path, and the second is a run of ``judge_ruler_trained_judge.yaml``."""
+
+import re
 import shutil
 
-from rft_core.demo import Problem, build_demo
-from rft_core.demo_judge import GROUP_SIZE, JUDGE_PROMPT, judge_reply, judge_rows
+import torch
+
+from rft_core.demo import Problem, build_demo, build_tokenizer
+from rft_core.demo_judge import GROUP_SIZE, JUDGE_PROMPT, judge_reply, judge_rows, measure_judge
 from rft_core.workflows.ruler import final_answer, parse_ruler_scores, ruler_messages
 
 
@@ -81,3 +89,61 @@ def test_the_judge_config_without_the_judge_stops_with_one_line_naming_it(
     message = run_refused()
     assert "holds a demo judge of an older recipe; run `trinity init-demo --judge`" in message
     assert not (tmp_path / "ckpt").exists()  # refused before anything was written
+
+
+class ScriptedJudge:
+    """Stands in for the judge model with ``generate``'s contract (left-padded prompts in; each
+    prompt followed by its reply's tokens out): the reply to a group is ``reply(problem,
+    answers)``, the problem and answers read from the prompt as the trained judge reads them."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, tokenizer, reply):
+        self.tokenizer, self.reply = tokenizer, reply
+
+    def eval(self):
+        return self
+
+    def generate(self, input_ids, attention_mask, max_new_tokens, do_sample):
+        rows = []
+        for ids in input_ids:
+            prompt = self.tokenizer.decode(ids, skip_special_tokens=True)
+            a, b = re.search(r"What is (\d+) \+ (\d+)\?", prompt).groups()
+            answers = re.findall(r"^\d: (\S+)$", prompt, flags=re.MULTILINE)
+            reply = self.reply(Problem(int(a), int(b)), answers)
+            rows.append(ids.tolist() + self.tokenizer(reply, add_special_tokens=False)["input_ids"])
+        pad, width = self.tokenizer.pad_token_id, max(map(len, rows))
+        return torch.tensor([row + [pad] * (width - len(row)) for row in rows])
+
+
+def test_measure_judge_computes_agreement_parsed_and_sums_as_worked_out_by_hand():
+    tokenizer = build_tokenizer()
+    # 10 questions, all drawn (groups=10); each group's answers: right, tens off, none, right
+    problems = [Problem(a, 48) for a in range(11, 21)]
+
+    def measure(reply):
+        drawn = iter(range(10 * GROUP_SIZE))
+
+        def draw(problem, rng):
+            s = problem.result
+            return [str(s), str(s - 10), "-", str(s)][next(drawn) % GROUP_SIZE]
+
+        judge = ScriptedJudge(tokenizer, reply)
+        return measure_judge(judge, tokenizer, problems, groups=10, draw=draw)
+
+    def calls(marks):  # the correct judge's work, then its own list of calls
+        return lambda p, answers: judge_reply(p, answers).rsplit("[", 1)[0] + marks
+
+    # the correct judge: calls 1 0 0 1 on every group, all 40 as the truth
+    assert measure(judge_reply) == {"parsed": 1.0, "agreement": 1.0, "sum_right": 1.0}
+    # "all right": agrees on the 2 right answers of each group, 20 of 40
+    assert measure(calls("[1, 1, 1, 1]")) == {"parsed": 1.0, "agreement": 0.5, "sum_right": 1.0}
+    # every call inverted: 0 of 40
+    assert measure(calls("[0, 1, 1, 0]")) == {"parsed": 1.0, "agreement": 0.0, "sum_right": 1.0}
+
+    # no usable list on the 5 odd questions (11, 13, ...): those groups' 20 answers count as
+    # wrong calls, not as left out (which would give 1.0), and their sums as not right
+    def half(problem, answers):
+        return "no scores" if problem.a % 2 else judge_reply(problem, answers)
+
+    assert measure(half) == {"parsed": 0.5, "agreement": 0.5, "sum_right": 0.5}

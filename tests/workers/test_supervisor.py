@@ -2,17 +2,18 @@
 Procfile, in a var dir of the test's with its own ports, database, Redis database index and Ray
 head): every process of it dies once while a run trains, and the run does not notice.
 
-In order, on one stack (starting it is most of the cost):
+Each of the three runs on a stack of its own (``supervised`` is per test), so any one of them
+can run alone or in any order:
 
 1. During a run of the demo (shortened through the API: 2 SFT steps, then 2 GRPO steps of
    4 tasks x 4 samples), the ingestor, the web, the Celery worker and beat are each killed
    with SIGKILL. Each is started again, with one line in var/log/restarts.log, and
    /health.json (as staff) shows its restart. The run succeeds, and its metric points through
-   the API are exactly the metric values of its monitor JSONL files: nothing lost and nothing
-   stored twice across the ingestor's restart (whether the killed ingestor held entries read
+   the API are exactly the metric values of its monitor JSONL files, point by point (role,
+   name, step, time): nothing lost and nothing stored twice across the ingestor's restart (whether the killed ingestor held entries read
    but not acked at that moment is up to timing; tests/workers' ingestor tests pin that case).
-2. The Ray head's gcs_server is killed during a second run: supervisord starts the head again
-   on the same ports, the run becomes lost with the reason, and a third run is submitted to the
+2. The Ray head's gcs_server is killed during a run: supervisord starts the head again
+   on the same ports, the run becomes lost with the reason, and a second run is submitted to the
    new head (its job server knows the job).
 3. SIGINT to supervisord (Ctrl-C under `make demo`) stops every process of the stack: none
    of the pids seen under it, Ray's included, is left.
@@ -28,6 +29,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -288,8 +292,16 @@ def _shortened_demo(stack: SupervisedStack) -> int:
     return demo["id"]
 
 
-@pytest.fixture(scope="module")
-def supervised(redis_url) -> SupervisedStack:
+@pytest.fixture
+def supervised(redis_url) -> Iterator[SupervisedStack]:
+    """A stack of the test's own: a test that kills its processes or stops it leaves no trace
+    in another test's."""
+    with _supervised_stack(redis_url) as stack:
+        yield stack
+
+
+@contextmanager
+def _supervised_stack(redis_url: str) -> Iterator[SupervisedStack]:
     import uuid
 
     owner = f"t{uuid.uuid4().hex[:12]}"
@@ -389,29 +401,49 @@ def _forget(url: str) -> None:
     client.close()
 
 
-def _api_metric_points(stack: SupervisedStack, pk: int) -> int:
+# one metric point: (role, metric name, step, wall time); the time tells apart the timed
+# system/* samples of one step
+Point = tuple[str, str, int | None, float]
+
+
+def _api_metric_points(stack: SupervisedStack, pk: int) -> list[Point]:
     names = stack.get(stack.api, f"/api/v1/runs/{pk}/metrics/").json()["names"]
-    total = 0
+    points: list[Point] = []
     for name in names:
         body = stack.get(stack.api, f"/api/v1/runs/{pk}/metrics/", params={"name": name})
-        points = body.json()["points"]
-        assert len(points) < 5000, f"{name}: more points than one page"
-        total += len(points)
-    return total
+        page = body.json()["points"]
+        assert len(page) < 5000, f"{name}: more points than one page"
+        points += [(p["role"], name, p["step"], p["wall_time"]) for p in page]
+    return sorted(points, key=_point_order)
 
 
-def _jsonl_metric_values(job_dir: Path) -> int:
-    """Metric values the run wrote: the per-step metrics and the timed system/* samples (their
+def _jsonl_metric_points(job_dir: Path) -> list[Point]:
+    """Metric points the run wrote: the per-step metrics and the timed system/* samples (their
     own file, ``<role>_system.jsonl``; a sample lands when the run outlasts the interval)."""
     files = sorted(job_dir.rglob("*_metrics.jsonl"))
     assert files, f"no monitor JSONL under {job_dir}"
     files += sorted(job_dir.rglob("*_system.jsonl"))
-    total = 0
+    points: list[Point] = []
     for path in files:
+        role = path.name.rsplit("_", 1)[0]
         for line in path.read_text().splitlines():
             if line.strip():
-                total += len(set(json.loads(line)) - {"step", "time"})
-    return total
+                row = json.loads(line)
+                step, wall_time = row.pop("step", None), row.pop("time")
+                points += [(role, name, step, wall_time) for name in row]
+    return sorted(points, key=_point_order)
+
+
+def _point_order(point: Point) -> tuple:
+    role, name, step, wall_time = point
+    return (role, name, -1 if step is None else step, wall_time)
+
+
+def _same_points(stored: list[Point], written: list[Point]) -> bool:
+    """Point by point, the times within a millisecond (the database keeps microseconds)."""
+    return len(stored) == len(written) and all(
+        a[:3] == b[:3] and abs(a[3] - b[3]) < 1e-3 for a, b in zip(stored, written, strict=True)
+    )
 
 
 def _restarts_logged(stack: SupervisedStack, name: str) -> list[str]:
@@ -466,15 +498,22 @@ def test_the_run_goes_on_while_each_process_of_the_stack_is_killed_and_restarted
     assert anonymous["processes"]["ingestor"] == {"up": True}
 
     run = stack.wait_run(pk, {"succeeded"})
-    expected = _jsonl_metric_values(Path(run["job_dir"]))
+    written = _jsonl_metric_points(Path(run["job_dir"]))
     # the ingestor stores the run's last entries after the run ends: wait for them to land
     _wait_for(
         "the API's metric points to reach the JSONL's count",
-        lambda: _api_metric_points(stack, pk) >= expected,
+        lambda: len(_api_metric_points(stack, pk)) >= len(written),
         stack,
         guard_s=60,
     )
-    assert _api_metric_points(stack, pk) == expected
+    stored = _api_metric_points(stack, pk)
+    # the same points, not only as many: one lost and another stored twice do not cancel out
+    stored_keys, written_keys = Counter(p[:3] for p in stored), Counter(p[:3] for p in written)
+    assert _same_points(stored, written), (
+        f"{len(stored)} stored, {len(written)} written; (role, name, step) stored but not "
+        f"written: {list((stored_keys - written_keys).items())[:5]}, written but not stored: "
+        f"{list((written_keys - stored_keys).items())[:5]}"
+    )
 
 
 def test_a_dead_ray_head_loses_its_run_with_the_reason_and_comes_back(supervised):

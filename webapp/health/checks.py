@@ -3,7 +3,8 @@ the processes of the stack when supervisord runs it (`make demo`).
 
 Each check returns a :class:`ServiceStatus` with ``up`` and a one-line ``detail`` that says
 what answered, or why not and how to start it. Checks never raise and each has a short timeout
-so the health page answers even when everything is down. The details name addresses, paths,
+(``RFT_PING_TIMEOUT_S``, ``RFT_CELERY_PING_TIMEOUT_S``) so the health page answers even when
+everything is down. The details name addresses, paths,
 hostnames and versions: the views show them to staff only.
 """
 
@@ -22,8 +23,6 @@ from urllib.parse import urlsplit
 import redis
 from django.conf import settings
 from django.db import connection
-
-TIMEOUT_S = 1.5
 
 
 @dataclass
@@ -69,7 +68,9 @@ def check_redis(url: str | None = None) -> ServiceStatus:
 
     def probe() -> str:
         client = redis.Redis.from_url(
-            url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S
+            url,
+            socket_timeout=settings.RFT_PING_TIMEOUT_S,
+            socket_connect_timeout=settings.RFT_PING_TIMEOUT_S,
         )
         try:
             version = client.info("server").get("redis_version", "?")
@@ -92,7 +93,7 @@ def check_celery(redis_status: ServiceStatus | None = None) -> ServiceStatus:
 
     def probe() -> str:
         # Waits the whole timeout to collect every worker's reply: the page lists them all.
-        replies = app.control.ping(timeout=1.0)
+        replies = app.control.ping(timeout=settings.RFT_CELERY_PING_TIMEOUT_S)
         if not replies:
             raise RuntimeError("no worker answered the ping")
         names = sorted(name for reply in replies for name in reply)
@@ -131,7 +132,9 @@ def check_ray(address: str | None = None) -> ServiceStatus:
         if http:
             request = urllib.request.Request(f"{http}/api/version", headers=ray_auth_headers())
             try:
-                with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+                with urllib.request.urlopen(
+                    request, timeout=settings.RFT_PING_TIMEOUT_S
+                ) as response:
                     body = json.loads(response.read() or b"{}")
             except urllib.error.HTTPError as err:
                 if err.code in (401, 403):
@@ -142,7 +145,9 @@ def check_ray(address: str | None = None) -> ServiceStatus:
             return f"ray {body.get('ray_version', '?')} job server at {http}"
         # ray://host:port (Ray Client) or host:port (GCS): the port answering is what we can check.
         parts = urlsplit(address if "://" in address else f"gcs://{address}")
-        with socket.create_connection((parts.hostname, parts.port or 10001), timeout=TIMEOUT_S):
+        with socket.create_connection(
+            (parts.hostname, parts.port or 10001), timeout=settings.RFT_PING_TIMEOUT_S
+        ):
             pass
         return f"ray at {address} accepts connections"
 

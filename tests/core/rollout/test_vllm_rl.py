@@ -184,9 +184,17 @@ def test_greedy_group_is_n_requests_regrouped_per_prompt(fake_vllm, model_dir):
     assert [p["prompt_token_ids"] for p in call["prompts"]] == [prompts[0]] * 3 + [prompts[1]] * 3
     assert {sp.n for sp in call["sampling_params"]} == {1}
     assert [len(g) for g in groups] == [3, 3]
-    for prompt, group in zip(prompts, groups, strict=True):
+    # the greedy answer to each prompt alone (a group of one, so no regrouping to get wrong);
+    # the fake's greedy tokens are a function of the prompt, and the two prompts' differ
+    alone = [
+        engine.generate_ids([p], SamplingParams(temperature=0.0, max_tokens=4))[0][0].response_ids
+        for p in prompts
+    ]
+    assert alone[0] != alone[1]
+    for prompt, response, group in zip(prompts, alone, groups, strict=True):
         for gen in group:
             assert gen.prompt_ids == prompt
+            assert gen.response_ids == response  # this prompt's completions, not another's
             # the fake's sample 0 of a request runs to max_tokens with log-probs -0.125 (k+1)
             assert gen.logprobs == [-0.125, -0.25, -0.375, -0.5]
             assert gen.finish_reason == "length"

@@ -54,6 +54,48 @@ def test_it_reports_a_stopped_ray_as_down(client, settings):
     assert "ray start --head" in ray_status["detail"]
 
 
+@pytest.fixture
+def slow_job_server():
+    """A stand-in for Ray's job server that answers /api/version after 2.5 s (a loaded head)."""
+    import json
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_GET(self):
+            time.sleep(2.5)
+            body = json.dumps({"ray_version": "2.99.0"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_ray_check_waits_rft_ping_timeout_s_for_a_slow_head(client, settings, slow_job_server):
+    settings.RAY_ADDRESS = slow_job_server
+    # the test session's patience (tests/conftest.py) outlasts the 2.5 s: up
+    assert settings.RFT_PING_TIMEOUT_S == 10.0
+    ray_status = _services(client)["ray"]
+    assert ray_status["up"] is True, ray_status
+    assert ray_status["detail"] == f"ray 2.99.0 job server at {slow_job_server}"
+    # a user's shorter setting gives up first: down, with the reason
+    settings.RFT_PING_TIMEOUT_S = 0.5
+    ray_status = _services(client)["ray"]
+    assert ray_status["up"] is False
+    assert "timed out" in ray_status["detail"]
+
+
 def test_it_checks_a_gcs_style_ray_address_by_tcp(client, settings):
     port = free_port()
     settings.RAY_ADDRESS = f"127.0.0.1:{port}"
@@ -105,6 +147,8 @@ def secrets(settings, redis_url, ray_head, celery_worker_queue, unique_id) -> li
 
     settings.REDIS_URL = redis_url
     settings.RAY_ADDRESS = ray_head.address
+    # the ping waits all of this for replies: long enough for a worker on a loaded machine
+    settings.RFT_CELERY_PING_TIMEOUT_S = 3.0
     client = redis_lib.Redis.from_url(redis_url)
     version = client.info("server")["redis_version"]
     client.close()
