@@ -123,9 +123,9 @@ def _explore(page, stack, shots: Path) -> None:
     _check_groups(page, 1)
     # a group folds away and unfolds with a click on its heading
     group = page.locator(".rollout-group").first
-    group.locator("summary").click()
+    group.locator(":scope > summary").click()
     assert not group.evaluate("(d) => d.open") and not group.locator(".rollout").first.is_visible()
-    group.locator("summary").click()
+    group.locator(":scope > summary").click()
     assert group.locator(".rollout").first.is_visible()
 
     # every step at once (24 rollouts, 20 a page), sorted by reward, highest first; then by
