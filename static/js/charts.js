@@ -386,10 +386,16 @@
     return escapeHtml(name) + (lasts.length ? ' <span style="font-size:11px;color:#5b6472">last ' + lasts.join(", ") + "</span>" : "");
   };
 
-  // Steps are whole numbers: ticks every step on a short axis (never "1, 2, 2"), whole ones
-  // on a long one.
+  // Steps are whole numbers: ticks on whole steps, 1, 2 or 5 x 10^k apart, at most MAX_XTICKS
+  // of them (a step axis of 490 steps gets 0, 100, 200, ..., never one label per step).
+  var MAX_XTICKS = 8;
+  function stepTick(span) {
+    var dtick = 1;
+    for (var k = 0; span / dtick > MAX_XTICKS; k++) dtick = [1, 2, 5][(k + 1) % 3] * Math.pow(10, Math.floor((k + 1) / 3));
+    return dtick;
+  }
   Board.prototype._xticks = function (name) {
-    if (this.xMode !== "stage" && this.xMode !== "step") return { tickformat: "", dtick: null };
+    if (this.xMode !== "stage" && this.xMode !== "step") return { tickformat: "", dtick: null, tick0: null };
     var self = this, lo = Infinity, hi = -Infinity;
     this.metrics[name].forEach(function (s) {
       for (var i = 0; i < s.value.length; i++) {
@@ -397,8 +403,10 @@
         var x = s.timeline.x(self.xMode, s.step[i], s.wall_time[i], s.stage[i]);
         if (x !== null) { lo = Math.min(lo, x); hi = Math.max(hi, x); }
       }
+      // the stage bands widen the axis as far as the points do
+      if (s.timeline.stages.length > 1) s.timeline.bands(self.xMode).forEach(function (b) { lo = Math.min(lo, b.x0); hi = Math.max(hi, b.x1); });
     });
-    return { tickformat: "~d", dtick: hi - lo < 10 ? 1 : null };
+    return { tickformat: "~d", dtick: hi >= lo ? stepTick(hi - lo) : null, tick0: 0 };
   };
 
   Board.prototype._yaxis = function (name) {
@@ -542,7 +550,7 @@
       var lay = this._layout(name);
       Plotly.relayout(chart.div, { "title.text": lay.title.text, "yaxis.tickformat": lay.yaxis.tickformat,
                                    "yaxis.autorange": lay.yaxis.autorange, "yaxis.range": lay.yaxis.range || null,
-                                   "xaxis.dtick": lay.xaxis.dtick, shapes: lay.shapes, annotations: lay.annotations });
+                                   "xaxis.dtick": lay.xaxis.dtick, "xaxis.tick0": lay.xaxis.tick0, shapes: lay.shapes, annotations: lay.annotations });
     }
     void self;
     return isNew;

@@ -61,14 +61,22 @@
 
     function redraw() {
       // one time line per run (its own stages and start), rebuilt over every loaded metric
+      // (its stages in the order they began, whatever order their metrics were loaded in)
       var timelines = {};
       runs.forEach(function (run) {
-        var start = null;
+        var start = null, began = {};
         Object.keys(loaded).forEach(function (name) {
           var a = loaded[name][run.id];
-          if (a) a.wall_time.forEach(function (t) { if (t !== null && (start === null || t < start)) start = t; });
+          if (a) a.wall_time.forEach(function (t, i) {
+            if (t === null) return;
+            if (start === null || t < start) start = t;
+            var stage = a.stage[i] || "";
+            if (stage && (began[stage] === undefined || t < began[stage])) began[stage] = t;
+          });
         });
-        timelines[run.id] = new C.Timeline({ start: start });
+        var stages = Object.keys(began).sort(function (x, y) { return began[x] - began[y]; })
+          .map(function (name) { return { name: name, start: began[name], end: null }; });
+        timelines[run.id] = new C.Timeline({ start: start, stages: stages });
       });
       var data = {};
       Object.keys(loaded).forEach(function (name) {

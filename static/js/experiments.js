@@ -186,7 +186,7 @@
   }
 
   document.addEventListener("DOMContentLoaded", function () {
-    var form = document.getElementById("experiment-form");
+    var form = document.querySelector("form.experiment-form"); // an experiment's or a fork's
     if (form) initForm(form);
     var compare = document.getElementById("compare-form");
     if (compare) initCompare(compare);

@@ -1,6 +1,6 @@
 /* The rollout explorer (/runs/<id>/rollouts/): reads rollouts.json (webapp/runs/rollouts.py)
-   for the chosen step, sort, search and page, and shows the rollouts by task group (or in the
-   chosen order), each with its reward parts, advantage, length, cut flag and a token view that
+   for the chosen step, sort, search and page, and shows the rollouts step by step, each step's
+   task groups foldable with their reward mean and spread (or in the chosen order, flat), each with its reward parts, advantage, length, cut flag and a token view that
    colours every response token by the log-prob it was sampled with (red: unlikely, green:
    likely), or where the trainer recorded its own log-prob of the token by that one or by their
    difference (trainer − rollout: the train/inference mismatch), all three in the tooltip. A DPO
@@ -74,16 +74,18 @@
   function stepLabel(s) {
     return (s.stage ? s.stage + " · " : "") + "step " + s.step + " (" + s.samples + ", reward " + num(s.reward_mean) + ")";
   }
+  // the picker's values are the steps themselves (a stage's name beside, in data-stage)
   function renderSteps(body) {
     S.steps = body.steps;
-    var current = body.step === "all" ? "all" : null;
-    var html = body.steps.map(function (s, i) {
-      if (current === null && s.step === body.step && s.stage === body.stage) current = String(i);
-      return '<option value="' + i + '">' + esc(stepLabel(s)) + "</option>";
+    var html = body.steps.map(function (s) {
+      return '<option value="' + esc(s.step) + '" data-stage="' + esc(s.stage) + '">' + esc(stepLabel(s)) + "</option>";
     }).reverse().join("");
     html += '<option value="all">all steps</option>';
-    $("rollout-step").innerHTML = html;
-    if (current !== null) $("rollout-step").value = current;
+    var select = $("rollout-step");
+    select.innerHTML = html;
+    Array.prototype.forEach.call(select.options, function (o, i) {
+      if (body.step === "all" ? o.value === "all" : o.value === String(body.step) && o.dataset.stage === body.stage) select.selectedIndex = i;
+    });
   }
 
   function parts(r) {
@@ -159,12 +161,54 @@
       '<span>advantage <span class="value advantage">' + num(r.advantage) + "</span></span>" +
       '<span>length <span class="value length">' + esc(r.response_length === null ? "—" : r.response_length) + "</span></span>" +
       (r.truncated ? '<span class="cut" title="the response hit max tokens">cut at max tokens</span>' : "") +
-      (S.step === "all" || S.sort !== "group" ? '<span class="hint">' + (r.stage ? esc(r.stage) + " · " : "") + "step " + esc(r.step) + " · group " + esc(r.group) + "</span>" : "") +
+      (S.sort !== "group" ? '<span class="hint">' + (r.stage ? esc(r.stage) + " · " : "") + "step " + esc(r.step) + " · group " + esc(r.group) + "</span>" : "") +
       "</div><dl>" +
       "<dt>prompt</dt><dd><pre>" + marked(r.prompt) + "</pre></dd>" +
       "<dt>response</dt><dd><pre>" + marked(r.response) + "</pre></dd>" +
       "<dt>truth</dt><dd><pre>" + marked(r.truth) + "</pre></dd>" +
       '</dl><details class="tokens"><summary>Tokens</summary>' + tokenView(r) + "</details></article>";
+  }
+
+  // step -> task group (folding, its reward mean and spread over all its rollouts) -> rollout
+  function groupKey(stage, step, group) { return [stage, step, group].join("\u0000"); }
+  function groupHeading(g, rs, summary) {
+    var r0 = rs[0];
+    if (r0.side) {
+      var p = r0.reward_parts || {};
+      return "Pair " + esc(g) + " · margin " + num(p.dpo_margin, 4) + " · loss " + num(p.dpo_loss, 4);
+    }
+    summary = summary || {};
+    var spread = isNum(summary.reward_std) ? " · spread (std) " + num(summary.reward_std) : "";
+    var range = isNum(summary.reward_min) ? " · range " + num(summary.reward_min) + " – " + num(summary.reward_max) : "";
+    return "Task group " + esc(g) + (r0.task_index !== undefined ? " · task " + esc(r0.task_index) : "") +
+      " · " + esc(summary.samples || rs.length) + " sample" + ((summary.samples || rs.length) === 1 ? "" : "s") +
+      ' · reward mean <span class="value group-mean">' + num(summary.reward_mean) + "</span>" +
+      '<span class="group-spread">' + spread + "</span>" + range +
+      " · truth " + esc(String(r0.truth || "").trim().split("\n").pop());
+  }
+  function groupedHtml(items, summaries) {
+    var bySummary = {};
+    summaries.forEach(function (g) { bySummary[groupKey(g.stage, g.step, g.group)] = g; });
+    var steps = [], byStep = {};
+    items.forEach(function (r) {
+      var sk = groupKey(r.stage, r.step, "");
+      if (!byStep[sk]) { byStep[sk] = { stage: r.stage, step: r.step, groups: [], byGroup: {} }; steps.push(byStep[sk]); }
+      var st = byStep[sk], gk = String(r.group);
+      if (!st.byGroup[gk]) { st.byGroup[gk] = []; st.groups.push(gk); }
+      st.byGroup[gk].push(r);
+    });
+    return steps.map(function (st) {
+      var info = S.steps.filter(function (s) { return s.stage === st.stage && s.step === st.step; })[0];
+      var title = (st.stage ? esc(st.stage) + " · " : "") + "step " + esc(st.step) +
+        (info ? " · " + esc(info.samples) + " rollouts · reward mean " + num(info.reward_mean) : "");
+      return '<section class="rollout-step" data-stage="' + esc(st.stage) + '" data-step="' + esc(st.step) + '"><h2>' + title + "</h2>" +
+        st.groups.map(function (g) {
+          var rs = st.byGroup[g], summary = bySummary[groupKey(st.stage, st.step, rs[0].group)];
+          return '<details class="rollout-group" open data-group="' + esc(g) + '" data-step="' + esc(st.step) + '"' +
+            (summary ? ' data-reward-mean="' + esc(summary.reward_mean) + '" data-reward-std="' + esc(summary.reward_std) + '"' : "") +
+            "><summary><h3>" + groupHeading(g, rs, summary) + "</h3></summary>" + rs.map(rolloutHtml).join("") + "</details>";
+        }).join("") + "</section>";
+    }).join("");
   }
 
   function render(body) {
@@ -178,22 +222,8 @@
     var html;
     if (!items.length) {
       html = '<p class="hint">' + (body.steps.length ? "No rollouts match." : "No rollouts kept yet: they appear after the explorer's first step.") + "</p>";
-    } else if (body.sort === "group" && body.step !== "all") {
-      var groups = [], byGroup = {};
-      items.forEach(function (r) {
-        var key = String(r.group);
-        if (!byGroup[key]) { byGroup[key] = []; groups.push(key); }
-        byGroup[key].push(r);
-      });
-      html = groups.map(function (g) {
-        var rs = byGroup[g], rewards = rs.map(function (r) { return r.reward; }).filter(function (v) { return typeof v === "number"; });
-        var mean = rewards.length ? rewards.reduce(function (a, b) { return a + b; }, 0) / rewards.length : null;
-        var heading = rs[0].side
-          ? "Pair " + esc(g) + " · margin " + num((rs[0].reward_parts || {}).dpo_margin, 4) + " · loss " + num((rs[0].reward_parts || {}).dpo_loss, 4)
-          : "Task group " + esc(g) + (rs[0].task_index !== undefined ? " · task " + esc(rs[0].task_index) : "") +
-            " · truth " + esc(String(rs[0].truth || "").trim().split("\n").pop()) + " · reward mean " + num(mean);
-        return '<section class="rollout-group" data-group="' + esc(g) + '"><h3>' + heading + "</h3>" + rs.map(rolloutHtml).join("") + "</section>";
-      }).join("");
+    } else if (body.sort === "group") {
+      html = groupedHtml(items, body.groups || []);
     } else {
       html = items.map(rolloutHtml).join("");
     }
@@ -206,8 +236,8 @@
 
   // ------------------------------------------------------------------ controls
   $("rollout-step").addEventListener("change", function () {
-    var v = this.value;
-    if (v === "all") { S.step = "all"; S.stage = null; } else { var s = S.steps[+v]; S.step = String(s.step); S.stage = s.stage; }
+    var o = this.options[this.selectedIndex];
+    if (o.value === "all") { S.step = "all"; S.stage = null; } else { S.step = o.value; S.stage = o.dataset.stage; }
     S.page = 1;
     load();
   });

@@ -1,5 +1,7 @@
 """In Debian's chromium against a real daphne (+ Redis): the compare page overlays two runs'
 seeded metric points (two traces per chart, the smoothing slider changes the smoothed ones),
+fits a 1,400 px window with a run of 450 SFT + 40 GRPO steps and its fork (the summary scrolls
+in its own box, steps per stage, a few tick labels on a step axis),
 and the experiment list's last-run badge changes when a runs action publishes the run's new
 state (``observe_status`` in a process of the site's own, as the ingestor would), without a
 reload."""
@@ -119,6 +121,93 @@ def test_the_compare_page_overlays_two_runs_and_the_slider_smooths_them(logged_i
         "() => document.querySelector('#parallel-coordinates').data[0].dimensions.map(d => d.label)"
     )
     assert axes == ["algorithm.optimizer.lr", "eval/gsm8k/accuracy/mean@1", "rollout/reward/mean"]
+    assert errors == []
+
+
+FORK_SEED = """
+import json
+from django.contrib.auth import get_user_model
+from webapp.experiments.models import Experiment
+from webapp.runs.models import MetricPoint, Run
+owner = get_user_model().objects.get(username={username!r})
+e = Experiment.objects.create(owner=owner, name='sft-then-grpo', config_yaml='', config={{}})
+parent = Run.objects.create(experiment=e, number=1, status='succeeded', config_yaml='name: a\\n')
+fork = Run.objects.create(experiment=e, number=2, status='succeeded', config_yaml='name: b\\n',
+                          parent=parent, fork_stage='rft', fork_step=20)
+names = {names!r}
+points = [MetricPoint(run=parent, name='actor/sft_loss', role='trainer', stage='sft_warmup',
+                      step=s, wall_time=1e9 + s, value=1.0 / s) for s in range(1, 451)]
+for run, first in ((parent, 1), (fork, 21)):
+    points += [MetricPoint(run=run, name=name, role='explorer', stage='rft', step=s,
+                           wall_time=1e9 + 1000 + s, value=0.123456 * (k + 1) + s / 1000)
+               for k, name in enumerate(names) for s in range(first, 41)]
+MetricPoint.objects.bulk_create(points)
+print(json.dumps({{'runs': [parent.pk, fork.pk]}}))
+"""
+# eight key metrics (the summary's MAX_COLUMNS) with long names, as a GRPO run with evals logs
+KEY_METRICS = [
+    "rollout/reward/mean",
+    "rollout/reward/std",
+    "rollout/reward/max",
+    "rollout/reward/min",
+    "eval/arithmetic-eval/accuracy/mean@1",
+    "eval/arithmetic-eval/accuracy/best@4",
+    "eval/gsm8k-test-split/accuracy/mean@4",
+    "eval/gsm8k-test-split/accuracy/worst@4",
+]
+
+
+def test_the_compare_page_fits_a_1400_px_window_with_steps_per_stage_and_readable_ticks(
+    logged_in_page, live_site
+):
+    page = logged_in_page
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.set_viewport_size({"width": 1400, "height": 900})
+    code = FORK_SEED.format(username=live_site.username, names=KEY_METRICS)
+    seeded = json.loads(live_site.manage("shell", "-c", code).stdout.strip().splitlines()[-1])
+    parent, fork = seeded["runs"]
+    page.goto(f"{live_site.url}/runs/compare/?ids={parent},{fork}")
+    reward = ".chart[data-metric='rollout/reward/mean']"
+    page.wait_for_selector(f"{reward} .main-svg")
+    # the document is no wider than the window: the wide summary scrolls in a box of its own
+    widths = page.evaluate(
+        """() => ({doc: document.documentElement.scrollWidth, window: window.innerWidth,
+                   box: document.getElementById('compare-summary-scroll').clientWidth,
+                   overflow: getComputedStyle(document.getElementById('compare-summary-scroll')).overflowX})"""
+    )
+    assert widths["doc"] <= widths["window"] == 1400, widths
+    assert widths["box"] <= 1400 and widths["overflow"] == "auto", widths
+    assert page.locator("#compare-summary-scroll > #compare-summary").count() == 1
+    headers = page.locator("#compare-summary th.metric")
+    assert headers.count() == 8
+    assert sorted(headers.evaluate_all("hs => hs.map(h => h.title)")) == sorted(KEY_METRICS)
+    # steps per stage: the parent's SFT and GRPO steps apart, the fork's GRPO steps alone
+    steps = page.eval_on_selector_all(
+        "#compare-summary tbody tr",
+        "rs => rs.map(r => [r.dataset.runId, Array.from(r.querySelectorAll('.stage-steps')).map(s => s.textContent)])",
+    )
+    assert dict(steps) == {str(parent): ["sft_warmup 450", "rft 40"], str(fork): ["rft 40"]}
+    # "step (whole run)": a few whole-number tick labels, not one per step
+    assert page.locator("#x-mode").input_value() == "step"
+    page.click(".picker-box summary")
+    page.check("input[data-metric='actor/sft_loss']")
+    loss = ".chart[data-metric='actor/sft_loss']"
+    page.wait_for_selector(f"{loss} .main-svg")
+    # the parent's GRPO steps come after its 450 SFT steps, whichever metric loaded first
+    first_x = page.evaluate(
+        """(sel) => document.querySelector(sel).data
+              .filter(t => t.name === 'sft-then-grpo #1').map(t => Math.min(...t.x))""",
+        reward,
+    )
+    assert first_x and set(first_x) == {451}, first_x
+    for chart in (reward, loss):
+        ticks = page.eval_on_selector_all(
+            f"{chart} .xtick text", "ts => ts.map(t => t.textContent.replace(/[^0-9-]/g, ''))"
+        )
+        assert 2 <= len(ticks) <= 9, (chart, ticks)
+        values = [int(t) for t in ticks]
+        assert values == sorted(set(values)), (chart, ticks)
     assert errors == []
 
 

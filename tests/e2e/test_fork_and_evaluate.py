@@ -1,7 +1,8 @@
 """In Debian's chromium on the whole stack (daphne, a Celery worker, the ingestor, a Ray head,
 Redis, one database): a short demo run (GRPO only, 3 steps, a checkpoint each step) succeeds;
-from its step-2 row the user clicks Fork, sets a new learning rate and one more step, and the
-fork runs as a run of its own that starts at step 3 with the step-2 weights and links to its
+from its step-2 row the user clicks Fork (the experiment form, prefilled from the parent, the
+checkpoint as its start), sets one more step in the form and a new learning rate in its YAML tab,
+and the fork runs as a run of its own that starts at step 3 with the step-2 weights and links to its
 parent (which lists it); then the user evaluates two checkpoints of the parent on the demo's
 eval taskset and sees the checkpoint x taskset table of accuracies, the best marked with its
 Convert button. Screenshots go to the test's tmp dir (and ``$RFT_ARTIFACTS_DIR`` when set).
@@ -106,14 +107,30 @@ def test_a_user_forks_a_run_from_a_checkpoint_and_evaluates_two_checkpoints(
     fork_link.click()
     page.wait_for_url(f"{stack.url}/checkpoints/*/fork/")
     assert "steps go on from 3" in page.locator("#fork-explained").inner_text()
-    text = page.locator("#fork-config").input_value()
+    # the experiment form, prefilled from the parent, with the checkpoint as its start
+    assert page.locator("#fork-from").input_value().endswith("global_step_2")
+    assert page.locator("#fork-from-step").input_value() == "step 2"
+    assert page.locator("[name='continue_from_checkpoint']").input_value() == "true"
+    assert page.locator("[name='buffer.total_steps']").input_value() == "3"
+    # one more step, typed in the form's field; then the YAML tab shows the merged config
+    page.fill("[name='buffer.total_steps']", "4")
+    page.click("[data-tab-target=yaml]")
+    page.wait_for_selector("[data-tab-panel=yaml]:not([hidden])")
+    text = page.locator("#config-yaml").input_value()
     assert "continue_from_checkpoint: true" in text
     # new hyperparameters: lr 1e-30 (an Adam step of ~lr cannot move float32 weights of ~1e-2,
-    # so the fork's step-3 weights must be the step-2 checkpoint's) and one more step
+    # so the fork's step-3 weights must be the step-2 checkpoint's), set in the YAML tab
     data = yaml.safe_load(text)
+    assert data["buffer"]["total_steps"] == 4
     data["algorithm"]["optimizer"]["lr"] = 1e-30
-    data["buffer"]["total_steps"] = 4
-    page.fill("#fork-config", yaml.safe_dump(data, sort_keys=False))
+    page.fill("#config-yaml", yaml.safe_dump(data, sort_keys=False))
+    keep_screenshot(page, tmp_path, "fork_form_yaml_tab")
+    # back to the form: the YAML's lr shows in its field, and the fork launches from there
+    page.click("[data-tab-target=form]")
+    page.wait_for_selector("[data-tab-panel=form]:not([hidden])")
+    assert float(page.locator("[name='algorithm.optimizer.lr']").input_value()) == 1e-30
+    assert page.locator("[name='buffer.total_steps']").input_value() == "4"
+    keep_screenshot(page, tmp_path, "fork_form")
     with page.expect_navigation():
         page.click("#fork-launch")
     assert re.search(r"/runs/\d+/$", page.url), page.locator("main").inner_text()[:2000]

@@ -7,7 +7,9 @@ steps, then 3 GRPO steps of 4 tasks x 4 samples, no evaluation), with
 right, and the penalty (length beyond 4 tokens) makes the rewards differ, so that a sort by
 reward or advantage has something to order.
 Once the run has succeeded, the explorer (opened from the run page's link) lists every GRPO step
-with its 8 rollouts, shows a step by task group, sorts by reward and by advantage, searches, and
+with its 8 rollouts (the picker's values are the step numbers), shows a step as step -> task
+group (foldable, headed by the mean and spread of its rewards) -> rollout, every step the same
+way, newest first, sorts by reward and by advantage, searches, and
 opens a rollout's token view: one span per response token, coloured by its sampling log-prob,
 with the trainer's log-prob of it and their difference (coloured by it on request).
 
@@ -110,7 +112,21 @@ def _explore(page, stack, shots: Path) -> None:
         advantages = [r["advantage"] for r in shown if r["group"] == group]
         assert math.fsum(advantages) == pytest.approx(0.0, abs=1e-3), shown
     assert "8 rollouts" in page.locator("#rollout-summary").inner_text()
+    _check_groups(page, RFT_STEPS)
     keep_screenshot(page, shots, "rollouts-by-group")
+    # the picker's values are the steps themselves: step 1 is "1"
+    values = page.eval_on_selector_all("#rollout-step option", "os => os.map(o => o.value)")
+    assert values == [str(n) for n in range(RFT_STEPS, 0, -1)] + ["all"], values
+    page.select_option("#rollout-step", "1")
+    _wait_loaded(page, "step=1")
+    assert page.locator("#rollout-step").input_value() == "1"
+    _check_groups(page, 1)
+    # a group folds away and unfolds with a click on its heading
+    group = page.locator(".rollout-group").first
+    group.locator(":scope > summary").click()
+    assert not group.evaluate("(d) => d.open") and not group.locator(".rollout").first.is_visible()
+    group.locator(":scope > summary").click()
+    assert group.locator(".rollout").first.is_visible()
 
     # every step at once (24 rollouts, 20 a page), sorted by reward, highest first; then by
     # advantage, lowest first
@@ -118,6 +134,13 @@ def _explore(page, stack, shots: Path) -> None:
     _wait_loaded(page, "step=all")
     total = int(page.locator("#rollout-summary").inner_text().split()[0])
     assert total == RFT_STEPS * KEPT
+    # by task group over every step: step -> group -> rollouts, the newest step first (20 a
+    # page: steps 3 and 2 whole, then step 1's first group and a half)
+    shown_steps = page.eval_on_selector_all(".rollout-step", "ss => ss.map(s => s.dataset.step)")
+    assert shown_steps == [str(n) for n in range(RFT_STEPS, 0, -1)], shown_steps
+    assert page.locator(".rollout-step[data-step='3'] .rollout-group").count() == 2
+    assert page.locator(".rollout-step[data-step='3'] .rollout").count() == KEPT
+    keep_screenshot(page, shots, "rollouts-every-step-by-group")
     page.select_option("#rollout-sort", "-reward")
     _wait_loaded(page, "sort=-reward")
     assert page.locator("#rollout-list .rollout-group").count() == 0  # one list, in reward order
@@ -196,6 +219,32 @@ def _explore(page, stack, shots: Path) -> None:
     _wait_loaded(page, "q=zzzz-nowhere")
     assert page.locator("#rollout-summary").inner_text().startswith("0 rollouts")
     assert page.locator("#rollout-list .rollout").count() == 0
+
+
+GROUPS_JS = """() => Array.from(document.querySelectorAll('#rollout-list .rollout-step')).map((s) => ({
+  step: s.dataset.step, heading: s.querySelector('h2').textContent,
+  groups: Array.from(s.querySelectorAll('.rollout-group')).map((g) => ({
+    group: g.dataset.group, heading: g.querySelector('summary h3').textContent,
+    mean: Number(g.dataset.rewardMean), std: Number(g.dataset.rewardStd),
+    rewards: Array.from(g.querySelectorAll('.rollout')).map((a) => Number(a.dataset.reward)) })) }))"""
+
+
+def _check_groups(page, step: int) -> None:
+    """One step shown, its two task groups of 4 rollouts each, each headed by the mean and the
+    spread (population standard deviation) of its rollouts' rewards."""
+    (shown,) = page.evaluate(GROUPS_JS)
+    assert shown["step"] == str(step) and f"step {step}" in shown["heading"], shown
+    assert [g["group"] for g in shown["groups"]] == ["0", "1"], shown
+    for g in shown["groups"]:
+        rewards = g["rewards"]
+        assert len(rewards) == 4, g
+        mean = math.fsum(rewards) / 4
+        std = math.sqrt(math.fsum((r - mean) ** 2 for r in rewards) / 4)
+        assert g["mean"] == pytest.approx(mean, abs=1e-9) and g["std"] == pytest.approx(
+            std, abs=1e-9
+        )
+        assert "reward mean" in g["heading"] and "4 samples" in g["heading"], g
+        assert "spread (std)" in g["heading"], g
 
 
 def _wait_loaded(page, part: str) -> None:

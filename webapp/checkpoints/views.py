@@ -1,7 +1,7 @@
 """Checkpoint pages: POST ``/checkpoints/<id>/convert/`` queues the Hugging Face conversion
 (``actions.convert_checkpoint``) and goes back to the run page; ``/checkpoints/<id>/fork/``
-shows the run's config to start a fork from the checkpoint (GET) and launches it (POST,
-``webapp.checkpoints.forks.fork_run``); ``GET
+shows the experiment form (fields and a YAML tab) prefilled with the run's config resuming from
+the checkpoint (GET) and launches the fork (POST, ``webapp.checkpoints.forks.fork_run``); ``GET
 /checkpoints/<id>/files.json`` lists the files of its converted directory (the run page's file
 list); ``GET /checkpoints/run/<run id>/disk.json`` the run's job dir size on disk (the line
 under the run page's checkpoint rows)."""
@@ -21,6 +21,9 @@ from webapp.checkpoints.actions import convert_checkpoint, job_dir_usage, refuse
 from webapp.checkpoints.forks import fork_config_yaml, fork_run
 from webapp.checkpoints.models import Checkpoint, HFStatus
 from webapp.errors import ActionError
+from webapp.experiments.config_policy import parse_yaml
+from webapp.experiments.form_build import attach_errors, build_form
+from webapp.experiments.form_post import posted_yaml, refused_form
 from webapp.refusals import wants_json
 from webapp.runs.live import checkpoint_state
 from webapp.runs.live_views import authorize_json
@@ -99,25 +102,43 @@ def disk_json(request: HttpRequest, run_pk: int) -> JsonResponse:
     return JsonResponse(job_dir_usage(run))
 
 
+def _fork_page(request: HttpRequest, checkpoint: Checkpoint, **context) -> HttpResponse:
+    """The fork form: the experiment form's fields and YAML tab, prefilled with the parent's
+    config resuming; a refused fork's errors beside their fields and listed above."""
+    error: ActionError | None = context.pop("error", None)
+    if error is not None:
+        attach_errors(context["form"], error.errors, error.message)
+        context.update(message=error.message, errors=error.errors)
+    context = {
+        "checkpoint": checkpoint,
+        "parent": checkpoint.run,
+        "message": "",
+        "errors": {},
+        **context,
+    }
+    return render(request, "runs/fork.html", context, status=error.status if error else 200)
+
+
 @require_http_methods(["GET", "POST"])
 def fork(request: HttpRequest, pk: int) -> HttpResponse:
     actor = Actor.from_request(request)
     checkpoint = authorize(actor, Checkpoint, pk, "run.fork")
-    context = {"checkpoint": checkpoint, "parent": checkpoint.run, "message": "", "errors": {}}
     if request.method == "GET":
-        context["config_yaml"] = fork_config_yaml(checkpoint)
+        text = fork_config_yaml(checkpoint)
+        page = {"form": build_form(parse_yaml(text) or {}), "yaml_text": text, "tab": "form"}
         try:
             refuse_if_pruned(checkpoint, "fork from")
         except ActionError as err:  # a bookmarked link to a checkpoint retention deleted since
-            context.update(message=err.message, errors=err.errors)
-            return render(request, "runs/fork.html", context, status=err.status)
-        return render(request, "runs/fork.html", context)
-    context["config_yaml"] = request.POST.get("config_yaml", "")
+            return _fork_page(request, checkpoint, error=err, **page)
+        return _fork_page(request, checkpoint, **page)
+    # the page posts its tab's button; a client posting config_yaml alone means that YAML
+    source = "form" if "base_yaml" in request.POST else "yaml"
     try:
-        run = fork_run(actor, checkpoint, context["config_yaml"])
+        text, _ = posted_yaml(request, source)
+        run = fork_run(actor, checkpoint, text)
     except ActionError as err:
-        context.update(message=err.message, errors=err.errors)
-        return render(request, "runs/fork.html", context, status=err.status)
+        form, text, tab = refused_form(request, fork_config_yaml(checkpoint), source)
+        return _fork_page(request, checkpoint, form=form, yaml_text=text, tab=tab, error=err)
     where = (
         f"{checkpoint.stage} step {checkpoint.step}"
         if checkpoint.stage

@@ -5,8 +5,6 @@ and render; a refused action is re-rendered with its messages and its 4xx status
 from __future__ import annotations
 
 import difflib
-import re
-from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
@@ -25,6 +23,7 @@ from webapp.experiments.config_policy import PATHS_EXIST_ELSEWHERE, canonical_ya
 from webapp.experiments.form_build import attach_errors, build_form
 from webapp.experiments.form_merge import merge_form
 from webapp.experiments.form_model import ExperimentForm
+from webapp.experiments.form_post import dir_name, named_after_experiment, posted_yaml, refused_form
 from webapp.experiments.models import Experiment, Tag
 from webapp.run_status import ACTIVE_STATUSES, RunStatus
 
@@ -147,67 +146,16 @@ def _paths_exist_elsewhere(request: HttpRequest) -> bool:
     return request.POST.get(f"experiment.{PATHS_EXIST_ELSEWHERE}") == "on"
 
 
-def _posted_yaml(request: HttpRequest) -> tuple[str, str]:
-    """(the YAML to save, the tab it came from), from the YAML tab/upload or the merged form."""
-    source = request.POST.get("source", "form")
-    if source == "yaml":
-        upload = request.FILES.get("config_file")
-        if upload is not None:
-            raw = upload.read(settings.RFT_YAML_MAX_BYTES + 1)
-            if len(raw) > settings.RFT_YAML_MAX_BYTES:
-                raise ActionError(
-                    f"the uploaded file is over {settings.RFT_YAML_MAX_BYTES // 1024} KB (RFT_YAML_MAX_BYTES)"
-                )
-            try:
-                return raw.decode("utf-8"), "yaml"
-            except UnicodeDecodeError as err:
-                raise ActionError("the uploaded file is not UTF-8 text") from err
-        return request.POST.get("config_yaml", ""), "yaml"
-    base = parse_yaml(request.POST.get("base_yaml", ""), what="the form's base config")
-    if not isinstance(base, dict):
-        base = {}
-    return canonical_yaml(_named_after_experiment(merge_form(base, request.POST), request)), "form"
-
-
-def _named_after_experiment(data: dict[str, Any], request: HttpRequest) -> dict[str, Any]:
-    """The form has no fields for the config's ``project`` and ``name``: the experiment's Name
-    and Project are written there, so a run's job dir is named after its experiment."""
-    for key in ("project", "name"):
-        value = _dir_name(request.POST.get(f"experiment.{key}", ""))
-        if value:
-            data[key] = value
-    return data
-
-
-def _dir_name(text: str) -> str:
-    """``text`` as one directory name: letters, digits, ``_``, ``.``, ``-``."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text.strip()).strip("._")[:100]
-
-
 def _refused_page(request, err, *, meta, experiment=None, fallback_yaml=""):
     """The form page again after a refused save: the user's text kept, the errors shown."""
-    source = request.POST.get("source", "form")
-    text = fallback_yaml
-    data: Any = None
-    try:
-        text, _ = _posted_yaml(request)
-        data = parse_yaml(text)
-    except ActionError:
-        if source == "yaml":
-            text = request.POST.get("config_yaml", "")
-    if not isinstance(data, dict):
-        try:
-            data = parse_yaml(request.POST.get("base_yaml", "") or fallback_yaml)
-        except ActionError:
-            data = None
-    form = build_form(data if isinstance(data, dict) else {})
+    form, text, tab = refused_form(request, fallback_yaml)
     return _form_page(
         request,
         form=form,
         yaml_text=text,
         meta=meta,
         experiment=experiment,
-        tab="yaml" if source == "yaml" else "form",
+        tab=tab,
         status=err.status,
         error=err,
     )
@@ -219,7 +167,7 @@ def experiment_new(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         meta = _meta_from_post(request)
         try:
-            text, _ = _posted_yaml(request)
+            text, _ = posted_yaml(request)
             experiment = actions.create_experiment(
                 actor,
                 name=meta["name"],
@@ -252,7 +200,7 @@ def experiment_edit(request: HttpRequest, pk: int) -> HttpResponse:
     if request.method == "POST":
         meta = _meta_from_post(request)
         try:
-            text, _ = _posted_yaml(request)
+            text, _ = posted_yaml(request)
             actions.update_experiment(
                 actor,
                 experiment,
@@ -296,7 +244,7 @@ def form_convert(request: HttpRequest) -> HttpResponse:
             return JsonResponse({"html": html, "base_yaml": form.base_yaml})
         base = parse_yaml(request.POST.get("base_yaml", ""), what="the form's base config")
         merged = merge_form(base if isinstance(base, dict) else {}, request.POST)
-        return JsonResponse({"yaml": canonical_yaml(_named_after_experiment(merged, request))})
+        return JsonResponse({"yaml": canonical_yaml(named_after_experiment(merged, request))})
     except ActionError as err:
         return JsonResponse(err.as_json(), status=err.status)
 
@@ -317,7 +265,7 @@ def experiment_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _filename(name: str) -> str:
-    return (_dir_name(name) or "experiment") + ".yaml"
+    return (dir_name(name) or "experiment") + ".yaml"
 
 
 @require_GET

@@ -1,5 +1,5 @@
 """The compare page's summary (``/runs/compare/?ids=1,2``): one row per run with its status,
-steps, duration and, per key metric, the last value and the best, the best run of each metric
+steps (the last step of each stage: an SFT stage's 450 is not a GRPO stage's 40), duration and, per key metric, the last value and the best, the best run of each metric
 marked; and the data of a parallel-coordinates chart (one line per run across the numeric config
 paths that differ and the key metrics' last values), as W&B's run table and parallel-coordinates
 panel show a sweep.
@@ -42,7 +42,7 @@ class Cell:
 @dataclass
 class SummaryRow:
     run: Run
-    steps: int | None
+    stage_steps: list[tuple[str, int]]  # (stage, its last step) in the run's order; "" no stage
     duration: str
     cells: list[Cell] = field(default_factory=list)
 
@@ -51,6 +51,11 @@ class SummaryRow:
 class Column:
     name: str
     lower_better: bool
+
+    @property
+    def parts(self) -> list[str]:
+        """The name's ``/``-separated parts: the header may wrap after each ``/``."""
+        return self.name.split("/")
 
 
 @dataclass
@@ -67,13 +72,27 @@ def summary(runs: Sequence[Run]) -> Summary:
     run_ids = [run.pk for run in runs]
     aggregates = (
         MetricPoint.objects.filter(run_id__in=run_ids)
-        .values("run_id", "name")
-        .annotate(high=Max("value"), low=Min("value"), last_id=Max("id"), steps=Max("step"))
+        .values("run_id", "name", "stage")
+        .annotate(
+            high=Max("value"),
+            low=Min("value"),
+            last_id=Max("id"),
+            first_id=Min("id"),
+            steps=Max("step"),
+        )
         .order_by()
     )
     per_run: dict[int, dict[str, dict[str, Any]]] = {pk: {} for pk in run_ids}
+    # per run, per stage: (its first point's id, its last step), for the "Steps" column
+    stage_steps: dict[int, dict[str, tuple[int, int]]] = {pk: {} for pk in run_ids}
     for row in aggregates:
-        per_run[row["run_id"]][row["name"]] = row
+        _merge(per_run[row["run_id"]], row)
+        if row["steps"] is not None:
+            first, steps = stage_steps[row["run_id"]].get(row["stage"], (row["first_id"], 0))
+            stage_steps[row["run_id"]][row["stage"]] = (
+                min(first, row["first_id"]),
+                max(steps, row["steps"]),
+            )
     names = default_names(sorted({n for metrics in per_run.values() for n in metrics}))
     names = names[:MAX_COLUMNS]
     last_ids = [per_run[pk][n]["last_id"] for pk in run_ids for n in names if n in per_run[pk]]
@@ -81,7 +100,6 @@ def summary(runs: Sequence[Run]) -> Summary:
     rows = []
     for run in runs:
         metrics = per_run[run.pk]
-        steps = [m["steps"] for m in metrics.values() if m["steps"] is not None]
         cells = []
         for name in names:
             m = metrics.get(name)
@@ -90,9 +108,9 @@ def summary(runs: Sequence[Run]) -> Summary:
                 continue
             best = m["low"] if lower_is_better(name) else m["high"]
             cells.append(Cell(last=last_values.get(m["last_id"]), best=best))
-        rows.append(
-            SummaryRow(run, max(steps) if steps else None, duration_text(run_duration(run)), cells)
-        )
+        stages = sorted(stage_steps[run.pk].items(), key=lambda item: item[1][0])
+        steps = [(stage, last) for stage, (_, last) in stages]
+        rows.append(SummaryRow(run, steps, duration_text(run_duration(run)), cells))
     columns = [Column(n, lower_is_better(n)) for n in names]
     for column, low in enumerate(c.lower_better for c in columns):
         values = [row.cells[column].best for row in rows if row.cells[column].best is not None]
@@ -102,6 +120,17 @@ def summary(runs: Sequence[Run]) -> Summary:
         for row in rows:
             row.cells[column].is_best = row.cells[column].best == target
     return Summary(columns, rows)
+
+
+def _merge(metrics: dict[str, dict[str, Any]], row: dict[str, Any]) -> None:
+    """One stage's aggregate of a metric folded into the run's (every stage's) aggregate."""
+    seen = metrics.get(row["name"])
+    if seen is None:
+        metrics[row["name"]] = dict(row)
+        return
+    for key, pick in (("high", max), ("low", min), ("last_id", max)):
+        values = [v for v in (seen[key], row[key]) if v is not None]
+        seen[key] = pick(values) if values else None
 
 
 def _number(value: Any) -> float | None:

@@ -1,5 +1,6 @@
 """The rollout explorer's queries: a run's kept rollout steps, and one page of rollouts of a step
-(or of every step) sorted and searched, each with its token view.
+(or of every step) sorted and searched, each with its token view, with the reward mean and spread
+of each task group shown (the page shows step -> task group -> rollout).
 
 ``RolloutQuery.parse`` reads the request's parameters and answers a bad one with a message that
 names it (the view turns it into a 400):
@@ -18,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Avg, Count, F, Min, Q, QuerySet
+from django.db.models import Avg, Count, F, Max, Min, Q, QuerySet, StdDev, Window
 
 from webapp.runs.models import RolloutSample, Run
 
@@ -94,6 +95,8 @@ class RolloutQuery:
         return query
 
     def rows(self, run: Run, steps: list[dict[str, Any]]) -> QuerySet[RolloutSample]:
+        """The rollouts asked for, in the sort's order; by task group over every step, the
+        newest step first (as the picker lists them), then its groups in order."""
         rows = RolloutSample.objects.filter(run=run)
         if not self.all_steps:
             if self.step is None and steps:  # the newest kept step
@@ -109,6 +112,10 @@ class RolloutQuery:
             rows = rows.filter(
                 Q(prompt__icontains=text) | Q(response__icontains=text) | Q(truth__icontains=text)
             )
+        if self.all_steps and self.sort == "group":
+            # a step's place in the stream: its first rollout's id (stage names repeat steps)
+            first = Window(Min("id"), partition_by=[F("stage"), F("step")])
+            return rows.annotate(step_first=first).order_by("-step_first", *SORTS["group"])
         return rows.order_by(*SORTS[self.sort])
 
 
@@ -133,13 +140,40 @@ def rollout_item(sample: RolloutSample) -> dict[str, Any]:
     return item
 
 
+def group_summaries(run: Run, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each task group that ``items`` show rollouts of, over all its kept rollouts (not only
+    those on the page or matching a search): samples, reward mean, spread (the population
+    standard deviation, what GRPO divides advantages by), lowest and highest reward."""
+    keys = {(i["stage"], i["step"], i["group"]) for i in items}
+    if not keys:
+        return []
+    where = Q()
+    for stage, step, group in keys:
+        where |= Q(stage=stage, step=step, group=group)
+    rows = (
+        RolloutSample.objects.filter(where, run=run)
+        .values("stage", "step", "group")
+        .annotate(
+            samples=Count("id"),
+            reward_mean=Avg("reward"),
+            reward_std=StdDev("reward"),
+            reward_min=Min("reward"),
+            reward_max=Max("reward"),
+        )
+        .order_by()
+    )
+    return sorted(rows, key=lambda r: (r["stage"], r["step"], r["group"]))
+
+
 def rollout_page(run: Run, query: RolloutQuery) -> dict[str, Any]:
-    """The ``rollouts.json`` body: the kept steps (for the picker) and one page of rollouts."""
+    """The ``rollouts.json`` body: the kept steps (for the picker), one page of rollouts and
+    the summaries of their task groups."""
     steps = rollout_steps(run)
     rows = query.rows(run, steps)
     total = rows.count()
     pages = max(1, math.ceil(total / PAGE_SIZE))
     start = (query.page - 1) * PAGE_SIZE
+    items = [rollout_item(s) for s in rows[start : start + PAGE_SIZE]]
     return {
         "steps": steps,
         "stage": query.stage,
@@ -150,5 +184,6 @@ def rollout_page(run: Run, query: RolloutQuery) -> dict[str, Any]:
         "page": query.page,
         "pages": pages,
         "total": total,
-        "items": [rollout_item(s) for s in rows[start : start + PAGE_SIZE]],
+        "items": items,
+        "groups": group_summaries(run, items),
     }

@@ -7,6 +7,7 @@ and tests/e2e/test_fork_and_evaluate.py."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,10 @@ from api_helpers import task_callbacks
 from demo_rows import DEMO_YAML, audit, make_run
 
 from rft_core.checkpoint.fork import FORK_META
+from webapp.checkpoints.forks import fork_config_yaml
 from webapp.experiments.config_policy import parse_yaml
+from webapp.experiments.form_build import build_form
+from webapp.experiments.form_merge import initial_post
 from webapp.runs.fork_seed import seed_fork
 from webapp.runs.models import Run, RunStatus
 
@@ -30,6 +34,65 @@ def test_the_fork_page_holds_the_runs_config_resuming_from_the_checkpoint(client
     assert "steps go on from 21" in page
     assert "continue_from_checkpoint: true" in page
     assert "lr: 3e-5" in page or "lr: '3e-5'" in page or "3.0e-05" in page
+
+
+def test_the_fork_page_is_the_experiment_form_with_the_checkpoint_as_its_start(
+    client, alice, parent
+):
+    run, checkpoint = parent
+    client.force_login(alice)
+    page = client.get(f"/checkpoints/{checkpoint.pk}/fork/").content.decode()
+    # the experiment form's fields and its YAML tab, prefilled from the parent's config
+    assert 'id="fork-form" class="experiment-form' in page
+    assert 'data-tab-target="form"' in page and 'data-tab-target="yaml"' in page
+    assert 'name="buffer.total_steps"' in page and 'value="30"' in page
+    assert re.search(
+        r'name="continue_from_checkpoint">(?:(?!</select>).)*<option value="true" selected>',
+        page,
+        re.S,
+    )
+    assert f'id="fork-from" value="{checkpoint.path}" readonly' in page
+    assert 'id="fork-from-step" value="rft step 20" readonly' in page
+
+
+def test_a_fork_launched_from_the_forms_fields_changes_only_what_was_edited(
+    client, alice, parent, settings, ray_head, django_capture_on_commit_callbacks
+):
+    settings.RAY_ADDRESS = ray_head.address
+    run, checkpoint = parent
+    form = build_form(parse_yaml(fork_config_yaml(checkpoint)))
+    post = {**initial_post(form), "base_yaml": form.base_yaml, "source": "form"}
+    post["buffer.total_steps"] = "40"  # the user's one edit, as the browser posts it
+    client.force_login(alice)
+    with django_capture_on_commit_callbacks(execute=False):
+        response = client.post(f"/checkpoints/{checkpoint.pk}/fork/", post)
+    fork = Run.objects.get(experiment=run.experiment, number=2)
+    assert response.status_code == 302 and response.url == f"/runs/{fork.pk}/"
+    assert fork.config["buffer"]["total_steps"] == 40
+    assert fork.config["continue_from_checkpoint"] is True
+    parent_config = parse_yaml(run.config_yaml)
+    assert fork.config["stages"] == parent_config["stages"]
+    assert fork.config["algorithm"] == parent_config["algorithm"]
+    assert (fork.fork_stage, fork.fork_step) == ("rft", 20)
+    (row,) = audit("run.fork")
+    assert row.after["checkpoint"] == checkpoint.pk
+
+
+def test_a_refused_fork_from_the_form_shows_the_error_beside_its_field(client, alice, parent):
+    run, checkpoint = parent
+    form = build_form(parse_yaml(fork_config_yaml(checkpoint)))
+    post = {**initial_post(form), "base_yaml": form.base_yaml, "source": "form"}
+    post["buffer.batch_size"] = "-4"
+    client.force_login(alice)
+    response = client.post(f"/checkpoints/{checkpoint.pk}/fork/", post)
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert 'data-tab="form"' in page  # the form tab again, the typed value kept
+    assert re.search(
+        r'class="field[^"]*has-error[^"]*"[^>]*>.*?name="buffer.batch_size"', page, re.S
+    )
+    assert 'name="buffer.batch_size" value="-4"' in page
+    assert Run.objects.count() == 1 and audit("run.fork") == []
 
 
 def test_a_fork_is_the_users_queued_run_linked_to_its_parent_audited_and_enqueued(

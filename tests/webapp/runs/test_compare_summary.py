@@ -1,7 +1,7 @@
 """The compare page's summary table and parallel-coordinates data
 (``webapp/runs/compare_summary.py``): per run the last and best value of each key metric, the
 best run of each column marked (the lowest for a loss-like name), in two queries whatever the
-number of points; the chart's axes are the numeric config paths that differ plus the key
+number of points; the steps of each stage apart; the chart's axes are the numeric config paths that differ plus the key
 metrics' last values."""
 
 from __future__ import annotations
@@ -63,7 +63,35 @@ def test_each_run_has_its_last_and_best_and_the_best_run_of_a_column_is_marked(s
     assert [(c.last, c.best, c.is_best) for c in one.cells] == [(0.7, 0.7, False), (0.4, 0.9, True)]
     assert [(c.last, c.best, c.is_best) for c in two.cells] == [(0.8, 0.8, True), (0.6, 0.6, False)]
     assert [(c.last, c.best) for c in three.cells] == [(None, None), (0.3, 0.3)]
-    assert one.steps == 3 and two.steps == 3 and three.steps == 2
+    assert (one.stage_steps, two.stage_steps, three.stage_steps) == (
+        [("rft", 3)],
+        [("rft", 3)],
+        [("rft", 2)],
+    )
+
+
+def test_the_steps_column_gives_each_stage_its_own_last_step(sweep):
+    """A run of 450 SFT steps then 40 GRPO steps, and its fork from GRPO step 20 (which logs
+    GRPO steps 21-40 only): the parent's steps read sft_warmup 450 and rft 40, the fork's rft
+    40, never the parent's 450 beside the fork's 40."""
+    alice, _ = sweep
+    parent = _run(alice, 4, "name: d\n")
+    fork = _run(alice, 5, "name: e\n")
+    MetricPoint.objects.bulk_create(
+        [MetricPoint(run=parent, name="actor/sft_loss", role="trainer", stage="sft_warmup",
+                     step=s, wall_time=float(s), value=1.0 / s) for s in range(1, 451)]
+        + [MetricPoint(run=run, name=REWARD, role="explorer", stage="rft", step=s,
+                       wall_time=1000.0 + s, value=0.5) for run, first in ((parent, 1), (fork, 21))
+           for s in range(first, 41)]
+    )  # fmt: skip
+    with CaptureQueriesContext(connection) as queries:
+        table = summary([parent, fork])
+    assert len(queries) == 2
+    parent_row, fork_row = table.rows
+    assert parent_row.stage_steps == [("sft_warmup", 450), ("rft", 40)]
+    assert fork_row.stage_steps == [("rft", 40)]
+    # a metric of two stages keeps one column: its last value is the newest stage's
+    assert table.names == [REWARD] and parent_row.cells[0].last == 0.5
 
 
 def test_the_query_count_does_not_grow_with_the_points(sweep):

@@ -103,6 +103,45 @@ def test_it_shows_the_newest_step_by_task_group_by_default(client, owner_run):
     assert [i["response"] for i in body["items"]] == ["a"]
 
 
+def test_each_task_group_shown_carries_its_reward_mean_and_spread_over_all_its_rollouts(
+    client, owner_run
+):
+    alice, run = owner_run
+    # step 4: group 0's rewards 0, 1, 1, 0 (mean 0.5, population std 0.5), group 1's 0.25 x 2
+    # (std 0); step 2: group 0 alone, reward 1
+    _steps(
+        run,
+        {
+            2: [_sample(0, 1.0, 0.0, "old")],
+            4: [_sample(0, r, 0.0, f"g0-{k}") for k, r in enumerate([0.0, 1.0, 1.0, 0.0])]
+            + [_sample(1, 0.25, 0.0, f"g1-{k}") for k in range(2)],
+        },
+    )
+    client.force_login(alice)
+    _, body = _get(client, run)
+    summaries = {(g["step"], g["group"]): g for g in body["groups"]}
+    assert set(summaries) == {(4, 0), (4, 1)}
+    g0, g1 = summaries[(4, 0)], summaries[(4, 1)]
+    assert (g0["samples"], g0["reward_mean"], g0["reward_std"]) == (4, 0.5, pytest.approx(0.5))
+    assert (g0["reward_min"], g0["reward_max"]) == (0.0, 1.0)
+    assert (g1["samples"], g1["reward_mean"], g1["reward_std"]) == (2, 0.25, pytest.approx(0.0))
+    # a search shows one rollout of group 0; its summary is still the whole group's
+    _, body = _get(client, run, q="g0-1")
+    assert [i["response"] for i in body["items"]] == ["g0-1"]
+    (only,) = body["groups"]
+    assert (only["group"], only["samples"], only["reward_std"]) == (0, 4, pytest.approx(0.5))
+
+
+def test_every_step_by_task_group_lists_the_newest_step_first_then_its_groups(client, owner_run):
+    alice, run = owner_run
+    _steps(run, {1: [_sample(1, 0.0, 0.0, "s1g1"), _sample(0, 0.0, 0.0, "s1g0")]})
+    _steps(run, {2: [_sample(1, 0.0, 0.0, "s2g1"), _sample(0, 0.0, 0.0, "s2g0")]})
+    client.force_login(alice)
+    _, body = _get(client, run, step="all")
+    assert [i["response"] for i in body["items"]] == ["s2g0", "s2g1", "s1g0", "s1g1"]
+    assert [(g["step"], g["group"]) for g in body["groups"]] == [(1, 0), (1, 1), (2, 0), (2, 1)]
+
+
 def test_it_sorts_by_reward_and_advantage_with_nulls_last(client, owner_run):
     alice, run = owner_run
     rows = [
