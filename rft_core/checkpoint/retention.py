@@ -9,7 +9,17 @@ stage's ``monitor/*_metrics.jsonl``) is the best (``best_checkpoint_mode``: max 
 at explorer step S measured the weights of trainer step S (one model version a step), so the
 value at S is the checkpoint ``global_step_S``'s; steps with no checkpoint are skipped.
 
+The best is re-decided as evals arrive: the trainer prunes after each save, and the explorer
+prunes again after each eval (:func:`prune_after_eval`), because the eval of step S is written
+after ``global_step_S`` was saved (the closing eval of the last step always is). So a run ends
+with exactly the newest N plus the best by every eval it logged (the newest N alone when the
+best is among them), not with a best decided before the last evals came.
+
 Never deleted, whatever N says:
+
+- a checkpoint being written: it is a ``.global_step_N.tmp-*`` dir until complete, and only
+  dirs with the full-checkpoint marker are listed (a trainer and an explorer pruning the same
+  job dir at once never see it);
 
 - the step ``latest_checkpointed_iteration.txt`` names (what a resume of this job dir loads);
 - a pinned step: ``global_step_N/.pins/<holder>`` exists while a process loads it to resume or
@@ -141,6 +151,17 @@ def prune_checkpoints(
     return removed
 
 
+def prune_after_eval(
+    job_dir: Path, max_to_keep: int | None, *, best_metric: str, best_mode: str = "max"
+) -> list[int]:
+    """After an eval was logged to ``job_dir``'s monitor: prune again with the best re-decided,
+    so a checkpoint kept as the best until now goes when a newer one beat it. Nothing to do
+    without a ``best_metric`` (the trainer's pruning at each save already kept the newest N)."""
+    if not best_metric:
+        return []
+    return prune_checkpoints(job_dir, max_to_keep, best_metric=best_metric, best_mode=best_mode)
+
+
 __all__ = [
     "BEST_MODES",
     "PINS_DIR",
@@ -148,5 +169,6 @@ __all__ = [
     "metric_by_step",
     "pinned_step",
     "pins_of",
+    "prune_after_eval",
     "prune_checkpoints",
 ]
