@@ -64,7 +64,7 @@ def test_many_pruned_rows_fold_into_one_row_and_the_evaluation_picker_lists_none
     run, rows = pruned_run
     stage = rows[30].path.rsplit("/", 1)[0]
     # 40 more steps that retention deleted: rows seen on disk, then gone (as a long run leaves)
-    made = [full_checkpoint(Path(stage), s) for s in range(1, 41)]
+    made = [full_checkpoint(Path(stage), s) for s in range(100, 140)]
     sync_checkpoints(run)
     for step_dir in made:
         shutil.rmtree(step_dir)
@@ -83,7 +83,7 @@ def test_many_pruned_rows_fold_into_one_row_and_the_evaluation_picker_lists_none
         assert toggle.inner_text() == "▸ 41 pruned checkpoints"
         assert toggle.get_attribute("aria-expanded") == "false"
         toggle.click()
-        page.wait_for_selector("#checkpoint-rows tr[data-step='40'][data-hf-status=pruned]")
+        page.wait_for_selector("#checkpoint-rows tr[data-step='139'][data-hf-status=pruned]")
         assert body.count() == 3 + 41
         assert page.locator("button.pruned-toggle").get_attribute("aria-expanded") == "true"
         page.locator("button.pruned-toggle").click()  # folds again
