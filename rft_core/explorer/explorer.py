@@ -429,6 +429,9 @@ class Explorer(RunActor):
                 metrics[prefix + key.removeprefix("eval")] = value
         if metrics:
             metrics[f"time/{prefix}"] = time.perf_counter() - start
+            # the weights this eval measured (a bench of global_step_S is S): the evaluation
+            # page compares a checkpoint's bench with the run's eval of the same weights
+            metrics[f"explorer/{prefix}_model_version"] = float(self._engine.model_version)
             self.monitor.log(metrics, step)
             self.eval_results[step] = metrics
             log.info(
