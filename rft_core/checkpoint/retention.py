@@ -10,7 +10,7 @@ at explorer step S measured the weights of trainer step S (one model version a s
 value at S is the checkpoint ``global_step_S``'s; steps with no checkpoint are skipped.
 
 The best is re-decided as evals arrive: the trainer prunes after each save, and the explorer
-prunes again after each eval (:func:`prune_after_eval`), because the eval of step S is written
+prunes again after each eval (both through :func:`prune_as_configured`), because the eval of step S is written
 after ``global_step_S`` was saved (the closing eval of the last step always is). So a run ends
 with exactly the newest N plus the best by every eval it logged (the newest N alone when the
 best is among them), not with a best decided before the last evals came.
@@ -39,6 +39,7 @@ import socket
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from rft_core.checkpoint.layout import (
     full_checkpoints,
@@ -151,15 +152,16 @@ def prune_checkpoints(
     return removed
 
 
-def prune_after_eval(
-    job_dir: Path, max_to_keep: int | None, *, best_metric: str, best_mode: str = "max"
-) -> list[int]:
-    """After an eval was logged to ``job_dir``'s monitor: prune again with the best re-decided,
-    so a checkpoint kept as the best until now goes when a newer one beat it. Nothing to do
-    without a ``best_metric`` (the trainer's pruning at each save already kept the newest N)."""
-    if not best_metric:
-        return []
-    return prune_checkpoints(job_dir, max_to_keep, best_metric=best_metric, best_mode=best_mode)
+def prune_as_configured(job_dir: Path, trainer: Any) -> list[int]:
+    """:func:`prune_checkpoints` with a config's ``trainer`` section (``max_checkpoints_to_keep``,
+    ``best_checkpoint_metric``, ``best_checkpoint_mode``): the trainer's after each save, the
+    explorer's after each eval (the best re-decided with it)."""
+    return prune_checkpoints(
+        job_dir,
+        trainer.max_checkpoints_to_keep,
+        best_metric=trainer.best_checkpoint_metric,
+        best_mode=trainer.best_checkpoint_mode,
+    )
 
 
 __all__ = [
@@ -169,6 +171,6 @@ __all__ = [
     "metric_by_step",
     "pinned_step",
     "pins_of",
-    "prune_after_eval",
+    "prune_as_configured",
     "prune_checkpoints",
 ]

@@ -5,8 +5,11 @@ call (``repeat_times`` samples per task), computes group advantages with the alg
 advantage fn (Trinity's experience pipeline), and puts the experiences into the trainer's
 buffer. At the steps ``rft_core.sync.schedule`` names it loads new weights; every
 ``eval_interval`` steps (and at step 0 with ``eval_on_startup``) it evaluates on every eval
-taskset. ``explorer_meta.json`` in the job dir records the step, the taskset offset and the model
-version so a rerun resumes where it stopped. Each step kept by ``monitor.rollout_samples_interval``
+taskset, after that step's weight sync (with ``sync_offset`` 0 the eval logged at step S
+measures the weights ``global_step_S`` holds; ``explorer/eval_model_version`` says which it
+measured), then checkpoint retention prunes again with the best re-decided
+(``rft_core.checkpoint.retention``). ``explorer_meta.json`` in the job dir records the step, the
+taskset offset and the model version so a rerun resumes where it stopped. Each step kept by ``monitor.rollout_samples_interval``
 also sends the monitor a ``samples`` event: its first ``monitor.rollout_samples_per_step``
 rollouts, whole task groups, with rewards, advantages and token log-probs
 (``rft_core.explorer.rollout_samples``).
@@ -36,7 +39,7 @@ from rft_core.algorithms.turn_advantages import turns_of
 from rft_core.buffer import build_buffer
 from rft_core.buffer.queue import replay_settings
 from rft_core.checkpoint.layout import actor_dir, full_checkpoints, write_explorer_meta
-from rft_core.checkpoint.retention import prune_after_eval
+from rft_core.checkpoint.retention import prune_as_configured
 from rft_core.checkpoint.store import load_state_dict
 from rft_core.config import Config
 from rft_core.config.presets import STEP_WISE_ADVANTAGE_FNS
@@ -445,12 +448,9 @@ class Explorer(RunActor):
         """Retention re-decides the best checkpoint with the eval just logged (the trainer
         saved the checkpoint before its eval came): one beaten since goes now."""
         tr = self.cfg.trainer
-        removed = prune_after_eval(
-            self.job_dir,
-            tr.max_checkpoints_to_keep,
-            best_metric=tr.best_checkpoint_metric,
-            best_mode=tr.best_checkpoint_mode,
-        )
+        if not tr.best_checkpoint_metric:
+            return  # the trainer's pruning at each save already kept the newest N
+        removed = prune_as_configured(self.job_dir, tr)
         if removed:
             log.info(
                 "pruned global_step_%s: no longer the best by %s",
