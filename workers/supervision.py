@@ -17,6 +17,10 @@ What this module owns:
   Procfile line becomes a ``[program:NAME]`` run by ``/bin/sh -c`` in the repository root, its
   output in var/log/NAME.log, stopped with SIGTERM to its whole process group (a Ray head's
   ``ray start`` and its children, a Celery worker's pool) and SIGKILL to the group 10 s later.
+* A normal start logs no CRIT line: ``user=`` names the user supervisord runs as (root too,
+  as in a container: it keeps running as itself), and the Unix socket, already owner-only
+  (``chmod=0700``), asks for ``RPC_USER`` and a password made once and kept beside it
+  (``rpc_password``; ``webapp.health.supervisor.supervisor_rpc`` reads it there).
 * Restarts and back-off. ``autorestart=true``: a process that exits for any reason, after any
   time, is started again. supervisord's own back-off covers only a process that dies within
   ``startsecs`` (1 s, 2 s, 3 s ... then FATAL after ``startretries``); a process that dies
@@ -43,14 +47,22 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
+import secrets
 import shlex
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-from webapp.health.supervisor import Counted, counts_path, read_counts
+from webapp.health.supervisor import (
+    RPC_USER,
+    Counted,
+    counts_path,
+    read_counts,
+    rpc_password_path,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 PROCFILE_LINE = re.compile(r"^([A-Za-z0-9_-]+):\s*(.+)$")
@@ -132,6 +144,7 @@ def render_config(
             "socket limit); use a shorter RFT_VAR_DIR"
         )
     log = var / "log"
+    password = _escape(rpc_password(sock))
     bin_dir = str(Path(python).parent)
     env["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"
     env["RFT_VAR_DIR"] = str(var)
@@ -143,15 +156,20 @@ def render_config(
 [unix_http_server]
 file={_escape(str(sock))}
 chmod=0700
+username={RPC_USER}
+password={password}
 
 [supervisorctl]
 serverurl=unix://{_escape(str(sock))}
+username={RPC_USER}
+password={password}
 
 [rpcinterface:supervisor]
 supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
 
 [supervisord]
 nodaemon=true
+user={_escape(pwd.getpwuid(os.getuid()).pw_name)}
 logfile={_escape(str(log / "supervisord.log"))}
 logfile_maxbytes=10MB
 logfile_backups=2
@@ -196,6 +214,25 @@ stdout_logfile_backups=2
 """
         )
     return "\n".join(sections)
+
+
+def rpc_password(sock: Path) -> str:
+    """The socket's password (``webapp.health.supervisor``): made once, kept owner-only beside
+    the socket, so a running stack's clients keep it when the config is written again."""
+    path = rpc_password_path(sock)
+    try:
+        return path.read_text().strip() or _new_password(path)
+    except FileNotFoundError:
+        return _new_password(path)
+
+
+def _new_password(path: Path) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    password = secrets.token_urlsafe(24)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(password + "\n")
+    return password
 
 
 def write_config(procfile: Path, env_file: Path, var: Path) -> Path:

@@ -9,7 +9,17 @@ stage's ``monitor/*_metrics.jsonl``) is the best (``best_checkpoint_mode``: max 
 at explorer step S measured the weights of trainer step S (one model version a step), so the
 value at S is the checkpoint ``global_step_S``'s; steps with no checkpoint are skipped.
 
+The best is re-decided as evals arrive: the trainer prunes after each save, and the explorer
+prunes again after each eval (both through :func:`prune_as_configured`), because the eval of step S is written
+after ``global_step_S`` was saved (the closing eval of the last step always is). So a run ends
+with exactly the newest N plus the best by every eval it logged (the newest N alone when the
+best is among them), not with a best decided before the last evals came.
+
 Never deleted, whatever N says:
+
+- a checkpoint being written: it is a ``.global_step_N.tmp-*`` dir until complete, and only
+  dirs with the full-checkpoint marker are listed (a trainer and an explorer pruning the same
+  job dir at once never see it);
 
 - the step ``latest_checkpointed_iteration.txt`` names (what a resume of this job dir loads);
 - a pinned step: ``global_step_N/.pins/<holder>`` exists while a process loads it to resume or
@@ -29,6 +39,7 @@ import socket
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from rft_core.checkpoint.layout import (
     full_checkpoints,
@@ -141,6 +152,18 @@ def prune_checkpoints(
     return removed
 
 
+def prune_as_configured(job_dir: Path, trainer: Any) -> list[int]:
+    """:func:`prune_checkpoints` with a config's ``trainer`` section (``max_checkpoints_to_keep``,
+    ``best_checkpoint_metric``, ``best_checkpoint_mode``): the trainer's after each save, the
+    explorer's after each eval (the best re-decided with it)."""
+    return prune_checkpoints(
+        job_dir,
+        trainer.max_checkpoints_to_keep,
+        best_metric=trainer.best_checkpoint_metric,
+        best_mode=trainer.best_checkpoint_mode,
+    )
+
+
 __all__ = [
     "BEST_MODES",
     "PINS_DIR",
@@ -148,5 +171,6 @@ __all__ = [
     "metric_by_step",
     "pinned_step",
     "pins_of",
+    "prune_as_configured",
     "prune_checkpoints",
 ]

@@ -10,6 +10,9 @@ every existing ``raise ConfigError`` path, behaves as before).
         ...                      # report(ConfigError("buffer.batch_size", "must be >= 1, got -4"))
     raise_found(found)           # nothing, the one error, or ConfigErrors with all of them
 
+An error a global value causes in every stage that inherits it (``stages[i]`` leaves the section
+out) is one problem: it is recorded once, naming the stages, at the global path.
+
 Cross-field rules (``rft_core.config.validate`` and its satellites) call ``refuse(err)``: the
 same, with the error marked ``cross_field``, so that a load whose build already failed can leave
 such errors out (a rule may have tripped on a default standing in for a bad value).
@@ -47,8 +50,25 @@ def report(err: ConfigError) -> None:
     if found is None:
         raise err
     for one in err.errors:
-        if not any(e.path == one.path and e.message == one.message for e in found):
+        same = next((e for e in found if e.path == one.path and _problem(e) == _problem(one)), None)
+        if same is None:
             found.append(one)
+        elif getattr(same, "inherited_by", None) and getattr(one, "inherited_by", None):
+            _inherited_by_more(same, one.inherited_by)
+
+
+def _problem(err: ConfigError) -> str:
+    """The message without a stage's "(inherited by stage ...)" note: a global value that every
+    stage inherits is one problem, said once (naming the stages), not once a stage."""
+    return getattr(err, "problem", err.message)
+
+
+def _inherited_by_more(err: ConfigError, stages: list[str]) -> None:
+    err.inherited_by = [*err.inherited_by, *(s for s in stages if s not in err.inherited_by)]
+    names = ", ".join(repr(s) for s in err.inherited_by)
+    plural = "s" if len(err.inherited_by) > 1 else ""
+    err.message = f"{err.problem} (inherited by stage{plural} {names})"
+    err.args = (f"{err.path}: {err.message}",)
 
 
 def refuse(err: ConfigError) -> None:

@@ -81,4 +81,6 @@ def in_stage(err: ConfigError, stage: StageConfig, index: int) -> ConfigError:
     note = "" if given else f" (inherited by stage {stage.stage_name!r})"
     out = ConfigError(path, err.message + note, value=err.value, allowed=err.allowed)
     out.cross_field = err.cross_field
+    if not given:  # the same problem in the next stage is merged into this one (``report``)
+        out.problem, out.inherited_by = err.message, [stage.stage_name]
     return out

@@ -5,8 +5,11 @@ call (``repeat_times`` samples per task), computes group advantages with the alg
 advantage fn (Trinity's experience pipeline), and puts the experiences into the trainer's
 buffer. At the steps ``rft_core.sync.schedule`` names it loads new weights; every
 ``eval_interval`` steps (and at step 0 with ``eval_on_startup``) it evaluates on every eval
-taskset. ``explorer_meta.json`` in the job dir records the step, the taskset offset and the model
-version so a rerun resumes where it stopped. Each step kept by ``monitor.rollout_samples_interval``
+taskset, after that step's weight sync (with ``sync_offset`` 0 the eval logged at step S
+measures the weights ``global_step_S`` holds; ``explorer/eval_model_version`` says which it
+measured), then checkpoint retention prunes again with the best re-decided
+(``rft_core.checkpoint.retention``). ``explorer_meta.json`` in the job dir records the step, the
+taskset offset and the model version so a rerun resumes where it stopped. Each step kept by ``monitor.rollout_samples_interval``
 also sends the monitor a ``samples`` event: its first ``monitor.rollout_samples_per_step``
 rollouts, whole task groups, with rewards, advantages and token log-probs
 (``rft_core.explorer.rollout_samples``).
@@ -36,6 +39,7 @@ from rft_core.algorithms.turn_advantages import turns_of
 from rft_core.buffer import build_buffer
 from rft_core.buffer.queue import replay_settings
 from rft_core.checkpoint.layout import actor_dir, full_checkpoints, write_explorer_meta
+from rft_core.checkpoint.retention import prune_as_configured
 from rft_core.checkpoint.store import load_state_dict
 from rft_core.config import Config
 from rft_core.config.presets import STEP_WISE_ADVANTAGE_FNS
@@ -428,12 +432,31 @@ class Explorer(RunActor):
                 metrics[prefix + key.removeprefix("eval")] = value
         if metrics:
             metrics[f"time/{prefix}"] = time.perf_counter() - start
+            # the weights this eval measured (a bench of global_step_S is S): the evaluation
+            # page compares a checkpoint's bench with the run's eval of the same weights
+            metrics[f"explorer/{prefix}_model_version"] = float(self._engine.model_version)
             self.monitor.log(metrics, step)
             self.eval_results[step] = metrics
             log.info(
                 "eval at step %d (model version %d): %s", step, self._engine.model_version, metrics
             )
+            if prefix == "eval":
+                self._prune_with_this_eval()
         return metrics
+
+    def _prune_with_this_eval(self) -> None:
+        """Retention re-decides the best checkpoint with the eval just logged (the trainer
+        saved the checkpoint before its eval came): one beaten since goes now."""
+        tr = self.cfg.trainer
+        if not tr.best_checkpoint_metric:
+            return  # the trainer's pruning at each save already kept the newest N
+        removed = prune_as_configured(self.job_dir, tr)
+        if removed:
+            log.info(
+                "pruned global_step_%s: no longer the best by %s",
+                removed,
+                tr.best_checkpoint_metric,
+            )
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -487,7 +510,7 @@ class Explorer(RunActor):
         self._pending_sync = self._pending_eval = False
 
     def next_step(self) -> dict[str, float] | None:
-        """One step of the loop: the eval and the weight sync the previous step made due (an
+        """One step of the loop: the weight sync and the eval the previous step made due (an
         eval due at the last step is left to the closing eval on the final weights), then
         ``explore_step`` on the next batch. None at the end of the data."""
         cfg = self.cfg
@@ -496,12 +519,14 @@ class Explorer(RunActor):
         tasks = None if total is not None and self.step >= total else self._reader.next_batch()
         if not tasks:
             return None
-        if self._pending_eval:
-            self.evaluate(self.step)
         if self._pending_sync and self._watch is not None:
             self.load_published_weights()
         elif self._pending_sync:
             self.sync_weights(trainer_version_for_explorer_sync(self.step, sync.sync_offset))
+        if self._pending_eval:
+            # after the sync: the eval logged at step S measures the trainer's step-S weights
+            # (sync_offset 0), the ones global_step_S holds, as a bench of that checkpoint does
+            self.evaluate(self.step)
         metrics = self.explore_step(tasks)
         self._reader.feedback(self._last_rewards)
         self._progress["step"] = self.step

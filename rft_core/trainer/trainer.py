@@ -35,7 +35,7 @@ from rft_core.checkpoint.layout import (
     step_dir,
     write_trainer_meta,
 )
-from rft_core.checkpoint.retention import prune_checkpoints
+from rft_core.checkpoint.retention import prune_as_configured
 from rft_core.config import Config
 from rft_core.config.expert_data import expert_buffer_config, expert_rows_per_step
 from rft_core.config.presets import get_preset, mixes_expert_data
@@ -305,13 +305,7 @@ class Trainer(RunActor):
         start = time.perf_counter()
         self.monitor.phase("checkpoint", self.step)
         self.policy.save(self.job_dir, self.step, save_hf)
-        tr = self.cfg.trainer
-        removed = prune_checkpoints(
-            self.job_dir,
-            tr.max_checkpoints_to_keep,
-            best_metric=tr.best_checkpoint_metric,
-            best_mode=tr.best_checkpoint_mode,
-        )
+        removed = prune_as_configured(self.job_dir, self.cfg.trainer)
         self.saved_steps.append(self.step)
         self._write_meta(save_hf)
         path = step_dir(self.job_dir, self.step)

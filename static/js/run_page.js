@@ -337,33 +337,40 @@
     rows.sort(function (a, b) { return rank(a) - rank(b) || (a.stage || "").localeCompare(b.stage || "") || a.step - b.step; });
     var body = $("checkpoint-rows");
     if (!rows.length) { body.innerHTML = '<tr class="empty"><td colspan="6" class="hint">No checkpoints yet.</td></tr>'; return; }
-    body.innerHTML = rows.map(function (c) {
-      var st = c.pruned ? "pruned" : c.hf_status || "absent";
-      var hf = '<span class="hf hf-' + esc(st) + '">' + esc(STATUS_TEXT[st] || st) + "</span>";
-      if (st === "converting") {
-        var pct = Math.round((c.hf_progress || 0) * 100);
-        hf += ' <progress max="100" value="' + pct + '"></progress> <span class="hint">' + pct + "%</span>";
-      }
-      if (st === "failed" && c.hf_error) hf += '<div class="error">' + esc(c.hf_error) + "</div>";
-      if (st === "ready" && c.hf_path) {
-        hf += '<div class="hf-path"><code>' + esc(c.hf_path) + '</code> <button type="button" class="copy" data-copy="' +
-          esc(c.hf_path) + '">Copy path</button> <a class="download" href="/checkpoints/' + esc(c.id) + '/hf.tar" download>Download .tar</a></div>';
-        var files = S.files[c.id];
-        if (files && files.files) {
-          hf += '<details class="hf-files"><summary>' + files.files.length + " files</summary><ul>" +
-            files.files.map(function (f) { return "<li><code>" + esc(f.path) + "</code> <span class=\"hint\">" + fmtSize(f.size_bytes) + "</span></li>"; }).join("") +
-            "</ul></details>";
-        } else if (files && files.error) hf += '<div class="hint">' + esc(files.error) + "</div>";
-      }
-      var action = "";
-      if (c.id !== undefined && c.convert_url && (st === "absent" || st === "failed")) {
-        action = '<button type="button" class="convert" data-id="' + esc(c.id) + '" data-url="' + esc(c.convert_url) + '">Convert</button>';
-      }
-      if (c.id !== undefined && c.fork_url && !c.pruned) action += ' <a class="fork button" href="' + esc(c.fork_url) + '">Fork</a>';
-      return '<tr data-checkpoint="' + esc(c.id === undefined ? "" : c.id) + '" data-stage="' + esc(c.stage || "") +
-        '" data-step="' + esc(c.step) + '" data-hf-status="' + esc(st) + '"><td>' + esc(c.stage || "—") + "</td><td>" + esc(c.step) +
-        "</td><td>" + esc(fmtTime(toUnix(c.created))) + "</td><td>" + esc(fmtSize(c.size_bytes)) + "</td><td>" + hf + "</td><td>" + action + "</td></tr>";
-    }).join("");
+    // the checkpoints on disk first; the pruned ones folded into one row that opens them
+    var kept = rows.filter(function (c) { return !c.pruned; });
+    var pruned = rows.filter(function (c) { return c.pruned; });
+    var fold = pruned.length ? '<tr class="pruned-summary" id="pruned-summary"><td colspan="6"><button type="button" class="pruned-toggle" aria-expanded="' +
+      (S.showPruned ? "true" : "false") + '">' + (S.showPruned ? "▾ " : "▸ ") + pruned.length + " pruned checkpoint" + (pruned.length === 1 ? "" : "s") +
+      '</button> <span class="hint">deleted by trainer.max_checkpoints_to_keep</span></td></tr>' : "";
+    body.innerHTML = kept.map(checkpointRow).join("") + fold + (S.showPruned ? pruned.map(checkpointRow).join("") : "");
+  }
+  function checkpointRow(c) {
+    var st = c.pruned ? "pruned" : c.hf_status || "absent";
+    var hf = '<span class="hf hf-' + esc(st) + '">' + esc(STATUS_TEXT[st] || st) + "</span>";
+    if (st === "converting") {
+      var pct = Math.round((c.hf_progress || 0) * 100);
+      hf += ' <progress max="100" value="' + pct + '"></progress> <span class="hint">' + pct + "%</span>";
+    }
+    if (st === "failed" && c.hf_error) hf += '<div class="error">' + esc(c.hf_error) + "</div>";
+    if (st === "ready" && c.hf_path) {
+      hf += '<div class="hf-path"><code>' + esc(c.hf_path) + '</code> <button type="button" class="copy" data-copy="' +
+        esc(c.hf_path) + '">Copy path</button> <a class="download" href="/checkpoints/' + esc(c.id) + '/hf.tar" download>Download .tar</a></div>';
+      var files = S.files[c.id];
+      if (files && files.files) {
+        hf += '<details class="hf-files"><summary>' + files.files.length + " files</summary><ul>" +
+          files.files.map(function (f) { return "<li><code>" + esc(f.path) + "</code> <span class=\"hint\">" + fmtSize(f.size_bytes) + "</span></li>"; }).join("") +
+          "</ul></details>";
+      } else if (files && files.error) hf += '<div class="hint">' + esc(files.error) + "</div>";
+    }
+    var action = "";
+    if (c.id !== undefined && c.convert_url && (st === "absent" || st === "failed")) {
+      action = '<button type="button" class="convert" data-id="' + esc(c.id) + '" data-url="' + esc(c.convert_url) + '">Convert</button>';
+    }
+    if (c.id !== undefined && c.fork_url && !c.pruned) action += ' <a class="fork button" href="' + esc(c.fork_url) + '">Fork</a>';
+    return '<tr data-checkpoint="' + esc(c.id === undefined ? "" : c.id) + '" data-stage="' + esc(c.stage || "") +
+      '" data-step="' + esc(c.step) + '" data-hf-status="' + esc(st) + '"><td>' + esc(c.stage || "—") + "</td><td>" + esc(c.step) +
+      "</td><td>" + esc(fmtTime(toUnix(c.created))) + "</td><td>" + esc(fmtSize(c.size_bytes)) + "</td><td>" + hf + "</td><td>" + action + "</td></tr>";
   }
   function loadFiles(c) {
     S.files[c.id] = { loading: true };
@@ -375,6 +382,7 @@
   $("checkpoint-rows").addEventListener("click", function (e) {
     var btn = e.target.closest("button");
     if (!btn) return;
+    if (btn.classList.contains("pruned-toggle")) { S.showPruned = !S.showPruned; renderCheckpoints(); return; }
     if (btn.classList.contains("copy")) { copyText(btn.dataset.copy, btn); return; }
     if (!btn.classList.contains("convert")) return;
     btn.disabled = true;

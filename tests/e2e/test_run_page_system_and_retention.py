@@ -92,6 +92,10 @@ def test_system_metrics_pruned_checkpoints_disk_use_and_the_end_notification(
     )
     shutil.rmtree(first)
     trainer.checkpoint_saved(4, str(_checkpoint(rut.job, 4, 5 * 2**20)))
+    # folded into one summary row after the rows on disk; a click opens it
+    page.wait_for_selector("#checkpoint-rows tr.pruned-summary")
+    assert page.locator("button.pruned-toggle").inner_text() == "▸ 1 pruned checkpoint"
+    page.click("button.pruned-toggle")
     page.wait_for_selector("#checkpoint-rows tr[data-step='2'][data-hf-status=pruned]")
     assert page.locator("#checkpoint-rows tr[data-step='2'] button.convert").count() == 0
     assert "3.0 MiB" in page.locator("#checkpoint-rows tr[data-step='2']").inner_text()

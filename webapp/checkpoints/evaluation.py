@@ -5,6 +5,10 @@
     follow_evaluation(pk)     # the Celery task, repeated: poll the job, then read the results
     accuracy_table(evaluation) -> EvaluationTable              # the page's checkpoint x taskset
 
+Each row also shows the run's own eval logged at the checkpoint's step, and when the two
+differ, why (``difference_note``): the run's eval measured another model version (it logs the
+one it measured), or, the same weights, a sampling temperature above 0.
+
 The bench job is the run's config with ``mode: bench``, no stages, the chosen
 ``buffer.explorer_input.eval_tasksets`` and a job dir of its own, ``<root>/run-eval-<pk>/...``,
 into which the chosen ``global_step_<N>`` are hard-linked (``rft_core.checkpoint.fork``); the
@@ -40,12 +44,16 @@ from webapp.experiments.config_policy import check_config
 from webapp.runs import ray_jobs
 from webapp.runs.actions import require_services, runtime_env_of
 from webapp.runs.claims import runs_area
-from webapp.runs.models import Run
+from webapp.runs.models import MetricPoint, Run
 from webapp.runs.snapshot import launch_spec
 
 log = logging.getLogger(__name__)
 
 ACCURACY = "accuracy/mean@"  # the metric the table shows (mean@k of each taskset)
+# the model version an in-run eval measured (rft_core.explorer logs it with each eval); a run
+# from before it evaluated before loading its step's weights: the version its step used
+EVAL_VERSION = "explorer/eval_model_version"
+STEP_VERSION = "explorer/model_version"
 
 
 def eval_taskset_names(run: Run) -> list[str]:
@@ -228,8 +236,50 @@ def read_results(evaluation: Evaluation) -> dict[str, dict[str, dict[str, Any]]]
 @dataclass
 class EvaluationTable:
     tasksets: list[str]
-    rows: list[dict[str, Any]]  # {"checkpoint", "cells": [value|None], "mean", "best"}
+    # {"checkpoint", "cells": [value|None], "mean", "best", "in_run": [value|None], "note"}
+    rows: list[dict[str, Any]]
     metric: str  # e.g. accuracy/mean@1
+
+
+def in_run_eval(
+    checkpoint: Checkpoint, tasksets: list[str], metric: str
+) -> tuple[list[float | None], float | None]:
+    """The run's own eval logged at the checkpoint's stage and step: a value per taskset of
+    ``eval/<taskset>/<metric>`` and the model version it measured (the last one logged)."""
+    names = {f"eval/{t}/{metric}": i for i, t in enumerate(tasksets)}
+    cells: list[float | None] = [None] * len(tasksets)
+    versions: dict[str, float | None] = {}
+    points = MetricPoint.objects.filter(
+        run_id=checkpoint.run_id,
+        stage=checkpoint.stage,
+        step=checkpoint.step,
+        name__in=[*names, EVAL_VERSION, STEP_VERSION],
+    ).order_by("id")
+    for name, value in points.values_list("name", "value"):
+        if name in names:
+            cells[names[name]] = value
+        else:
+            versions[name] = value
+    return cells, versions.get(EVAL_VERSION, versions.get(STEP_VERSION))
+
+
+def difference_note(step: int, bench: list, in_run: list, version: float | None) -> str:
+    """Why this evaluation of ``global_step_<step>`` and the run's eval at that step differ
+    (empty when they agree or the run did not eval there)."""
+    if all(v is None for v in in_run) or in_run == bench:
+        return ""
+    if version is not None and int(version) != step:
+        return (
+            f"The run's own eval at step {step} measured model version {int(version)} (the "
+            f"weights after trainer step {int(version)}), not global_step_{step}: the explorer "
+            "evaluates with the weights it holds (synchronizer.sync_interval, sync_offset; "
+            "runs from before the fix of issue 31 evaluated before loading the step's "
+            f"weights). This evaluation loaded global_step_{step} itself."
+        )
+    return (
+        f"Both measured the weights of global_step_{step}: the eval tasksets' "
+        "rollout_args.temperature above 0 samples other responses in each run."
+    )
 
 
 def accuracy_table(evaluation: Evaluation) -> EvaluationTable:
@@ -243,7 +293,10 @@ def accuracy_table(evaluation: Evaluation) -> EvaluationTable:
         metric = metric or next((found[t]["metric"] for t in tasksets if t in found), "")
         values = [v for v in cells if isinstance(v, int | float)]
         mean = sum(values) / len(values) if values else None
-        rows.append({"checkpoint": checkpoint, "cells": cells, "mean": mean, "best": False})
+        in_run, version = in_run_eval(checkpoint, tasksets, metric or f"{ACCURACY}1")
+        note = difference_note(checkpoint.step, cells, in_run, version)
+        row = {"checkpoint": checkpoint, "cells": cells, "mean": mean, "best": False}
+        rows.append(row | {"in_run": in_run, "note": note})
     scored = [r for r in rows if r["mean"] is not None]
     if scored:
         max(scored, key=lambda r: r["mean"])["best"] = True

@@ -1,6 +1,7 @@
-"""``/runs/<id>/evaluations/``: choose checkpoints of the run and eval tasksets and launch a
-bench job (POST, ``evaluation.evaluate_checkpoints``); every evaluation of the run as a
-checkpoint x taskset table of accuracy, the best marked, with its Convert button (GET)."""
+"""``/runs/<id>/evaluations/``: choose checkpoints of the run (those still on disk; the pruned
+ones are only counted) and eval tasksets and launch a bench job (POST,
+``evaluation.evaluate_checkpoints``); every evaluation of the run as a checkpoint x taskset
+table of accuracy, the best marked, with its Convert button (GET)."""
 
 from __future__ import annotations
 
@@ -46,7 +47,10 @@ def evaluations(request: HttpRequest, pk: int) -> HttpResponse:
     context.update(
         run=run,
         experiment=run.experiment,
-        checkpoints=run.checkpoints.order_by("stage", "step"),
+        # a pruned checkpoint cannot be evaluated: the picker lists those on disk, and counts
+        # the rest in one line
+        checkpoints=run.checkpoints.filter(pruned=False).order_by("stage", "step"),
+        pruned_count=run.checkpoints.filter(pruned=True).count(),
         tasksets=eval_taskset_names(run),
         tables=[(e, accuracy_table(e)) for e in run.evaluations.all()],
     )

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.db.models import Case, F, IntegerField, Q, Value, When
+from django.db.models.functions import Coalesce, Greatest
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
@@ -29,11 +30,21 @@ from webapp.run_status import ACTIVE_STATUSES, RunStatus
 
 PAGE_SIZE = 25
 SORTS = {
-    "updated": ["-updated", "-id"],
+    "updated": ["-last_activity", "-id"],
     "name": ["name", "id"],
     "created": ["-created", "-id"],
     "accuracy": [F("last_run__best_eval_accuracy").desc(nulls_last=True), "-updated"],
 }
+
+# "updated" is the last activity: the experiment's own edit or its last run's launch, start,
+# heartbeat or end, whichever is later (a launch does not save the experiment row)
+LAST_ACTIVITY = Greatest(
+    "updated",
+    *(
+        Coalesce(f"last_run__{field}", "updated")
+        for field in ("created", "started_at", "last_heartbeat", "finished_at")
+    ),
+)
 
 # whatever the sort, experiments with a run in progress come first (what a user looks for)
 RUNNING_FIRST = Case(
@@ -49,6 +60,7 @@ def experiment_list(request: HttpRequest) -> HttpResponse:
     qs = (
         Experiment.objects.visible_to(user)
         .select_related("last_run", "owner")
+        .annotate(last_activity=LAST_ACTIVITY)
         # the list shows no config: leave the YAML and JSON columns unread
         .defer("config_yaml", "config", "last_run__config_yaml", "last_run__config")
     )

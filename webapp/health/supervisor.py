@@ -3,6 +3,10 @@ state, pid, uptime and restarts, read through supervisor's own XML-RPC client on
 named by ``SUPERVISOR_SERVER_URL`` (supervisord sets it in every child's environment); None when
 the caller does not run under supervisord (tests, a deployment under systemd or Kubernetes).
 
+The socket asks for a user name and password (``RPC_USER``; the password in
+``rpc.password`` beside the socket, mode 0600, written by ``workers.supervision``): supervisord
+logs a CRIT line at every start for a socket without them. ``supervisor_rpc`` reads it there.
+
 Also the restart counter's file (``var/supervisor/restarts.json``): its format (``Counted``) and
 its reader. supervisord keeps no restart count; the event listener of ``workers.supervision``
 writes this file and its ``pace`` reads it, through this module (the web side never imports
@@ -20,6 +24,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 COUNTS_NAME = "restarts.json"
 RPC_TIMEOUT_S = 2.0
+RPC_USER = "rft"
+RPC_PASSWORD_NAME = "rpc.password"
+
+
+def rpc_password_path(socket_file: Path) -> Path:
+    """Where the socket's password is kept: beside the socket, in the owner-only directory."""
+    return Path(socket_file).parent / RPC_PASSWORD_NAME
 
 
 def counts_path(var: Path) -> Path:
@@ -56,7 +67,8 @@ class SupervisedProcess:
 
 
 def supervisor_rpc(serverurl: str):
-    """supervisor's own XML-RPC client on the Unix socket, with a timeout (it has none)."""
+    """supervisor's own XML-RPC client on the Unix socket, with a timeout (it has none), signed
+    in with the socket's password when one is kept beside it."""
     import xmlrpc.client
 
     from supervisor.xmlrpc import SupervisorTransport, UnixStreamHTTPConnection
@@ -67,7 +79,15 @@ def supervisor_rpc(serverurl: str):
             self.sock.settimeout(RPC_TIMEOUT_S)
             self.sock.connect(self.socketfile)
 
-    transport = SupervisorTransport(None, None, serverurl)
+    username = password = None
+    if serverurl.startswith("unix://"):
+        try:
+            secret = rpc_password_path(Path(serverurl[len("unix://") :])).read_text().strip()
+        except OSError:
+            secret = ""  # a supervisord of an older config: a socket without a password
+        if secret:
+            username, password = RPC_USER, secret
+    transport = SupervisorTransport(username, password, serverurl)
     if serverurl.startswith("unix://"):
 
         def connection():

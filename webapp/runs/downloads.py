@@ -1,7 +1,8 @@
 """A run's metrics as files: ``/runs/<id>/metrics.csv`` and ``/runs/<id>/metrics.json``.
 
 Every series the run reported (every ``MetricPoint``), each point with its step, stage, wall
-time (unix seconds, as the run emitted it) and value (empty / null for NaN or inf), series by
+time (unix seconds, as the run emitted it; the CSV also as ISO 8601 UTC, ``wall_time_iso``)
+and value (empty / null for NaN or inf), series by
 series (name, then the order the points came in: the ``metric_run_name_seq`` index, so the
 database streams them without sorting). Both are streamed: points are read a chunk at a time
 and written out as they come, so a run of a million points costs neither the memory nor the
@@ -33,11 +34,20 @@ from django.views.decorators.http import require_GET
 from webapp.accounts.access import authorize_hidden
 from webapp.audit.record import Actor
 from webapp.runs.metric_reads import Points, copy_rows, metric_points, points_copy
-from webapp.runs.metric_text import concat, float_texts, int_texts, joined_bytes
+from webapp.runs.metric_text import (
+    concat,
+    float_texts,
+    int_texts,
+    iso_sql,
+    iso_texts,
+    joined_bytes,
+)
 from webapp.runs.models import Run
 
 PIECE = 256 * 1024  # bytes gathered (several small series) before a piece goes out
-CSV_COLUMNS = ("name", "role", "stage", "step", "wall_time", "value")
+# wall_time_iso: the wall time as ISO 8601 UTC (metric_text.iso_texts), last so that the
+# columns before keep their places
+CSV_COLUMNS = ("name", "role", "stage", "step", "wall_time", "value", "wall_time_iso")
 JSON_COLUMNS = ("step", "stage", "wall_time", "value")
 
 
@@ -94,8 +104,8 @@ def run_texts(
 def csv_chunks(points: Iterable[Points]) -> Iterator[bytes]:
     """The CSV text of ``points``: a header, then pieces of whole lines.
 
-    A line is its series' "name,role,stage" prefix, the step, the wall time and the value
-    (empty where None), a column at a time (``metric_text``). Each line is built as "\\n"
+    A line is its series' "name,role,stage" prefix, the step, the wall time, the value (empty
+    where None) and the wall time as ISO 8601, a column at a time (``metric_text``). Each line is built as "\\n"
     and the line, so that one element-wise join makes it, and the file ends with "\\n"."""
     yield ",".join(CSV_COLUMNS).encode()
     prefixes: dict[tuple, str] = {}  # "\\n" and "name,role,stage" of every series seen
@@ -110,7 +120,8 @@ def csv_chunks(points: Iterable[Points]) -> Iterator[bytes]:
         step = filled(int_texts(piece.step), "")
         value = filled(float_texts(piece.value), "")
         wall_time = float_texts(piece.wall_time)
-        return joined_bytes(concat(prefix_texts, step, wall_time, value, separator=","))
+        iso = filled(iso_texts(piece.wall_time), "")
+        return joined_bytes(concat(prefix_texts, step, wall_time, value, iso, separator=","))
 
     try:
         yield from gathered(map(lines, points))
@@ -128,7 +139,9 @@ def copy_csv_chunks(run: Run) -> Iterator[bytes]:
     """PostgreSQL: the same CSV written by the server (``COPY ... TO STDOUT``), streamed as it
     comes (``copy_rows``); an empty text is written as an empty field (``NULLIF``), as
     ``csv_chunks`` does, and floats in PostgreSQL's shortest exact form."""
-    columns = "name, NULLIF(role, ''), NULLIF(stage, ''), step, wall_time, value"
+    columns = (
+        f"name, NULLIF(role, ''), NULLIF(stage, ''), step, wall_time, value, {iso_sql('wall_time')}"
+    )
     return copy_rows(points_copy(run, columns), header=(",".join(CSV_COLUMNS) + "\n").encode())
 
 

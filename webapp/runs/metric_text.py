@@ -50,6 +50,31 @@ def int_texts(values: pa.Array) -> pa.Array:
     return pc.cast(values, pa.string())
 
 
+# unix seconds an ISO 8601 text is written for: 1970 up to the end of year 9999
+ISO_RANGE = (0.0, 253_402_300_800.0)
+ISO_FORMAT = 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'  # PostgreSQL's to_char, the same text
+
+
+def iso_texts(seconds: pa.Array) -> pa.Array:
+    """Unix seconds as ISO 8601 UTC, to the millisecond (``2024-12-02T14:33:20.125Z``; the
+    milliseconds truncated, as ``iso_sql`` does); null outside ``ISO_RANGE``."""
+    floats = seconds.to_numpy(zero_copy_only=False)
+    with np.errstate(invalid="ignore"):
+        inside = (floats >= ISO_RANGE[0]) & (floats < ISO_RANGE[1])
+    millis = np.floor(np.where(inside, floats, 0.0) * 1000).astype(np.int64)
+    stamps = pa.array(millis, pa.int64(), mask=~inside).cast(pa.timestamp("ms", tz="UTC"))
+    return concat(pc.strftime(stamps, format="%Y-%m-%dT%H:%M:%S"), "Z")
+
+
+def iso_sql(column: str) -> str:
+    """The SQL (PostgreSQL) of ``iso_texts`` over the unix seconds in ``column``."""
+    low, high = ISO_RANGE
+    return (
+        f"CASE WHEN {column} >= {low} AND {column} < {high} THEN to_char("
+        f"to_timestamp(floor({column} * 1000) / 1000) AT TIME ZONE 'UTC', '{ISO_FORMAT}') END"
+    )
+
+
 def concat(*columns: pa.Array | str, separator: str = "") -> pa.Array:
     """Element-wise concatenation of string columns (a ``str`` stands for every row)."""
     return pc.binary_join_element_wise(*columns, separator)

@@ -68,7 +68,7 @@ def test_the_api_lists_three_cross_field_errors_with_path_and_message(roots):
 def test_the_yaml_tab_lists_four_cross_field_errors(client, roots):
     client.force_login(get_user_model().objects.create_user("alice", password="pw-alice-123"))
     data = _three_rules_broken()
-    data["model"]["max_prompt_tokens"] = 100  # inherited by both stages: one line each
+    data["model"]["max_prompt_tokens"] = 100  # inherited by both stages: one line naming both
     response = client.post(
         "/experiments/new/",
         {"source": "yaml", "config_yaml": yaml.safe_dump(data), "experiment.name": "e"},
@@ -76,7 +76,7 @@ def test_the_yaml_tab_lists_four_cross_field_errors(client, roots):
     assert response.status_code == 400
     page = response.content.decode()
     box = page[page.index('id="save-errors"') : page.index('id="experiment-form"')]
-    lengths = f"{LENGTHS} (inherited by stage 'sft_warmup'); {LENGTHS} (inherited by stage 'rft')"
+    lengths = f"{LENGTHS} (inherited by stages 'sft_warmup', 'rft')"
     for path, message in [("model.max_model_len", lengths), *EXPECTED]:
         line = f'<li data-path="{path}">{path}: {escape(message)}'
         assert line in box, line

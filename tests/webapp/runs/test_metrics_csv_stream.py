@@ -1,7 +1,7 @@
 """``/runs/<id>/metrics.csv`` and ``metrics.json`` as streamed by the database's writer
 (PostgreSQL: the server's COPY read message by message; SQLite and the JSON: written from the
 points as columns): every point read back with its fields, awkward text quoted, missing values
-empty; the column-at-a-time text is byte for byte what a plain row-by-row writer gives (floats
+empty, the wall time also as ISO 8601 (``wall_time_iso``); the column-at-a-time text is byte for byte what a plain row-by-row writer gives (floats
 as ``repr``) whatever the role/stage changes within a name; and a download the client abandons
 midway leaves the connection usable for the next query and the next download."""
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from api_helpers import make_experiment, make_run, session_client
@@ -24,11 +25,23 @@ pytestmark = pytest.mark.django_db
 
 def _read(body: bytes) -> list[tuple]:
     rows = list(csv.reader(io.StringIO(body.decode())))
-    assert rows[0] == ["name", "role", "stage", "step", "wall_time", "value"]
+    assert rows[0] == ["name", "role", "stage", "step", "wall_time", "value", "wall_time_iso"]
+    for *_, wall, _value, iso in rows[1:]:
+        assert iso == _iso(float(wall)), (wall, iso)
     return [
         (name, role, stage, int(step) if step else None, float(wall), float(value) if value else None)
-        for name, role, stage, step, wall, value in rows[1:]
+        for name, role, stage, step, wall, value, _iso_text in rows[1:]
     ]  # fmt: skip
+
+
+def _iso(wall: float) -> str:
+    """The ISO 8601 text of unix seconds ``wall`` (to the millisecond, truncated; empty past the
+    year 9999), by the standard library: what both CSV writers must give."""
+    if not 0 <= wall < 253_402_300_800:
+        return ""
+    millis = int(wall * 1000 // 1)
+    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=millis)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis % 1000:03d}Z"
 
 
 def _expected(run: Run) -> list[tuple]:
@@ -53,6 +66,8 @@ def test_every_point_reads_back_with_awkward_text_quoted_and_missing_values_empt
     assert _read(body) == _expected(run)
     assert len(_read(body)) == len(awkward)
     assert b"0.30000000000000004" in body and b"1.733150000125e+09" not in body
+    # the wall time also as ISO 8601 UTC (issue 31: epoch seconds alone)
+    assert b",1733150000.125,,2024-12-02T14:33:20.125Z\n" in body
 
 
 @pytest.mark.parametrize("kind", ["csv", "json"])
@@ -101,11 +116,11 @@ def _reference_csv(rows: list[tuple]) -> bytes:
         quote = any(c in text for c in ',"\n\r')
         return '"' + text.replace('"', '""') + '"' if quote else text
 
-    lines = ["name,role,stage,step,wall_time,value\n"]
+    lines = ["name,role,stage,step,wall_time,value,wall_time_iso\n"]
     for name, role, stage, step, wall_time, value in rows:
         lines.append(
             f"{field(name)},{field(role)},{field(stage)},{'' if step is None else step},"
-            f"{wall_time!r},{'' if value is None else repr(value)}\n"
+            f"{wall_time!r},{'' if value is None else repr(value)},{_iso(wall_time)}\n"
         )
     return "".join(lines).encode()
 

@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import tarfile
+from datetime import datetime
 
 import pyarrow as pa
 import pytest
@@ -70,6 +71,11 @@ def test_the_metrics_csv_holds_the_eval_series_with_step_stage_and_wall_time(ing
     assert {r["role"] for r in evals} == {"explorer"}
     stored = MetricPoint.objects.filter(run=ingested, name=EVAL).order_by("id")
     assert [float(r["wall_time"]) for r in evals] == [p.wall_time for p in stored]
+    iso = [datetime.fromisoformat(r["wall_time_iso"]) for r in evals]
+    assert [abs(t.timestamp() - p.wall_time) < 0.001 for t, p in zip(iso, stored, strict=True)] == [
+        True
+    ] * 3
+    assert all(r["wall_time_iso"].endswith("Z") for r in rows)
     assert len([r for r in rows if r["name"] == REWARD]) == 6
     assert len(rows) == MetricPoint.objects.filter(run=ingested).count() == 9
 
@@ -88,7 +94,7 @@ def test_the_metrics_json_holds_every_series(ingested, alice):
 
 
 def test_a_run_without_metrics_gives_the_csv_header_alone():
-    assert b"".join(csv_chunks(iter([]))) == b"name,role,stage,step,wall_time,value\n"
+    assert b"".join(csv_chunks(iter([]))) == b"name,role,stage,step,wall_time,value,wall_time_iso\n"
 
 
 def _points(name, role, stage, step, wall_time, value) -> Points:
@@ -103,7 +109,10 @@ def test_csv_fields_with_commas_quotes_and_missing_values_read_back():
     rows = [('loss, "total"', "trainer", "", None, 1.5, None), ("a", "", "grpo", 3, 2.0, -0.25)]
     text = b"".join(csv_chunks(_points(*row) for row in rows)).decode()
     read = list(csv.reader(io.StringIO(text)))[1:]
-    assert read == [['loss, "total"', "trainer", "", "", "1.5", ""], ["a", "", "grpo", "3", "2.0", "-0.25"]]  # fmt: skip
+    assert read == [
+        ['loss, "total"', "trainer", "", "", "1.5", "", "1970-01-01T00:00:01.500Z"],
+        ["a", "", "grpo", "3", "2.0", "-0.25", "1970-01-01T00:00:02.000Z"],
+    ]
 
 
 # ---------------------------------------------------------------- the checkpoint archive
