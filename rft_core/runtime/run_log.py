@@ -135,7 +135,7 @@ class StageLog:
             for role in ("explorer", "trainer")
         }
         self.started_at = time.monotonic()
-        self.last_progress: tuple[float, int | None] = (self.started_at, None)
+        self.last_progress = (self.started_at, 0)  # (when, step) of the last progress line
 
     def __enter__(self) -> StageLog:
         steps = f"{self.total} steps" if self.total else "steps: to the end of the data"
@@ -160,11 +160,14 @@ class StageLog:
         ``total``: the lead role's step count when it knows better (an epoch-based taskset)."""
         if total:
             self.total = total
-        for role, state in self.roles.items():
-            for row in state.events.rows():
-                self._event(role, row)
-            for row in state.metrics.rows():
-                self._metrics(role, state, row)
+        news = [
+            (row, role, self._event) for role, s in self.roles.items() for row in s.events.rows()
+        ]
+        news += [
+            (row, role, self._metrics) for role, s in self.roles.items() for row in s.metrics.rows()
+        ]
+        for row, role, tell in sorted(news, key=lambda new: new[0].get("time") or 0.0):
+            tell(role, row)  # in the order they happened, across the roles' files
         if not final:
             self._progress()
 
@@ -183,8 +186,8 @@ class StageLog:
             level = logging.ERROR if row["state"] == "failed" else logging.INFO
             log.log(level, "%s: %s %s%s", self.label, role, verb, f" {detail}" if detail else "")
 
-    def _metrics(self, role: str, state: _Role, row: dict[str, Any]) -> None:
-        step = row.get("step")
+    def _metrics(self, role: str, row: dict[str, Any]) -> None:
+        state, step = self.roles[role], row.get("step")
         evals = {
             k: v for k, v in row.items() if k.startswith(("eval/", "bench/")) and "/std@" not in k
         }
@@ -212,12 +215,11 @@ class StageLog:
         lead = self.roles[self.lead]
         now = time.monotonic()
         last_at, last_step = self.last_progress
-        due_by_steps = lead.step is not None and (
-            last_step is None or lead.step >= last_step + self.every_steps
-        )
+        step = lead.step if lead.step is not None else last_step
+        due_by_steps = step // self.every_steps > last_step // self.every_steps
         if not self.progress_lines or not (due_by_steps or now - last_at >= self.every_s):
             return
-        self.last_progress = (now, lead.step if lead.step is not None else last_step)
+        self.last_progress = (now, step)
         log.info("%s", self._progress_text(lead))
 
     def _progress_text(self, lead: _Role) -> str:

@@ -1,7 +1,8 @@
 """The configs tests/core loads and runs, as dicts for ``load_config_from_dict``, and the ways
 the tests run one: a minimal config that only loads (no model or data behind it), the demo's
 taskset, a short GRPO run of the tiny demo model (mode both, 2 tasks x 2 samples, 5 steps), an
-``InProcessRun`` step by step, ``trinity run --dry-run`` in a child process, and the registered
+``InProcessRun`` step by step, ``trinity run`` (``--dry-run``, or its output in a file) in a
+child process, and the registered
 names check of a minimal config naming a workflow, as the CLI and the web make it."""
 
 from __future__ import annotations
@@ -130,6 +131,18 @@ def trinity_run(config: Path, *args: str, **options) -> subprocess.CompletedProc
         text=True,
         **options,
     )
+
+
+def trinity_run_to_file(config: Path, log_file: Path, *args: str, **options) -> int:
+    """``trinity run --config CONFIG ARGS > LOG_FILE 2>&1`` in a child Python (its output not
+    a terminal, as under nohup or Slurm); returns its exit code. ``options`` as ``trinity_run``."""
+    with log_file.open("w") as out:
+        return subprocess.run(
+            [sys.executable, "-m", "rft_core.cli", "run", "--config", str(config), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            **options,
+        ).returncode
 
 
 def dry_run(config: Path, *overrides: str, **options) -> subprocess.CompletedProcess:
