@@ -184,7 +184,10 @@ class StageLog:
             message = str(row.get("message") or "")
             detail = message.removeprefix(role).removeprefix(f" {verb}").removeprefix(":").strip()
             level = logging.ERROR if row["state"] == "failed" else logging.INFO
-            log.log(level, "%s: %s %s%s", self.label, role, verb, f" {detail}" if detail else "")
+            sep = ": " if row["state"] == "failed" else " "  # "failed: <the error>"
+            log.log(
+                level, "%s: %s %s%s", self.label, role, verb, f"{sep}{detail}" if detail else ""
+            )
 
     def _metrics(self, role: str, row: dict[str, Any]) -> None:
         state, step = self.roles[role], row.get("step")
