@@ -97,6 +97,17 @@ def run_config(demo, root: Path, name: str, **sections) -> dict:
     return cfg
 
 
+def colocate_eval_config(demo, root: Path, name: str, steps: int, eval_interval: int) -> dict:
+    """The short run in one process (``mode: colocate``, weights handed over in memory) of
+    ``steps`` steps, with the demo's held-out split evaluated every ``eval_interval`` steps."""
+    cfg = run_config(demo, root, name, synchronizer={"sync_method": "memory"})
+    cfg["mode"] = "colocate"
+    cfg["buffer"]["total_steps"] = steps
+    cfg["buffer"]["explorer_input"]["eval_tasksets"] = [run_taskset(demo, "test", "held-out")]
+    cfg["explorer"]["eval_interval"] = eval_interval
+    return cfg
+
+
 def logged_steps(job_dir: Path, role: str) -> list[int]:
     """The steps a run's ``role`` (explorer, trainer) wrote to its monitor metrics file."""
     path = job_dir / "monitor" / f"{role}_metrics.jsonl"

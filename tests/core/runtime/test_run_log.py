@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from run_configs import run_config, run_taskset, trinity_run_to_file
+from run_configs import colocate_eval_config, trinity_run_to_file
 
 from rft_core.config import load_config_from_dict
 from rft_core.runtime.in_process import InProcessRun
@@ -146,11 +146,7 @@ def test_quiet_and_log_level_warning_leave_warnings_and_errors_only(demo, tmp_pa
 
 @pytest.mark.slow
 def test_a_run_without_ray_logs_the_same_lines(demo, tmp_path, caplog):
-    cfg = run_config(demo, tmp_path, "no_ray", synchronizer={"sync_method": "memory"})
-    cfg["mode"] = "colocate"
-    cfg["buffer"]["total_steps"] = 2
-    cfg["buffer"]["explorer_input"]["eval_tasksets"] = [run_taskset(demo, "test", "held-out")]
-    cfg["explorer"]["eval_interval"] = 2
+    cfg = colocate_eval_config(demo, tmp_path, "no_ray", steps=2, eval_interval=2)
     cfg["trainer"]["save_interval"] = 2
     cfg["log"] = {"progress_steps": 1}
     config = load_config_from_dict(cfg)
