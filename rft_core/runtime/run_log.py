@@ -110,6 +110,7 @@ class _Role:
     step: int | None = None
     latest: dict[str, float] = field(default_factory=dict)  # the last value of each metric
     first_seen: tuple[float, int] | None = None  # (time, step) of its first step here
+    last_seen: tuple[float, int] | None = None  # (time, step) of its latest step
 
 
 class StageLog:
@@ -210,9 +211,10 @@ class StageLog:
         if not isinstance(step, int):
             return
         state.latest.update({k: v for k, v in row.items() if isinstance(v, (int, float))})
-        state.step = step if state.step is None else max(state.step, step)
-        if state.first_seen is None:
-            state.first_seen = (float(row.get("time") or time.time()), step)
+        seen = (float(row.get("time") or time.time()), step)
+        if state.step is None or step > state.step:
+            state.step, state.last_seen = step, seen
+        state.first_seen = state.first_seen or seen
 
     def _progress(self) -> None:
         lead = self.roles[self.lead]
@@ -253,10 +255,10 @@ class StageLog:
 
 def _rate(state: _Role) -> float | None:
     """Steps a second since the role's first step of this stage (its model load left out)."""
-    if state.first_seen is None or state.step is None or state.step <= state.first_seen[1]:
+    if state.first_seen is None or state.last_seen is None:
         return None
-    elapsed = float(state.latest.get("time", 0.0)) - state.first_seen[0]
-    return (state.step - state.first_seen[1]) / elapsed if elapsed > 0 else None
+    (start, first), (now, last) = state.first_seen, state.last_seen
+    return (last - first) / (now - start) if last > first and now > start else None
 
 
 def _num(value: Any) -> str:
