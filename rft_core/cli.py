@@ -1,6 +1,6 @@
 """``trinity``: the command line of rft_core.
 
-    trinity run --config X.yaml [--plugin-dir DIR ...] [--dry-run] [key=value ...]
+    trinity run --config X.yaml [--plugin-dir DIR ...] [--dry-run] [--quiet] [key=value ...]
     trinity convert --checkpoint-dir D [--base-model-dir B] [--step 100,200] [--dtype auto|bf16|fp32] [--force]
     trinity init-demo [--out DIR] [--force] [--judge] [--synthetic qwen2.5-1.5b|smoke]
 
@@ -49,6 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--dry-run",
         action="store_true",
         help="load and validate the config, print it resolved, run nothing",
+    )
+    run.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="warnings and errors only: no progress bar, no stage, eval, checkpoint or progress "
+        "lines in the log (as log.level=warning)",
     )
     run.add_argument(
         "overrides",

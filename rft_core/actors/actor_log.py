@@ -6,7 +6,8 @@ helpers ``trainer_rank<R>.log``, ``explorer_engine_<I>.log``, ``queue_<buffer na
 
 What an actor prints goes there too (:func:`capture_output`): what is written to its
 ``sys.stdout`` and ``sys.stderr`` (their ``write`` wrapped in place and still writing, so Ray's
-own log and the driver's console keep it)
+own log keeps it; ``trinity run`` does not forward it to the driver's stderr:
+``rft_core.runtime.ray_cluster``)
 and the records of other libraries' loggers at WARNING and up (the root logger's, Python
 ``warnings``, and ``transformers``', which does not propagate to the root) become records of
 the role's logger (``<logger>.stdout`` INFO, ``<logger>.stderr`` WARNING, ``<logger>.library``

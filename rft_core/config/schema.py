@@ -555,7 +555,7 @@ class Config:
     service: ServiceConfig = _field(
         help="outside services", factory=ServiceConfig, unimplemented=True
     )
-    log: LogConfig = _field(help="actor logging", factory=LogConfig, unimplemented=True)
+    log: LogConfig = _field(help="the run's log on stderr", factory=LogConfig)
     algorithm: AlgorithmConfig = _field(help="algorithm", factory=AlgorithmConfig)
     model: ModelConfig = _field(help="model", factory=ModelConfig)
     cluster: ClusterConfig = _field(help="cluster", factory=ClusterConfig)

@@ -1,9 +1,11 @@
 """Trinity-RFT sections that RFT Studio accepts without acting on them, so that other users'
 configs load: over-rollout, dynamic timeouts, Megatron parallelism, LoRA,
-Tinker, external models, logging, the Data-Juicer service and the data processor's pipelines.
+Tinker, external models, the Data-Juicer service and the data processor's pipelines.
 
 The schema (``schema.py``, ``buffer_schema.py``) holds them as fields flagged
-``unimplemented`` (``ReplayBufferConfig`` is here too, but implemented: ``rft_core.buffer.replay``); ``rft_core.config.trinity_compat`` warns when a config sets one. Field
+``unimplemented`` (``ReplayBufferConfig`` and ``LogConfig`` are here too, but implemented:
+``rft_core.buffer.replay``, ``rft_core.runtime.run_log``); ``rft_core.config.trinity_compat``
+warns when a config sets one. Field
 names, types and defaults follow Trinity-RFT's ``trinity/common/config.py``.
 """
 
@@ -101,8 +103,23 @@ class ExternalModelConfig:
 
 @dataclass
 class LogConfig:
-    level: str = _field("INFO", "log level of the actors (DEBUG, INFO, WARNING, ERROR)")
-    group_by_node: bool = _field(False, "one log directory per Ray node")
+    """The run's log on stderr (``rft_core.runtime.run_log``); each actor's own log file is
+    ``<job_dir>/log/<role>.log`` either way."""
+
+    level: str = _field(
+        "info",
+        "level of `trinity run`'s log on stderr: info tells stage and role starts and ends, "
+        "evals, checkpoints and a progress line (outside a terminal; a bar in one); warning: "
+        "warnings and errors only (as --quiet)",
+        choices=["debug", "info", "warning", "error"],
+    )
+    progress_steps: int = _field(
+        10, "outside a terminal, a progress line every N steps of the stage (or progress_seconds)"
+    )
+    progress_seconds: float = _field(
+        30.0, "outside a terminal, a progress line at least this often (seconds) while a stage runs"
+    )
+    group_by_node: bool = _field(False, "one log directory per Ray node", unimplemented=True)
 
 
 @dataclass

@@ -155,6 +155,8 @@ def _derive(cfg: Config) -> None:
     at_least(cfg.cluster.gpu_per_node, "cluster.gpu_per_node", 0)
     at_least(cfg.monitor.rollout_samples_per_step, "monitor.rollout_samples_per_step", 0)
     at_least(cfg.monitor.rollout_samples_interval, "monitor.rollout_samples_interval", 1)
+    at_least(cfg.log.progress_steps, "log.progress_steps", 1)
+    at_least(cfg.log.progress_seconds, "log.progress_seconds", 1)
     adapt_one_gpu(cfg)  # mode both on one GPU runs colocated, with one warning line
     check_cluster(cfg)
     _derive_synchronizer(cfg)

@@ -7,6 +7,9 @@ inside one Ray actor) and any run or benchmark on a machine without Ray.
         ...                               # one explorer step and the trainer steps it feeds
     summaries = run.finish()              # {"explorer": ..., "trainer": ...}
     # or all of it: summaries = run.run()
+    # with the run's log lines of a `trinity run` (rft_core.runtime.run_log):
+    with StageLog(cfg) as stage_log:
+        summaries = run.run(stage_log=stage_log)
 
 It reuses ``Explorer`` and ``Trainer`` (their ``start`` / ``next_step`` / ``finish``), one
 experience buffer object that both hold (an in-process queue for ``storage_type: queue``), and
@@ -37,6 +40,7 @@ from rft_core.checkpoint.layout import actor_dir, step_dir
 from rft_core.config import Config
 from rft_core.errors import ConfigError
 from rft_core.explorer.explorer import Explorer
+from rft_core.runtime.run_log import StageLog
 from rft_core.sync.schedule import explorer_resume_step
 from rft_core.sync.synchronizer import InProcessSynchronizer
 from rft_core.trainer.trainer import Trainer
@@ -201,13 +205,18 @@ class InProcessRun:
         self.explorer.finish()
         return {"explorer": self.explorer.summary(), "trainer": self.trainer.summary()}
 
-    def run(self, resume_step: int | None = None) -> dict[str, Any]:
+    def run(
+        self, resume_step: int | None = None, stage_log: StageLog | None = None
+    ) -> dict[str, Any]:
         """``start``, every ``step``, ``finish``; a failure is reported by the side it came
-        from (status ``failed``, its log) and raised."""
+        from (status ``failed``, its log) and raised. ``stage_log``: polled after each step (a
+        run without Ray; on Ray the driver polls its own: ``rft_core.runtime.stage``)."""
+        poll = stage_log.poll if stage_log is not None else lambda: None
         try:
             self.start(resume_step)
+            poll()
             while self.step() is not None:
-                pass
+                poll()
             return self.finish()
         except BaseException as err:
             self._failed(err)

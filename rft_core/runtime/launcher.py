@@ -50,6 +50,7 @@ from rft_core.config.registered import check_registered_names
 from rft_core.monitor import dashboard
 from rft_core.plugins import export_plugin_dirs, load_plugins, plugin_dirs_from_env
 from rft_core.registries import registered_names_table
+from rft_core.runtime import run_log
 from rft_core.runtime.preflight import check_joined_cluster, dry_run_checks, preflight
 from rft_core.runtime.ray_cluster import ray_address, start_ray
 from rft_core.runtime.stage import StageResult, run_stage
@@ -173,11 +174,14 @@ def run_experiment(cfg: Config, on_job_dir: Callable[[Any], None] | None = None)
 
 
 def cli_run(args: argparse.Namespace) -> int:
-    """``trinity run --config X [--plugin-dir DIR ...] [--dry-run] [key=value ...]``."""
+    """``trinity run --config X [--plugin-dir DIR ...] [--dry-run] [--quiet] [key=value ...]``."""
+    quiet = bool(getattr(args, "quiet", False))
+    run_log.configure(quiet=quiet)  # the config's warnings in the log's shape too
     own_dirs = list(getattr(args, "plugin_dir", None) or ())
     load_plugins([*own_dirs, *plugin_dirs_from_env()])
     export_plugin_dirs(own_dirs)  # the run's actors load them too
     cfg = load_config(args.config, list(getattr(args, "overrides", None) or ()))
+    run_log.configure(cfg.log.level, quiet)
     if getattr(args, "dry_run", False):
         check_registered_names(cfg, registered_names_table())
         for note in dry_run_checks(cfg):  # the data checks of the run's start

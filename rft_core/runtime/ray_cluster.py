@@ -18,6 +18,11 @@ from rft_core.monitor.events import ENV_REDIS_PREFIX, ENV_REDIS_URL, ENV_RUN_ID
 from rft_core.plugins import ENV_PLUGIN_DIRS
 
 log = logging.getLogger("rft_core.launcher")
+TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+TOKEN_AUTH_ENABLED_NOTICE = "Token authentication is enabled for this Ray cluster"
+# what an actor prints is in its own <job_dir>/log/<role>.log (rft_core.actors.actor_log);
+# forwarded to the driver as well, a vLLM engine's start-up would bury the run's log
+LOG_TO_DRIVER = False
 
 # set in the driver, needed by the actors (Ray starts them with its own environment)
 FORWARDED_ENV = (
@@ -66,11 +71,27 @@ def _probe_ray_address(address: str, timeout_s: float = 5.0) -> None:
         ) from err
 
 
+class _TokenAuthNotice(logging.Filter):
+    """Drops Ray's notice that a new local Ray turned token authentication on (its default, so
+    nothing to act on); its warning that token authentication is off stays."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(TOKEN_AUTH_ENABLED_NOTICE)
+
+
+def _quiet_ray_start_up() -> None:
+    """Ray's start-up notices stay out of the run's log (``rft_core.runtime.run_log``)."""
+    notices = logging.getLogger(TOKEN_AUTH_LOGGER)
+    if not any(isinstance(f, _TokenAuthNotice) for f in notices.filters):
+        notices.addFilter(_TokenAuthNotice())
+
+
 def start_ray(cfg: Config, min_cpus: int = 0) -> bool:
     """Join the given Ray cluster or start a local one (with at least ``min_cpus`` logical
     CPUs). Returns True when this call started (and so must stop) Ray."""
     if ray.is_initialized():
         return False
+    _quiet_ray_start_up()
     address = ray_address(cfg)
     env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
     # in a Ray job (the dashboard's launches; Ray's supervisor sets the variable) the actors
@@ -86,6 +107,7 @@ def start_ray(cfg: Config, min_cpus: int = 0) -> bool:
                 namespace=namespace,
                 runtime_env=runtime_env,
                 logging_level=logging.WARNING,
+                log_to_driver=LOG_TO_DRIVER,
             )
         except (ConnectionError, RuntimeError, ValueError) as err:
             raise ServiceUnavailable(
@@ -104,5 +126,6 @@ def start_ray(cfg: Config, min_cpus: int = 0) -> bool:
         namespace=namespace,
         runtime_env=runtime_env,
         logging_level=logging.WARNING,
+        log_to_driver=LOG_TO_DRIVER,
     )
     return True

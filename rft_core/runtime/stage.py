@@ -27,6 +27,7 @@ from rft_core.errors import ActorFailed, ConfigError, RFTError
 from rft_core.explorer.explorer import Explorer
 from rft_core.rollout.pool import engine_pool_name, remove_engine_pool
 from rft_core.runtime.in_process import InProcessRun, resume_point
+from rft_core.runtime.run_log import StageLog, progress_shown
 from rft_core.sync.synchronizer import start_synchronizer
 from rft_core.trainer.trainer import Trainer
 
@@ -51,11 +52,14 @@ def _actor(cls: type, name: str, cfg: Config, num_gpus: float = 0, **placed: Any
     )
 
 
-def _wait_all(refs: dict[str, Any], actors: dict[str, Any], progress: Any) -> dict[str, Any]:
-    """Wait for every role's ``run`` ref; the first failure cancels the rest and raises
-    ActorFailed naming the role and its error."""
+def _wait_all(
+    refs: dict[str, Any], actors: dict[str, Any], progress: Any, stage_log: StageLog
+) -> dict[str, Any]:
+    """Wait for every role's ``run`` ref, telling the run's log what the roles did each second;
+    the first failure cancels the rest and raises ActorFailed naming the role and its error."""
     pending = dict(refs)
     results: dict[str, Any] = {}
+    shown = next(r for r in ("explorer", "colocate", "trainer") if r in actors)
     while pending:
         done, _ = ray.wait(list(pending.values()), num_returns=1, timeout=1.0)
         for ref in done:
@@ -71,15 +75,17 @@ def _wait_all(refs: dict[str, Any], actors: dict[str, Any], progress: Any) -> di
                     raise ActorFailed(f"{role} failed: {type(cause).__name__}: {cause}") from err
                 logs = "explorer.log, log/trainer.log" if role == "colocate" else f"{role}.log"
                 raise ActorFailed(f"{role} failed: {_one_line(cause)} (see log/{logs})") from err
-        shown = next(r for r in ("explorer", "colocate", "trainer") if r in actors)
-        if progress is not None and shown in pending:
+        info: dict[str, Any] = {}
+        if shown in pending:
             try:
                 info = ray.get(actors[shown].progress.remote(), timeout=5)
-                if info.get("total") and progress.total != info["total"]:
-                    progress.total = info["total"]  # known once the taskset is read
-                progress.update(info["step"] - progress.n)
             except ray.exceptions.GetTimeoutError:
                 pass
+        stage_log.poll(total=info.get("total"))
+        if progress is not None and info:
+            if info.get("total") and progress.total != info["total"]:
+                progress.total = info["total"]  # known once the taskset is read
+            progress.update(info["step"] - progress.n)
     return results
 
 
@@ -100,10 +106,14 @@ def _resume_step(cfg: Config) -> int | None:
     return latest_checkpoint_step(Path(cfg.job_dir))
 
 
+def _in_terminal() -> bool:
+    """Progress as a bar: stderr is a terminal and the log is not quiet (else the run's log has
+    progress lines, ``rft_core.runtime.run_log``)."""
+    return sys.stderr.isatty() and progress_shown()
+
+
 def _progress_bar(cfg: Config, start: int, role: str = "explorer") -> Any:
-    """A tqdm bar of the role's steps, in a terminal only (logs and Ray jobs stay clean)."""
-    if not sys.stderr.isatty():
-        return None
+    """A tqdm bar of the role's steps (in a terminal)."""
     label = cfg.stage_name or cfg.name
     return tqdm(
         total=cfg.buffer.total_steps, initial=start, desc=f"{label} {role} steps", unit="step"
@@ -139,6 +149,43 @@ def _run_stage(cfg: Config, datasets: RunDatasets | None) -> StageResult:
     resume = _resume_step(cfg)
     if resume is not None:
         log.warning("resuming %s from global_step_%d", job_dir, resume)
+    # the explorer's and the trainer ranks' GPUs (rft_core/config/resources.py job_placement)
+    placed = JobPlacementGroup(job_placement(cfg), job_placement_name(str(job_dir)))
+    actors: dict[str, Any] = {}
+    bar = None
+    try:
+        with StageLog(cfg, progress_lines=not _in_terminal()) as stage_log:
+            refs, first = _start_roles(cfg, datasets, resume, placed, actors)
+            if first is not None and _in_terminal():
+                bar = _progress_bar(cfg, first, "trainer" if cfg.mode == "train" else "explorer")
+            out = _wait_all(refs, actors, bar, stage_log)
+    finally:
+        if bar is not None:
+            bar.close()
+        for actor in actors.values():
+            ray.kill(actor)
+        placed.remove()
+        if cfg.explorer.rollout_model.engine_num > 1:
+            remove_engine_pool(engine_pool_name(job_dir))  # a killed explorer leaves its own
+    out.update(out.pop("colocate", {}))  # the in-process run's {"explorer", "trainer"}
+    result.trainer, result.explorer = out.get("trainer"), out.get("explorer")
+    if cfg.mode == "bench":
+        result.bench, result.explorer = result.explorer, None
+    result.wall_time_s = time.perf_counter() - start
+    return result
+
+
+def _start_roles(
+    cfg: Config,
+    datasets: RunDatasets | None,
+    resume: int | None,
+    placed: JobPlacementGroup,
+    actors: dict[str, Any],
+) -> tuple[dict[str, Any], int | None]:
+    """Start the mode's actors (into ``actors``, so that a failure here still kills those
+    started) and their ``run``; returns the refs by role and the step a progress bar starts at
+    (None: no bar, as in ``bench``)."""
+    job_dir = Path(cfg.job_dir)
     prefix = f"{cfg.project}/{cfg.name}/{cfg.stage_name or ''}"
     mode = cfg.mode
     explorer_gpus = gpu_split(cfg)[0]
@@ -148,40 +195,35 @@ def _run_stage(cfg: Config, datasets: RunDatasets | None) -> StageResult:
     )
     tasksets = datasets.tasksets if datasets else None
     rows = datasets.dataset_rows if datasets else None
-    actors: dict[str, Any] = {}
     refs: dict[str, Any] = {}
-    bar = None
-    # the explorer's and the trainer ranks' GPUs (rft_core/config/resources.py job_placement)
-    placed = JobPlacementGroup(job_placement(cfg), job_placement_name(str(job_dir)))
     trainer_at, explorer_at = placed.options("trainer/0"), placed.options("explorer")
     if mode == "bench":
         actors["explorer"] = _actor(Explorer, f"{prefix}/explorer", cfg).remote(
             cfg, None, tasksets=tasksets
         )
         refs["explorer"] = actors["explorer"].bench.remote()
-    elif mode == "train":
+        return refs, None
+    if mode == "train":
         actors["trainer"] = _actor(
             Trainer, f"{prefix}/trainer", cfg, rank0_gpus, **trainer_at
         ).remote(cfg, None, dataset_rows=rows, rank_placement=placed.trainer_ranks())
         refs["trainer"] = actors["trainer"].run.remote(None, resume)
-        bar = _progress_bar(cfg, resume or 0, "trainer")
-    elif mode == "explore":
+        return refs, resume or 0
+    if mode == "explore":
         meta = read_explorer_meta(job_dir) if cfg.continue_from_checkpoint else None
         first = int(meta["latest_iteration"]) if meta else 0
         actors["explorer"] = _actor(
             Explorer, f"{prefix}/explorer", cfg, explorer_gpus, **explorer_at
         ).remote(cfg, None, tasksets=tasksets)
         refs["explorer"] = actors["explorer"].run.remote(first, 0, None)
-        bar = _progress_bar(cfg, first)
-    elif (
-        mode == "colocate"
-    ):  # explorer and trainer in one actor on one GPU: rft_core.runtime.in_process
+        return refs, first
+    if mode == "colocate":  # explorer and trainer in one actor on one GPU: runtime.in_process
         actors["colocate"] = _actor(
             InProcessRun, f"{prefix}/colocate", cfg, 1 if cfg.cluster.gpu_per_node else 0
         ).remote(cfg, tasksets, rows)
         refs["colocate"] = actors["colocate"].run.remote(resume)
-        bar = _progress_bar(cfg, resume_point(cfg, resume)[0])
-    elif mode == "both":
+        return refs, resume_point(cfg, resume)[0]
+    if mode == "both":
         first, weights = resume_point(cfg, resume)
         sync = start_synchronizer(
             f"{prefix}/synchronizer",
@@ -198,29 +240,12 @@ def _run_stage(cfg: Config, datasets: RunDatasets | None) -> StageResult:
         ).remote(cfg, sync, tasksets=tasksets)
         refs["trainer"] = actors["trainer"].run.remote(None, resume)
         refs["explorer"] = actors["explorer"].run.remote(first, resume or 0, weights)
-        bar = _progress_bar(cfg, first)
-    else:
-        raise ConfigError(
-            "mode",
-            f"{mode!r} is not supported by this engine; use both, explore, train, bench or colocate",
-            value=mode,
-        )
-    try:
-        out = _wait_all(refs, actors, bar)
-    finally:
-        if bar is not None:
-            bar.close()
-        for actor in actors.values():
-            ray.kill(actor)
-        placed.remove()
-        if cfg.explorer.rollout_model.engine_num > 1:
-            remove_engine_pool(engine_pool_name(job_dir))  # a killed explorer leaves its own
-    out.update(out.pop("colocate", {}))  # the in-process run's {"explorer", "trainer"}
-    result.trainer, result.explorer = out.get("trainer"), out.get("explorer")
-    if mode == "bench":
-        result.bench, result.explorer = result.explorer, None
-    result.wall_time_s = time.perf_counter() - start
-    return result
+        return refs, first
+    raise ConfigError(
+        "mode",
+        f"{mode!r} is not supported by this engine; use both, explore, train, bench or colocate",
+        value=mode,
+    )
 
 
 __all__ = ["StageResult", "run_stage"]

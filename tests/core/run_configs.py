@@ -1,7 +1,8 @@
 """The configs tests/core loads and runs, as dicts for ``load_config_from_dict``, and the ways
 the tests run one: a minimal config that only loads (no model or data behind it), the demo's
 taskset, a short GRPO run of the tiny demo model (mode both, 2 tasks x 2 samples, 5 steps), an
-``InProcessRun`` step by step, ``trinity run --dry-run`` in a child process, and the registered
+``InProcessRun`` step by step, ``trinity run`` (``--dry-run``, or its output in a file) in a
+child process, and the registered
 names check of a minimal config naming a workflow, as the CLI and the web make it."""
 
 from __future__ import annotations
@@ -96,6 +97,17 @@ def run_config(demo, root: Path, name: str, **sections) -> dict:
     return cfg
 
 
+def colocate_eval_config(demo, root: Path, name: str, steps: int, eval_interval: int) -> dict:
+    """The short run in one process (``mode: colocate``, weights handed over in memory) of
+    ``steps`` steps, with the demo's held-out split evaluated every ``eval_interval`` steps."""
+    cfg = run_config(demo, root, name, synchronizer={"sync_method": "memory"})
+    cfg["mode"] = "colocate"
+    cfg["buffer"]["total_steps"] = steps
+    cfg["buffer"]["explorer_input"]["eval_tasksets"] = [run_taskset(demo, "test", "held-out")]
+    cfg["explorer"]["eval_interval"] = eval_interval
+    return cfg
+
+
 def logged_steps(job_dir: Path, role: str) -> list[int]:
     """The steps a run's ``role`` (explorer, trainer) wrote to its monitor metrics file."""
     path = job_dir / "monitor" / f"{role}_metrics.jsonl"
@@ -130,6 +142,18 @@ def trinity_run(config: Path, *args: str, **options) -> subprocess.CompletedProc
         text=True,
         **options,
     )
+
+
+def trinity_run_to_file(config: Path, log_file: Path, *args: str, **options) -> int:
+    """``trinity run --config CONFIG ARGS > LOG_FILE 2>&1`` in a child Python (its output not
+    a terminal, as under nohup or Slurm); returns its exit code. ``options`` as ``trinity_run``."""
+    with log_file.open("w") as out:
+        return subprocess.run(
+            [sys.executable, "-m", "rft_core.cli", "run", "--config", str(config), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            **options,
+        ).returncode
 
 
 def dry_run(config: Path, *overrides: str, **options) -> subprocess.CompletedProcess:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from run_configs import logged_steps, run_config, run_taskset, trinity_run
+from run_configs import colocate_eval_config, logged_steps, run_config, run_taskset, trinity_run
 
 from rft_core.checkpoint.store import load_checkpoint
 from rft_core.config import load_config_from_dict
@@ -112,11 +112,7 @@ def test_a_failing_actor_stops_the_run_with_a_non_zero_exit(demo, tmp_path):
 
 @pytest.mark.slow
 def test_colocate_hands_weights_over_in_memory_every_step(demo, local_ray, tmp_path):
-    cfg = run_config(demo, tmp_path, "colocate", synchronizer={"sync_method": "memory"})
-    cfg["mode"] = "colocate"
-    cfg["buffer"]["total_steps"] = 3
-    cfg["buffer"]["explorer_input"]["eval_tasksets"] = [run_taskset(demo, "test", "held-out")]
-    cfg["explorer"]["eval_interval"] = 2
+    cfg = colocate_eval_config(demo, tmp_path, "colocate", steps=3, eval_interval=2)
     result = run_experiment(load_config_from_dict(cfg)).last
     assert [tuple(sv) for sv in result.explorer["model_versions"]] == [(1, 0), (2, 1), (3, 2)]
     assert result.trainer["steps"] == 3
