@@ -40,6 +40,7 @@ KEY_METRICS = (
     ("reward", ("rollout/reward/mean",)),
     ("accuracy", ("rollout/accuracy/mean",)),
     ("loss", ("actor/sft_loss", "actor/dpo_loss", "actor/pg_loss", "actor/policy_loss")),
+    ("token accuracy", ("actor/sft_token_accuracy",)),
 )
 STATE_VERBS = {"running": "started", "finished": "finished", "failed": "failed"}
 
