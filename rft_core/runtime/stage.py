@@ -162,7 +162,13 @@ def _run_stage(cfg: Config, datasets: RunDatasets | None) -> StageResult:
     elif mode == "train":
         actors["trainer"] = _actor(
             Trainer, f"{prefix}/trainer", cfg, rank0_gpus, **trainer_at
-        ).remote(cfg, None, dataset_rows=rows, rank_placement=placed.trainer_ranks())
+        ).remote(
+            cfg,
+            None,
+            dataset_rows=rows,
+            rank_placement=placed.trainer_ranks(),
+            tasksets=tasksets,  # the eval tasksets of an SFT stage that evaluates
+        )
         refs["trainer"] = actors["trainer"].run.remote(None, resume)
         bar = _progress_bar(cfg, resume or 0, "trainer")
     elif mode == "explore":
