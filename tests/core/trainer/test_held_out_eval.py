@@ -111,10 +111,10 @@ def sft_runs(demo, local_ray, tmp_path_factory):
 @pytest.mark.slow
 def test_an_sft_stage_evaluates_its_checkpoints_at_start_every_interval_and_at_the_end(sft_runs):
     stage, job_dir = sft_runs[True]
-    rows = [r for r in _metric_rows(job_dir) if ACCURACY in r["metrics"]]
+    rows = [r for r in _metric_rows(job_dir) if ACCURACY in r]
     # eval_on_startup: step 0; sft_eval_interval 2: steps 2 and 4; the last step 5
     assert [r["step"] for r in rows] == [0, 2, 4, 5]
-    accuracy = {r["step"]: r["metrics"][ACCURACY] for r in rows}
+    accuracy = {r["step"]: r[ACCURACY] for r in rows}
     assert all(0.0 <= a <= 1.0 for a in accuracy.values())
     # each row is a greedy eval of the weights the trainer saved at that step
     settings = dict(engine_settings(stage), device="cpu")
@@ -135,12 +135,8 @@ def test_an_sft_stage_without_eval_tasksets_writes_no_eval_and_trains_the_same(s
     assert not stage.buffer.explorer_input.eval_tasksets
     rows = _metric_rows(job_dir)
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
-    assert not [k for r in rows for k in r["metrics"] if k.startswith("eval/")]
+    assert not [k for r in rows for k in r if k.startswith("eval/")]
     # generating with the trainer's own model between steps leaves its training unchanged
-    losses = [r["metrics"]["actor/sft_loss"] for r in rows]
-    evaluated = [
-        r["metrics"]["actor/sft_loss"]
-        for r in _metric_rows(with_evals)
-        if "actor/sft_loss" in r["metrics"]
-    ]
+    losses = [r["actor/sft_loss"] for r in rows]
+    evaluated = [r["actor/sft_loss"] for r in _metric_rows(with_evals) if "actor/sft_loss" in r]
     assert evaluated == losses
