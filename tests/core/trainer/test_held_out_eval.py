@@ -1,6 +1,8 @@
 """An SFT stage's held-out eval (rft_core.trainer.held_out_eval): real runs on Ray with the demo's
-tiny model, 5 SFT steps on one short answer; each eval row must be what a greedy eval of the
-checkpoint saved at that step gives."""
+tiny model. 5 SFT steps at a high learning rate on one answer, twelve 1s, teach the model to
+answer every question with it (measured: from step 2 on), so the held-out accuracy moves from 0
+to 1/2 (the first eval question's answer is that number, the second's is not); each eval row
+must be what a greedy eval of the weights at that step gives."""
 
 import json
 from pathlib import Path
@@ -17,21 +19,21 @@ from rft_core.runtime.launcher import run_experiment
 from rft_core.workflows.evaluation import evaluate_tasksets
 
 ACCURACY = "eval/held-out/accuracy/mean@1"
-QUESTIONS = [("What is 92 + 14?", 106), ("What is 74 + 80?", 154)]
+TAUGHT = "1" * 12  # the answer the SFT rows teach (12 tokens: one per digit)
+QUESTIONS = [("What is 92 + 14?", TAUGHT), ("What is 74 + 80?", "154")]
 
 
 def _sft_stage_config(demo, root: Path, name: str, *, with_evals: bool) -> dict:
-    """One SFT stage of 5 steps of 4 copies of the first question's answer; the run's global
+    """One SFT stage of 5 steps of 4 rows teaching ``TAUGHT``; the run's global
     buffer lists the 2-question eval taskset (with_evals), which the stage inherits."""
     data = root / f"{name}-data"
     data.mkdir()
-    answer = f"<answer>{QUESTIONS[0][1]}</answer>"
     rows = [
         {
             "messages": [
                 {"role": "system", "content": "Think, then answer."},
                 {"role": "user", "content": QUESTIONS[0][0]},
-                {"role": "assistant", "content": answer},
+                {"role": "assistant", "content": TAUGHT},
             ]
         }
     ] * 8
@@ -69,7 +71,7 @@ def _sft_stage_config(demo, root: Path, name: str, *, with_evals: bool) -> dict:
         {
             "stage_name": "sft_warmup",
             "mode": "train",
-            "algorithm": {"algorithm_type": "sft", "optimizer": {"lr": 1e-3}},
+            "algorithm": {"algorithm_type": "sft", "optimizer": {"lr": 1e-2}},
             "buffer": {
                 "train_batch_size": 4,
                 "total_steps": 5,
@@ -116,10 +118,13 @@ def test_an_sft_stage_evaluates_its_checkpoints_at_start_every_interval_and_at_t
     assert [r["step"] for r in rows] == [0, 2, 4, 5]
     accuracy = {r["step"]: r[ACCURACY] for r in rows}
     assert all(0.0 <= a <= 1.0 for a in accuracy.values())
+    # the untrained model answers neither question; trained, it answers both with twelve 1s
+    assert accuracy[0] == 0.0 and accuracy[5] == 0.5
     # each row is a greedy eval of the weights the trainer saved at that step
     settings = dict(engine_settings(stage), device="cpu")
     engine = build_engine("hf", stage.model.model_path, **settings)
     evals = read_explorer_tasksets(stage.buffer.explorer_input).evals
+    assert evaluate_tasksets(evals, engine)[ACCURACY] == accuracy[0]  # the model it started from
     for step in (2, 4, 5):
         engine.load_weights(load_state_dict(actor_dir(step_dir(job_dir, step))), step)
         assert evaluate_tasksets(evals, engine)[ACCURACY] == accuracy[step], step
