@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from run_configs import run_config
+from run_configs import minimal_config, run_config
 
 from rft_core.checkpoint.layout import actor_dir, step_dir
 from rft_core.checkpoint.store import load_state_dict
@@ -16,6 +16,7 @@ from rft_core.config import load_config_from_dict, resolve_stages
 from rft_core.data.taskset import read_explorer_tasksets
 from rft_core.rollout import build_engine, engine_settings
 from rft_core.runtime.launcher import run_experiment
+from rft_core.trainer.held_out_eval import sft_eval_interval
 from rft_core.workflows.evaluation import evaluate_tasksets
 
 ACCURACY = "eval/held-out/accuracy/mean@1"
@@ -145,3 +146,13 @@ def test_an_sft_stage_without_eval_tasksets_writes_no_eval_and_trains_the_same(s
     losses = [r["actor/sft_loss"] for r in rows]
     evaluated = [r["actor/sft_loss"] for r in _metric_rows(with_evals) if "actor/sft_loss" in r]
     assert evaluated == losses
+
+
+def test_the_default_interval_is_the_explorers_widened_to_four_evals_a_stage():
+    cfg = load_config_from_dict(minimal_config())
+    cfg.explorer.eval_interval = 10
+    assert sft_eval_interval(cfg, 20) == 10  # 2 evals: the explorer's interval
+    assert sft_eval_interval(cfg, 450) == 113  # the demo's 450 steps: 113, 226, 339, 450
+    assert sft_eval_interval(cfg, None) == 10  # a stage of unknown length
+    cfg.trainer.sft_eval_interval = 3
+    assert sft_eval_interval(cfg, 450) == 3
