@@ -4,7 +4,7 @@ tasksets for its trainer's held-out eval; every other stage's buffer replaces th
 from __future__ import annotations
 
 import pytest
-from run_configs import minimal_config
+from run_configs import minimal_config, sft_stage
 
 from rft_core.config import load_config_from_dict, resolve_stages
 from rft_core.config.stages import evaluates_in_trainer
@@ -23,18 +23,7 @@ def _staged(**sft_trainer) -> dict:
     d = minimal_config()
     d["buffer"]["explorer_input"]["eval_tasksets"] = [HELD_OUT]
     d["buffer"]["explorer_input"]["default_workflow_type"] = "math_boxed_workflow"
-    sft = {
-        "stage_name": "sft_warmup",
-        "mode": "train",
-        "algorithm": {"algorithm_type": "sft"},
-        "buffer": {
-            "train_batch_size": 4,
-            "total_steps": 2,
-            "trainer_input": {
-                "experience_buffer": {"name": "sft", "storage_type": "file", "path": "/d/sft"}
-            },
-        },
-    }
+    sft = sft_stage("/d/sft.jsonl")
     if sft_trainer:
         sft["trainer"] = sft_trainer
     own = {"stage_name": "own", "buffer": dict(d["buffer"], explorer_input={})}

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from run_configs import minimal_config, run_config
+from run_configs import minimal_config, run_config, sft_stage
 
 from rft_core.checkpoint.layout import actor_dir, step_dir
 from rft_core.checkpoint.store import load_state_dict
@@ -68,25 +68,7 @@ def _sft_stage_config(demo, root: Path, name: str, *, with_evals: bool) -> dict:
             "default_workflow_type": "math_workflow",
         }
         cfg["buffer"]["explorer_input"]["eval_tasksets"] = [held_out]
-    cfg["stages"] = [
-        {
-            "stage_name": "sft_warmup",
-            "mode": "train",
-            "algorithm": {"algorithm_type": "sft", "optimizer": {"lr": 1e-2}},
-            "buffer": {
-                "train_batch_size": 4,
-                "total_steps": 5,
-                "trainer_input": {
-                    "experience_buffer": {
-                        "name": "sft",
-                        "storage_type": "file",
-                        "path": str(data / "sft.jsonl"),
-                        "format": {"messages_key": "messages"},
-                    }
-                },
-            },
-        }
-    ]
+    cfg["stages"] = [sft_stage(data / "sft.jsonl", total_steps=5, optimizer={"lr": 1e-2})]
     return cfg
 
 
