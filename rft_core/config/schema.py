@@ -381,7 +381,7 @@ class TrainerConfig:
         None,
         "mode train without rollouts (SFT, DPO): evaluate on buffer.explorer_input.eval_tasksets "
         "every N trainer steps and after the last, with the trainer's weights (and at step 0 "
-        "with explorer.eval_on_startup); None: explorer.eval_interval, widened to at most 4 "
+        "with explorer.eval_on_startup); None: explorer.eval_interval, widened to at most 3 "
         "evals over the stage; 0: never",
     )
     max_checkpoints_to_keep: int = _field(

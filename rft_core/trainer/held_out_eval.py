@@ -26,7 +26,7 @@ from rft_core.workflows.evaluation import evaluate_tasksets
 
 log = logging.getLogger("rft_core.trainer")
 
-DEFAULT_MAX_EVALS = 4  # sft_eval_interval None: at most this many evals after step 0
+DEFAULT_MAX_EVALS = 3  # sft_eval_interval None: at most this many evals after step 0
 
 
 def sft_eval_interval(cfg: Config, total_steps: int | None) -> int:

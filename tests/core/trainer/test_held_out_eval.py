@@ -130,11 +130,11 @@ def test_an_sft_stage_without_eval_tasksets_writes_no_eval_and_trains_the_same(s
     assert evaluated == losses
 
 
-def test_the_default_interval_is_the_explorers_widened_to_four_evals_a_stage():
+def test_the_default_interval_is_the_explorers_widened_to_three_evals_a_stage():
     cfg = load_config_from_dict(minimal_config())
     cfg.explorer.eval_interval = 10
     assert sft_eval_interval(cfg, 20) == 10  # 2 evals: the explorer's interval
-    assert sft_eval_interval(cfg, 450) == 113  # the demo's 450 steps: 113, 226, 339, 450
+    assert sft_eval_interval(cfg, 450) == 150  # the demo's 450 steps: 150, 300, 450
     assert sft_eval_interval(cfg, None) == 10  # a stage of unknown length
     cfg.trainer.sft_eval_interval = 3
     assert sft_eval_interval(cfg, 450) == 3
