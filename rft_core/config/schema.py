@@ -377,6 +377,13 @@ class TrainerConfig:
     actor_grad_clip: float | None = _field(
         None, "older Trinity-RFT spelling (<= 0.3) of grad_clip (read as it, with a warning)"
     )
+    sft_eval_interval: int | None = _field(
+        None,
+        "mode train without rollouts (SFT, DPO): evaluate on buffer.explorer_input.eval_tasksets "
+        "every N trainer steps and after the last, with the trainer's weights (and at step 0 "
+        "with explorer.eval_on_startup); None: explorer.eval_interval, widened to at most 3 "
+        "evals over the stage; 0: never",
+    )
     max_checkpoints_to_keep: int = _field(
         0,
         "keep the newest N full checkpoints of each stage, delete older global_step_* dirs "

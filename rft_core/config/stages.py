@@ -3,7 +3,10 @@
 Each stage is a full Config: the global config with every section that the stage gives
 *replacing* the global one (Trinity's rule: a stage's ``buffer`` is the whole buffer of that
 stage, not a patch), ``name`` kept and ``stage_name`` set, so its job dir is
-``<root>/<project>/<name>/<stage_name>``. Derived values are computed per stage from what the
+``<root>/<project>/<name>/<stage_name>``. One exception: a stage that trains on a dataset
+(mode train, SFT or DPO: no explorer) and lists no ``buffer.explorer_input.eval_tasksets`` of
+its own keeps the global ones (with the global ``explorer_input``'s defaults), so a warmup stage's trainer evaluates on the run's held-out
+tasksets (``trainer.sft_eval_interval``; 0 turns it off). Derived values are computed per stage from what the
 user wrote, never carried over from the global config: ``rft_core.config.validate`` validates
 each stage this module builds (``resolve_stages`` is there).
 """
@@ -14,6 +17,7 @@ import copy
 import dataclasses
 import logging
 
+from rft_core.config.presets import get_preset
 from rft_core.config.problems import refuse
 from rft_core.config.schema import Config, StageConfig
 from rft_core.errors import ConfigError
@@ -38,7 +42,37 @@ def stage_config(base: Config, stage: StageConfig) -> Config:
             setattr(out, section, copy.deepcopy(value))
     out.stage_name = stage.stage_name
     out.stages = []
+    if inherits_eval_tasksets(out, stage):
+        # with the defaults they are derived by (workflow, reward, system prompt), no training ones
+        inherited = copy.deepcopy(written(base).buffer.explorer_input)
+        inherited.taskset, inherited.tasksets = None, []
+        out.buffer.explorer_input = inherited
     return out
+
+
+def trains_on_a_dataset(cfg: Config) -> bool:
+    """Mode train with an algorithm without rollouts (SFT, DPO): a job with no explorer."""
+    try:
+        return cfg.mode == "train" and not get_preset(cfg.algorithm.algorithm_type).use_rollout
+    except ConfigError:
+        return False  # an unknown algorithm: validation reports it
+
+
+def evaluates_in_trainer(cfg: Config) -> bool:
+    """The job's trainer runs the held-out eval: it trains on a dataset, has eval tasksets and
+    ``trainer.sft_eval_interval`` is not 0."""
+    return (
+        trains_on_a_dataset(cfg)
+        and bool(cfg.buffer.explorer_input.eval_tasksets)
+        and cfg.trainer.sft_eval_interval != 0
+    )
+
+
+def inherits_eval_tasksets(out: Config, stage: StageConfig) -> bool:
+    """The stage's own buffer lists no eval tasksets and its job trains on a dataset: it
+    evaluates on the global eval tasksets (module docstring)."""
+    own = stage.buffer.explorer_input.eval_tasksets if stage.buffer is not None else None
+    return stage.buffer is not None and not own and trains_on_a_dataset(out)
 
 
 def check_stage_list(cfg: Config) -> None:

@@ -55,7 +55,12 @@ from rft_core.config.problems import at_least, collecting, is_collecting, refuse
 from rft_core.config.resources import check_cluster, check_world_size
 from rft_core.config.rollout_schema import AuxiliaryModelConfig
 from rft_core.config.schema import Config, StageConfig
-from rft_core.config.stages import check_stage_list, in_stage, stage_config
+from rft_core.config.stages import (
+    check_stage_list,
+    in_stage,
+    inherits_eval_tasksets,
+    stage_config,
+)
 from rft_core.config.trainer_config import apply_trainer_config
 from rft_core.config.trinity_compat import (
     apply_deprecated,
@@ -128,9 +133,10 @@ def _derive_stage(out: Config, stage: StageConfig, index: int) -> None:
     _derive(out)
     if stage.buffer is not None:  # data errors name the stage's own section
         ei = out.buffer.explorer_input
+        own_evals = [] if inherits_eval_tasksets(out, stage) else ei.eval_tasksets
         for section in [
             *ei.all_tasksets,
-            *ei.eval_tasksets,
+            *own_evals,
             out.buffer.trainer_input.experience_buffer,
         ]:
             if getattr(section, "_yaml_path", None):
@@ -417,6 +423,7 @@ def _derive_trainer(cfg: Config) -> None:
     t = cfg.trainer
     at_least(t.save_interval, "trainer.save_interval", 0)
     at_least(t.max_checkpoints_to_keep, "trainer.max_checkpoints_to_keep", 0)
+    at_least(t.sft_eval_interval, "trainer.sft_eval_interval", 0)
     at_least(t.total_steps, "trainer.total_steps", 1)
     at_least(t.micro_batch_size_per_gpu, "trainer.micro_batch_size_per_gpu", 1)
     at_least(t.world_size, "trainer.world_size", 1)

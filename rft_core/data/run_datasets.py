@@ -1,7 +1,7 @@
 """The datasets one stage of a run reads, read once, before any actor starts.
 
 ``read_run_datasets(cfg)`` reads what the stage's explorer rolls out and evaluates on (its
-tasksets) and, for an algorithm without rollouts, the SFT/DPO dataset its trainer reads in their
+tasksets; the eval ones also for an SFT/DPO trainer that evaluates, ``trainer.held_out_eval``) and, for an algorithm without rollouts, the SFT/DPO dataset its trainer reads in their
 place (mix, mix_chord: the expert SFT dataset is checked too), and returns them with every problem found (each message names its YAML path, so the
 launcher's preflight reports them all in one error). The launcher hands the result to the
 actors (``Explorer(tasksets=...)``, ``Trainer(dataset_rows=...)``), so no dataset is read twice.
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from rft_core.config import Config
 from rft_core.config.expert_data import expert_buffer_config
 from rft_core.config.presets import get_preset, mixes_expert_data
+from rft_core.config.stages import evaluates_in_trainer
 from rft_core.data.sft import check_sft_dataset
 from rft_core.data.source import DatasetConfig, Rows, missing_dataset
 from rft_core.data.taskset import ExplorerTasksets, read_explorer_tasksets
@@ -40,7 +41,7 @@ def read_run_datasets(
     out = RunDatasets()
     problems: list[str] = []
     preset = get_preset(cfg.algorithm.algorithm_type)
-    if cfg.mode in EXPLORING_MODES and preset.use_rollout:
+    if cfg.mode in EXPLORING_MODES and preset.use_rollout or evaluates_in_trainer(cfg):
         out.tasksets = read_explorer_tasksets(cfg.buffer.explorer_input, problems, missing)
     eb = cfg.buffer.trainer_input.experience_buffer
     if not preset.use_rollout and eb is not None and eb.storage_type == "file" and eb.path:

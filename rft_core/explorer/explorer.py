@@ -56,6 +56,7 @@ from rft_core.rollout.pool import EnginePool, engine_pool_name
 from rft_core.sync.checkpoint_watch import CheckpointWatch
 from rft_core.sync.schedule import explorer_syncs_after, trainer_version_for_explorer_sync
 from rft_core.sync.synchronizer import WeightReceiver
+from rft_core.workflows.evaluation import evaluate_tasksets, run_workflows
 
 log = logging.getLogger("rft_core.explorer")
 
@@ -268,23 +269,15 @@ class Explorer(RunActor):
     def _run_workflows(
         self, tasks: list[Task], repeat_times: int, *, step_wise: bool = False
     ) -> list[Experience]:
-        """Every task's experiences; ``step_wise`` (training with a turn-level advantage fn,
-        multi_step_grpo / gigpo): multi-turn workflows emit one experience per turn."""
-        by_workflow: dict[str, list[Task]] = defaultdict(list)
-        for task in tasks:
-            by_workflow[task.workflow].append(task)
-        experiences: list[Experience] = []
-        for name, group in by_workflow.items():
-            first = group[0]
-            path = f"{first.yaml_path}.{first.workflow_from}"
-            workflow = workflows.get(name, path=path)(first.workflow_args)
-            # set after construction: subclasses whose __init__ takes only args still work
-            workflow.auxiliary_models = list(self._auxiliary_models)
-            workflow.step_wise = step_wise
-            experiences.extend(workflow.run_batch(group, self._engine, repeat_times))
-            for part, seconds in (getattr(workflow, "timings", None) or {}).items():
-                self._timings[part] = self._timings.get(part, 0.0) + seconds
-        return experiences
+        """Every task's experiences on the rollout engine (``workflows.evaluation``)."""
+        return run_workflows(
+            tasks,
+            self._engine,
+            repeat_times,
+            auxiliary_models=self._auxiliary_models,
+            step_wise=step_wise,
+            timings=self._timings,
+        )
 
     def _advantage_args(self, fn: Any, args: Any) -> dict[str, Any]:
         """``algorithm.advantage_fn_args`` that ``fn`` takes (the rest warned about once)."""
@@ -417,19 +410,12 @@ class Explorer(RunActor):
 
         start = time.perf_counter()
         self.monitor.phase("eval", step)
-        metrics: dict[str, float] = {}
-        for taskset in self.tasksets().evals:
-            ts_cfg = taskset.cfg
-            tasks = (
-                TasksetReader(
-                    taskset, batch_size=len(taskset), total_epochs=1, total_steps=None
-                ).next_batch()
-                or []
-            )
-            k = ts_cfg.repeat_times or (ts_cfg.rollout_args.n if ts_cfg.rollout_args else None) or 1
-            experiences = self._run_workflows(tasks, k)
-            for key, value in workflows.eval_metrics(experiences, ts_cfg.name, k).items():
-                metrics[prefix + key.removeprefix("eval")] = value
+        metrics = evaluate_tasksets(
+            self.tasksets().evals,
+            self._engine,
+            auxiliary_models=self._auxiliary_models,
+            prefix=prefix,
+        )
         if metrics:
             metrics[f"time/{prefix}"] = time.perf_counter() - start
             # the weights this eval measured (a bench of global_step_S is S): the evaluation

@@ -206,7 +206,13 @@ def _start_roles(
     if mode == "train":
         actors["trainer"] = _actor(
             Trainer, f"{prefix}/trainer", cfg, rank0_gpus, **trainer_at
-        ).remote(cfg, None, dataset_rows=rows, rank_placement=placed.trainer_ranks())
+        ).remote(
+            cfg,
+            None,
+            dataset_rows=rows,
+            rank_placement=placed.trainer_ranks(),
+            tasksets=tasksets,  # the eval tasksets of an SFT stage that evaluates
+        )
         refs["trainer"] = actors["trainer"].run.remote(None, resume)
         return refs, resume or 0
     if mode == "explore":

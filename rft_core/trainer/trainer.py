@@ -7,6 +7,8 @@ publishes its weights to the synchronizer; every ``trainer.save_interval`` steps
 the end) it writes a full checkpoint in the seed's tree and prunes to
 ``max_checkpoints_to_keep``. At end of data it saves a final checkpoint (HF weights unless
 ``save_hf_checkpoint: never``) and hands its final weights to the explorer's closing eval.
+A job that trains on a dataset (SFT, DPO in ``train`` mode) has no explorer: its trainer runs
+the held-out eval on the eval tasksets itself (``rft_core.trainer.held_out_eval``).
 Each step sends the monitor its log-probs of the rollouts the explorer kept for the dashboard,
 or (DPO) the pairs it kept itself (``rft_core.explorer.rollout_samples``).
 
@@ -40,8 +42,10 @@ from rft_core.config import Config
 from rft_core.config.expert_data import expert_buffer_config, expert_rows_per_step
 from rft_core.config.presets import get_preset, mixes_expert_data
 from rft_core.config.resources import trainer_world_size
+from rft_core.config.stages import evaluates_in_trainer
 from rft_core.data import load_sft_dataset
 from rft_core.data.source import Rows
+from rft_core.data.taskset import ExplorerTasksets
 from rft_core.errors import ConfigError
 from rft_core.explorer.rollout_samples import (
     keeps_step,
@@ -53,6 +57,7 @@ from rft_core.messages import experiences_from_messages
 from rft_core.monitor.monitor import step_summary
 from rft_core.sync.schedule import trainer_syncs_after
 from rft_core.sync.synchronizer import WeightSender, sync_call
+from rft_core.trainer.held_out_eval import HeldOutEval
 from rft_core.trainer.policy import PolicyUpdater
 from rft_core.trainer.ranks import TrainerRanks
 
@@ -106,8 +111,11 @@ class Trainer(RunActor):
         experience_buffer: Any = None,
         logger_name: str = "rft_core",
         rank_placement: tuple[Any, list[int]] | None = None,
+        tasksets: ExplorerTasksets | None = None,
     ):
         super().__init__(cfg, synchronizer, role, logger_name)
+        self._tasksets = tasksets  # the eval tasksets an SFT/DPO job evaluates on (held_out_eval)
+        self._eval: HeldOutEval | None = None
         self._rank_placement = rank_placement  # (placement group, bundle of ranks 1..W-1)
         self._dataset_rows = dataset_rows  # train mode's SFT/DPO file as the preflight read it
         self.saved_steps: list[int] = []
@@ -395,6 +403,12 @@ class Trainer(RunActor):
         self.monitor.status("running", f"{self.role} started")
         self._build(model_path or self.cfg.model.model_path, resume_step)
         self._last_saved = self.step if resume_step is not None else None
+        if evaluates_in_trainer(self.cfg):  # SFT/DPO in mode train: no explorer evaluates
+            ends = [n for n in (self.step_limit, getattr(self._source, "total_steps", None)) if n]
+            total = min(ends) if ends else None
+            self._eval = HeldOutEval(self.cfg, self.monitor, total, self._tasksets, self.device)
+            if self.cfg.explorer.eval_on_startup and self.step == 0:
+                self._eval.evaluate(self.policy, 0)
 
     @property
     def step_limit(self) -> int | None:
@@ -434,15 +448,19 @@ class Trainer(RunActor):
             experiences = list(experiences) + expert
         self.monitor.phase("train", self.step + 1)
         metrics = self.train_step(experiences, waited=waited)
+        if self._eval is not None and self._eval.due(self.step):
+            self._eval.evaluate(self.policy, self.step)  # before the checkpoint it measured
         if tr.save_interval and self.step % tr.save_interval == 0:
             self.save(save_hf=tr.save_hf_checkpoint == "always")
             self._last_saved = self.step
         return metrics
 
     def finish(self) -> dict[str, Any]:
-        """The final checkpoint (HF weights unless ``save_hf_checkpoint: never``), the final
-        weights for the explorer's closing eval, the ``finished`` status. Returns the summary."""
+        """The last held-out eval (SFT/DPO), the final checkpoint (HF weights unless
+        ``save_hf_checkpoint: never``), the final weights for the explorer's closing eval, the ``finished`` status. Returns the summary."""
         tr = self.cfg.trainer
+        if self._eval is not None and self.last_metrics and self._eval.last_step != self.step:
+            self._eval.evaluate(self.policy, self.step)  # the trained weights, once
         if self.step > 0 and self._last_saved != self.step:
             self.save(save_hf=tr.save_hf_checkpoint != "never")
         elif self.step > 0 and tr.save_hf_checkpoint == "last" and self._final_lacks_hf():

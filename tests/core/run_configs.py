@@ -1,8 +1,8 @@
 """The configs tests/core loads and runs, as dicts for ``load_config_from_dict``, and the ways
 the tests run one: a minimal config that only loads (no model or data behind it), the demo's
-taskset, a short GRPO run of the tiny demo model (mode both, 2 tasks x 2 samples, 5 steps), an
-``InProcessRun`` step by step, ``trinity run`` (``--dry-run``, or its output in a file) in a
-child process, and the registered
+taskset, a short GRPO run of the tiny demo model (mode both, 2 tasks x 2 samples, 5 steps), an SFT
+stage of it, an ``InProcessRun`` step by step, ``trinity run`` (``--dry-run``, or its output in a
+file) in a child process, and the registered
 names check of a minimal config naming a workflow, as the CLI and the web make it."""
 
 from __future__ import annotations
@@ -106,6 +106,28 @@ def colocate_eval_config(demo, root: Path, name: str, steps: int, eval_interval:
     cfg["buffer"]["explorer_input"]["eval_tasksets"] = [run_taskset(demo, "test", "held-out")]
     cfg["explorer"]["eval_interval"] = eval_interval
     return cfg
+
+
+def sft_stage(path: str | Path, *, total_steps: int = 2, **algorithm) -> dict:
+    """An ``sft_warmup`` stage (mode train) of ``total_steps`` SFT steps of 4 rows from the
+    messages file at ``path``; ``algorithm`` updates its algorithm section (optimizer, ...)."""
+    return {
+        "stage_name": "sft_warmup",
+        "mode": "train",
+        "algorithm": {"algorithm_type": "sft", **algorithm},
+        "buffer": {
+            "train_batch_size": 4,
+            "total_steps": total_steps,
+            "trainer_input": {
+                "experience_buffer": {
+                    "name": "sft",
+                    "storage_type": "file",
+                    "path": str(path),
+                    "format": {"messages_key": "messages"},
+                }
+            },
+        },
+    }
 
 
 def logged_steps(job_dir: Path, role: str) -> list[int]:
