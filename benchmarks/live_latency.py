@@ -157,8 +157,40 @@ class DemoTraining:
         self.submitted = False
 
     def describe(self) -> str:
-        nice = "the stack's default" if self.niceness is None else self.niceness
-        return f"Ray head at {self.address}, RAY_worker_niceness {nice}"
+        return f"Ray head at {self.address}, actors at niceness {self.niceness_now}"
+
+    def actors(self) -> list:
+        """The head's actor processes (``ray::Trainer``, ...): not the job's supervisor and
+        driver, which Ray runs at niceness 0 whatever RAY_worker_niceness says."""
+        import psutil
+
+        found = []
+        for proc in psutil.Process(self.head.pid).children(recursive=True):
+            try:
+                title = " ".join(proc.cmdline()[:1])
+            except psutil.Error:
+                continue
+            if title.startswith("ray::") and not title.startswith("ray::JobSupervisor"):
+                found.append(proc)
+        return found
+
+    @property
+    def niceness_now(self) -> str:
+        """The actors' niceness above the head's (the web's, when the benchmark runs niced)."""
+        import psutil
+
+        base = psutil.Process(self.head.pid).nice()
+        values = sorted({p.nice() - base for p in self.actors()})
+        return ",".join(map(str, values)) or "?"
+
+    def renice(self, niceness: int) -> None:
+        """What RAY_worker_niceness would have started them with (an increment on the head's
+        niceness, as Ray's), set on the running actors."""
+        import psutil
+
+        base = psutil.Process(self.head.pid).nice()
+        for proc in self.actors():
+            proc.nice(min(19, base + niceness))
 
     def start(self, timeout_s: float = 900) -> None:
         """Head up, job submitted, and back once the trainer has finished a first step."""
@@ -316,15 +348,37 @@ async def snapshot(args, experiment: Experiment, origin: str, cookie: str) -> No
     )
 
 
+def report_beside(quiets: list[dict], rows: list[tuple]) -> None:
+    """One line per niceness: the figures beside the training, their ratio to the quiet peer
+    (the mean of the runs before and after the training), the trainer's pace in that window."""
+    peer = {q: statistics.fmean(x[q] for x in quiets) for q in ("p50", "p95", "p99")}
+    print(
+        f"quiet peer (mean of {len(quiets)}): p50 {peer['p50']:.0f} / p95 {peer['p95']:.0f} / "
+        f"p99 {peer['p99']:.0f} ms; lost {sum(x['lost'] for x in quiets)}, "
+        f"doubled {sum(x['doubled'] for x in quiets)}"
+    )
+    print("niceness | p50 / p95 / p99 ms | p95 / quiet | lost / doubled | trainer steps/s | load")
+    for niceness, busy, times in rows:
+        seconds = busy["window"][1] - busy["window"][0]
+        pace = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else float("nan")
+        print(
+            f"{niceness} | {busy['p50']:.0f} / {busy['p95']:.0f} / {busy['p99']:.0f} | "
+            f"x{busy['p95'] / max(peer['p95'], 1e-9):.2f} | {busy['lost']} / {busy['doubled']} | "
+            f"{pace:.3f} ({len(times)} steps in {seconds:.0f} s) | "
+            f"{busy['load'][0]:.1f}-{busy['load'][1]:.1f}"
+        )
+
+
 async def bench(args) -> None:
     call_command("migrate", verbosity=0)
     user = get_user_model().objects.create_user(
         "bench", password=None, id=random.randrange(10**9, 2 * 10**9)
     )
     experiment = Experiment.objects.create(owner=user, name="bench", config_yaml="", config={})
-    peer = new_run(experiment, 1)
-    beside = new_run(experiment, 2) if args.beside_demo else None
-    runs = [r for r in (peer, beside) if r is not None]
+    # the quiet peer, one run beside the training at each niceness, the quiet peer again after
+    sweep = args.sweep if args.beside_demo else []
+    runs = [new_run(experiment, n) for n in range(1, len(sweep) + (3 if args.beside_demo else 2))]
+    peer = runs[0]
     cookie = session_cookie(user)
     client = redis.Redis.from_url(os.environ["REDIS_URL"])
     port = free_port()
@@ -350,28 +404,24 @@ async def bench(args) -> None:
                         break
                 except aiohttp.ClientError:
                     await asyncio.sleep(0.1)
-        print("== quiet: no training" if beside else "== live page")
-        quiet = await measure(args, peer, origin, cookie, client)
-        if beside is not None:
+        print("== quiet: no training" if args.beside_demo else "== live page")
+        quiets = [await measure(args, peer, origin, cookie, client)]
+        rows = []
+        if args.beside_demo:
             training = DemoTraining(args.niceness)
             await asyncio.to_thread(training.start)
-            print(f"== beside the demo training ({training.describe()})")
-            busy = await measure(args, beside, origin, cookie, client)
-            times = training.step_times(*busy["window"])
-            seconds = busy["window"][1] - busy["window"][0]
-            pace = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else float("nan")
-            print(
-                f"training: {len(times)} trainer steps in the {seconds:.0f} s window "
-                f"({len(times) / seconds:.3f} steps/s; {pace:.2f} s a step between the first and last)"
-            )
-            print(
-                "beside / quiet: "
-                + ", ".join(
-                    f"{q} x{busy[q] / max(quiet[q], 1e-9):.2f}" for q in ("p50", "p95", "p99")
-                )
-                + f"; lost {quiet['lost']} / {busy['lost']}, doubled {quiet['doubled']} / {busy['doubled']}"
-            )
-        if args.points and beside is None:
+            for run, niceness in zip(runs[1:], sweep, strict=False):
+                if niceness is not None:
+                    training.renice(niceness)
+                print(f"== beside the demo training ({training.describe()})")
+                busy = await measure(args, run, origin, cookie, client)
+                rows.append((training.niceness_now, busy, training.step_times(*busy["window"])))
+            training.stop()
+            training = None
+            print("== quiet again: the training stopped")
+            quiets.append(await measure(args, runs[-1], origin, cookie, client))
+            report_beside(quiets, rows)
+        if args.points and not args.beside_demo:
             await snapshot(args, experiment, origin, cookie)
     finally:
         if training is not None:
@@ -402,6 +452,13 @@ def main() -> None:
         type=int,
         default=None,
         help="RAY_worker_niceness of the demo's actors (default: the stack's)",
+    )
+    parser.add_argument(
+        "--sweep",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[None],
+        help="with --beside-demo: measure at each of these actor niceness values (e.g. 0,5,10), "
+        "the running actors reniced between windows: one training, adjacent windows",
     )
     asyncio.run(bench(parser.parse_args()))
 
