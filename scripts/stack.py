@@ -41,10 +41,10 @@ ENV_FILE = VAR / "run.env"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 PG_CANDIDATE = "postgres://postgres@127.0.0.1:5432/test"
 # The Ray actors' niceness above the web's (RAY_worker_niceness; the job's driver stays at 0).
-# The demo trains on the cores the run page is served from: at 0 the page's p95 was 3.7 s
-# beside it. At 10 the web (daphne, ingestor) wins the cores when it has work, and the training
-# keeps the rest; Ray's own 15 starved the actors on a busy machine. benchmarks/README.md
-# (live_latency.py --beside-demo --sweep 0,10,...): p95 -28%, trainer steps/s -13% at 10 vs 0.
+# The demo trains on the cores the run page is served from: at 10 the web (daphne, ingestor)
+# wins them when it has work and the training keeps the rest; Ray's own 15 starved the actors
+# on a busy machine. live_latency.py --beside-demo at 1,000 events/s x 50 clients, 2 cores:
+# p95 208 ms at 10 vs 861 ms at 0, trainer -14% steps/s (benchmarks/README.md).
 ACTOR_NICENESS = "10"
 
 
