@@ -44,7 +44,7 @@ PG_CANDIDATE = "postgres://postgres@127.0.0.1:5432/test"
 # The demo trains on the cores the run page is served from: at 10 the web (daphne, ingestor)
 # wins them when it has work and the training keeps the rest; Ray's own 15 starved the actors
 # on a busy machine. live_latency.py --beside-demo at 1,000 events/s x 50 clients, 2 cores:
-# p95 208 ms at 10 vs 861 ms at 0, trainer -14% steps/s (benchmarks/README.md).
+# p95 532 ms at 10 vs 992 ms at 0, trainer -8% steps/s (benchmarks/README.md).
 ACTOR_NICENESS = "10"
 
 
