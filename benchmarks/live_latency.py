@@ -176,21 +176,27 @@ class DemoTraining:
 
     @property
     def niceness_now(self) -> str:
-        """The actors' niceness above the head's (the web's, when the benchmark runs niced)."""
+        """The actors' niceness above the head's (the web's, when the benchmark runs niced),
+        and the cores they may run on."""
         import psutil
 
         base = psutil.Process(self.head.pid).nice()
-        values = sorted({p.nice() - base for p in self.actors()})
-        return ",".join(map(str, values)) or "?"
+        actors = self.actors()
+        values = sorted({p.nice() - base for p in actors})
+        cores = sorted({c for p in actors for c in p.cpu_affinity()})
+        return f"{','.join(map(str, values)) or '?'} on cores {cores}"
 
-    def renice(self, niceness: int) -> None:
+    def renice(self, niceness: int, cores: int | None = None) -> None:
         """What RAY_worker_niceness would have started them with (an increment on the head's
-        niceness, as Ray's), set on the running actors."""
+        niceness, as Ray's), set on the running actors; ``cores``: keep them to the last that
+        many cores (the web keeps the others), None: every core."""
         import psutil
 
         base = psutil.Process(self.head.pid).nice()
+        every = list(range(psutil.cpu_count()))
         for proc in self.actors():
             proc.nice(min(19, base + niceness))
+            proc.cpu_affinity(every[-cores:] if cores else every)
 
     def start(self, timeout_s: float = 900) -> None:
         """Head up, job submitted, and back once the trainer has finished a first step."""
@@ -410,9 +416,9 @@ async def bench(args) -> None:
         if args.beside_demo:
             training = DemoTraining(args.niceness)
             await asyncio.to_thread(training.start)
-            for run, niceness in zip(runs[1:], sweep, strict=False):
-                if niceness is not None:
-                    training.renice(niceness)
+            for run, setting in zip(runs[1:], sweep, strict=False):
+                if setting is not None:
+                    training.renice(*setting)
                 print(f"== beside the demo training ({training.describe()})")
                 busy = await measure(args, run, origin, cookie, client)
                 rows.append((training.niceness_now, busy, training.step_times(*busy["window"])))
@@ -455,10 +461,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--sweep",
-        type=lambda text: [int(n) for n in text.split(",")],
+        type=lambda text: [tuple(int(n) for n in item.split("/")) for item in text.split(",")],
         default=[None],
-        help="with --beside-demo: measure at each of these actor niceness values (e.g. 0,5,10), "
-        "the running actors reniced between windows: one training, adjacent windows",
+        help="with --beside-demo: measure at each of these actor niceness values (e.g. 0,5,10; "
+        "10/1: niceness 10 on one core), the running actors reniced between windows: one "
+        "training, adjacent windows",
     )
     asyncio.run(bench(parser.parse_args()))
 
