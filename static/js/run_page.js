@@ -501,16 +501,37 @@
     addSamples(samples);
   }
 
+  // `events` batches in seq order: what continues our sequence is applied in ONE applyEvents
+  // (one extendTraces per trace, one log append); a gap stops there and refetches
+  function onBatches(msgs) {
+    if (S.last === null) { S.buffer.push.apply(S.buffer, msgs); return; }
+    var events = [], last = S.last, gap = false;
+    msgs.forEach(function (msg) {
+      if (gap || msg.last_seq <= last) return;
+      if (msg.first_seq > last + 1) { gap = true; return; }
+      // continues (or overlaps) what we have: its tail continues our sequence
+      (msg.events || []).forEach(function (ev) { if (ev.seq > last) { events.push(ev); last = ev.seq; } });
+    });
+    if (events.length) applyEvents(events);
+    if (gap) catchUp();
+  }
+
+  // The socket's batches wait for the next animation frame and are applied together: beside a
+  // busy run (the demo training on the same cores) the page draws once a frame, not per batch.
+  // A hidden tab gets no frames: the timer applies them within a second there.
+  var frameBatches = [], frameRequest = null, frameTimer = null;
+  function flushFrame() {
+    if (frameRequest !== null) cancelAnimationFrame(frameRequest);
+    clearTimeout(frameTimer);
+    frameRequest = frameTimer = null;
+    var msgs = frameBatches; frameBatches = [];
+    onBatches(msgs);
+  }
   function onBatch(msg) {
-    if (S.last === null) { S.buffer.push(msg); return; }
-    if (msg.last_seq <= S.last) return;
-    if (msg.first_seq === S.last + 1) { applyEvents(msg.events || []); return; }
-    if (msg.first_seq <= S.last) {
-      // overlaps what we have: its tail continues our sequence
-      applyEvents((msg.events || []).filter(function (ev) { return ev.seq > S.last; }));
-      return;
-    }
-    catchUp(); // a gap
+    frameBatches.push(msg);
+    if (frameRequest !== null) return;
+    frameRequest = requestAnimationFrame(flushFrame);
+    frameTimer = setTimeout(flushFrame, 1000);
   }
 
   function getJSON(url) {
@@ -536,7 +557,7 @@
       S.samples = (snap.samples || []).slice();
       renderSamples();
       var buffered = S.buffer; S.buffer = [];
-      buffered.sort(function (a, b) { return a.first_seq - b.first_seq; }).forEach(onBatch);
+      onBatches(buffered.sort(function (a, b) { return a.first_seq - b.first_seq; }));
       root.dataset.live = "ready";
     });
   }
