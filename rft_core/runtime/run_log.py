@@ -216,14 +216,17 @@ class StageLog:
         if state.step is None or step > state.step:
             state.step, state.last_seen = step, seen
         state.first_seen = state.first_seen or seen
+        if role == self.lead:  # a line per N steps also when one poll reads several steps
+            self._progress(by_time=False)
 
-    def _progress(self) -> None:
+    def _progress(self, by_time: bool = True) -> None:
         lead = self.roles[self.lead]
         now = time.monotonic()
         last_at, last_step = self.last_progress
         step = lead.step if lead.step is not None else last_step
         due_by_steps = step // self.every_steps > last_step // self.every_steps
-        if not self.progress_lines or not (due_by_steps or now - last_at >= self.every_s):
+        due_by_time = by_time and now - last_at >= self.every_s
+        if not self.progress_lines or not (due_by_steps or due_by_time):
             return
         self.last_progress = (now, step)
         log.info("%s", self._progress_text(lead))

@@ -63,9 +63,9 @@ def _shown(line: str, metric: str) -> float:
     return float(re.search(re.escape(metric) + r"=([-\d.e]+)", line).group(1))
 
 
-def _eval_metric(job_dir: Path, metric: str) -> dict[int, float]:
-    """{step: value} of an eval metric in the explorer's monitor metrics file."""
-    rows = [json.loads(r) for r in (job_dir / "monitor" / "explorer_metrics.jsonl").open()]
+def _eval_metric(job_dir: Path, metric: str, role: str = "explorer") -> dict[int, float]:
+    """{step: value} of an eval metric in the role's monitor metrics file."""
+    rows = [json.loads(r) for r in (job_dir / "monitor" / f"{role}_metrics.jsonl").open()]
     return {r["step"]: r[metric] for r in rows if metric in r}
 
 
@@ -107,11 +107,15 @@ def test_a_demo_run_with_stderr_in_a_file_logs_stages_roles_evals_checkpoints_an
     ), text
     assert any(m.startswith("rft: step 1/2 (50%), reward ") for m in rft), text
     assert any(re.match(r"rft: step 2/2 \(100%\), reward .*, [\d.]+ steps/s", m) for m in rft), text
-    # the eval at step 2 with the accuracy the explorer's metrics file holds (none in SFT)
+    # the eval at step 2 with the accuracy the explorer's metrics file holds; in SFT, the
+    # trainer's held-out eval of the run's eval taskset at its last step (2), in its own file
     (eval_line,) = [m for m in rft if m.startswith("rft: eval at step 2: ")]
     logged = _eval_metric(job / "rft", f"eval/{ACCURACY}")[2]
     assert math.isclose(_shown(eval_line, ACCURACY), logged, abs_tol=1e-4), eval_line
-    assert not any(" eval at " in m for m in sft)
+    (sft_eval,) = [m for m in sft if " eval at " in m]
+    assert sft_eval.startswith("sft_warmup: eval at step 2: "), sft_eval
+    sft_logged = _eval_metric(job / "sft_warmup", f"eval/{ACCURACY}", role="trainer")[2]
+    assert math.isclose(_shown(sft_eval, ACCURACY), sft_logged, abs_tol=1e-4), sft_eval
     # each stage's checkpoint named, and on disk
     for stage, lines_of in (("sft_warmup", sft), ("rft", rft)):
         path = job / stage / "global_step_2"
