@@ -111,6 +111,9 @@ def in_stage(err: ConfigError, stage: StageConfig, index: int) -> ConfigError:
     """``err`` of stage ``index`` at the path where the stage or the global section wrote it."""
     head = err.path.split(".")[0].split("[")[0]
     given = head == "mode" and stage.mode is not None or getattr(stage, head, None) is not None
+    if given and err.path.startswith("buffer.explorer_input.eval_tasksets"):
+        # a stage's own buffer that lists no eval tasksets evaluates on the global ones
+        given = bool(stage.buffer.explorer_input.eval_tasksets)
     path = f"stages[{index}].{err.path}" if given else err.path
     note = "" if given else f" (inherited by stage {stage.stage_name!r})"
     out = ConfigError(path, err.message + note, value=err.value, allowed=err.allowed)

@@ -104,7 +104,8 @@ def test_a_pruned_checkpoint_is_not_offered_for_evaluation_and_is_refused(alice,
     assert Evaluation.objects.count() == 0
     api.force_login(alice)
     page = api.get(f"/runs/{run.pk}/evaluations/").content.decode()
-    assert f'value="{rows[20].pk}" data-stage="rft" data-step="20" disabled' in page
+    assert f'value="{rows[20].pk}"' not in page  # pruned: not offered at all, but counted
+    assert 'id="pruned-note">' in page and "pruned checkpoint" in page
     assert f'value="{rows[10].pk}" data-stage="rft" data-step="10" >' in page
 
 

@@ -24,7 +24,7 @@ LENGTHS = (
 )
 DUPLICATE = (
     "duplicate eval taskset name 'arithmetic-eval' (also eval_tasksets[0]); metric names "
-    "eval/<name>/... would collide (inherited by stage 'rft')"
+    "eval/<name>/... would collide (inherited by stages 'sft_warmup', 'rft')"
 )
 QUEUE = "queue has no writer in mode train with algorithm_type sft; use file (a dataset) or sql"
 GROUP = (
@@ -34,7 +34,8 @@ GROUP = (
 
 
 def _three_rules_broken() -> dict:
-    """The demo with a duplicate eval name (global buffer, inherited by the rft stage), a queue
+    """The demo with a duplicate eval name (global buffer, inherited by both stages: the SFT
+    warmup evaluates on the global eval tasksets too), a queue
     the SFT warmup stage cannot read, and a group of one in the rft stage."""
     data = yaml.safe_load(django_settings.RFT_DEMO_CONFIG.read_text())
     ei = data["buffer"]["explorer_input"]
@@ -44,10 +45,10 @@ def _three_rules_broken() -> dict:
     return data
 
 
-EXPECTED = [
+EXPECTED = [  # stage by stage: the SFT warmup's two problems first
+    ("buffer.explorer_input.eval_tasksets[1].name", DUPLICATE),
     ("stages[0].buffer.trainer_input.experience_buffer.storage_type", QUEUE),
     ("stages[1].algorithm.repeat_times", GROUP),
-    ("buffer.explorer_input.eval_tasksets[1].name", DUPLICATE),
 ]
 
 
@@ -99,7 +100,7 @@ def test_the_form_puts_each_cross_field_error_beside_its_field(client, roots):
 
     assert LENGTHS in beside("model.max_model_len")
     # a stage's overrides are fields of their own (stages[0].buffer....storage_type)
-    assert escape(QUEUE) in beside(EXPECTED[0][0])
-    assert escape(GROUP) in beside(EXPECTED[1][0])
+    assert escape(QUEUE) in beside(EXPECTED[1][0])
+    assert escape(GROUP) in beside(EXPECTED[2][0])
     assert escape(DUPLICATE) in beside("buffer.explorer_input.eval_tasksets[1].name")
     assert "Not saved: 4 problems, each beside its field" in page
