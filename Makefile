@@ -54,29 +54,27 @@ demo: setup
 	@echo "   logs: var/log/<process>.log, restarts: var/log/restarts.log; \`$(BIN)/supervisorctl -c var/supervisord.conf status\`; Ctrl-C stops all"
 	@PATH="$(BIN):$$PATH" $(PY) scripts/stack.py supervise
 
-# Both passes run at once, each spread over pytest-xdist processes (a test file stays on one
-# process, so its module fixtures are shared): most tests wait on a server, a subprocess or Ray,
-# and one pytest process left the 2 cores idle half the time. TEST_WORKERS=0 runs one process.
+# The two passes run one after the other, each in one pytest process by default. TEST_WORKERS=N
+# spreads each pass over N pytest-xdist processes (a test file to a process, so its module
+# fixtures are shared): most tests wait on a server, a subprocess or Ray. On a 2-core machine N=4
+# ran the SQLite pass's first 95% in ~15 minutes, but the load it makes (15-25) times out some
+# browser and Ray tests, so it is not yet the default (issue 31).
 # Reports: var/test-reports/{sqlite,postgres}.xml (JUnit) and the 50 slowest tests of each pass.
-TEST_WORKERS ?= 4
-PG_TEST_WORKERS ?= 2
+TEST_WORKERS ?= 0
+PG_TEST_WORKERS ?= $(TEST_WORKERS)
 TEST_REPORTS := var/test-reports
 
 test: setup
-	@mkdir -p $(TEST_REPORTS); pg=$$($(PY) scripts/stack.py postgres-url); rc2=0; pgpid=""; \
-	if [ -n "$$pg" ]; then \
-	  echo "== pass 2 started beside pass 1: webapp + workers tests that use a database, PostgreSQL at $$pg (output at the end; $(TEST_REPORTS)/postgres.log)"; \
-	  DATABASE_URL="$$pg" PATH="$(BIN):$$PATH" $(PY) -m pytest tests/webapp tests/workers -m "not no_test_database" \
-	    -n $(PG_TEST_WORKERS) --dist loadfile --junitxml=$(TEST_REPORTS)/postgres.xml > $(TEST_REPORTS)/postgres.log 2>&1 & pgpid=$$!; \
-	fi; \
-	echo "== pass 1: whole suite, database: SQLite (temporary test databases), $(TEST_WORKERS) processes"; \
+	@mkdir -p $(TEST_REPORTS); \
+	echo "== pass 1: whole suite, database: SQLite (temporary test databases)"; \
 	env -u DATABASE_URL PATH="$(BIN):$$PATH" $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile \
 	  --junitxml=$(TEST_REPORTS)/sqlite.xml; rc1=$$?; \
 	if [ $$rc1 -eq 5 ]; then echo "make: pytest collected no tests — that is a failure, not a pass"; fi; \
-	if [ -n "$$pgpid" ]; then \
-	  wait $$pgpid; rc2=$$?; \
+	pg=$$($(PY) scripts/stack.py postgres-url); rc2=0; \
+	if [ -n "$$pg" ]; then \
 	  echo "== pass 2: webapp + workers tests that use a database, database: PostgreSQL at $$pg"; \
-	  cat $(TEST_REPORTS)/postgres.log; \
+	  DATABASE_URL="$$pg" PATH="$(BIN):$$PATH" $(PY) -m pytest tests/webapp tests/workers -m "not no_test_database" \
+	    -n $(PG_TEST_WORKERS) --dist loadfile --junitxml=$(TEST_REPORTS)/postgres.xml; rc2=$$?; \
 	  if [ $$rc2 -eq 5 ]; then echo "make: pytest collected no tests on PostgreSQL"; fi; \
 	else \
 	  echo "== pass 2 (PostgreSQL) NOT run: no PostgreSQL answers at $${RFT_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"; \
