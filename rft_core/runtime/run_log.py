@@ -49,6 +49,19 @@ class _TqdmStreamHandler(logging.StreamHandler):
     """Writes through ``tqdm.write``, so a line in a terminal lands above the progress bar
     instead of through it (outside a terminal it is a plain write to stderr)."""
 
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):  # type: ignore[override]
+        # the stderr of now: a test's captured stream that was closed, or one swapped in by
+        # ``contextlib.redirect_stderr``, is never written to after it went away
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # logging.StreamHandler.__init__ and setStream set it
+        pass
+
     def emit(self, record: logging.LogRecord) -> None:
         try:
             tqdm.write(self.format(record), file=self.stream)
@@ -67,7 +80,7 @@ def configure(level: str = "info", quiet: bool = False) -> None:
     root = logging.getLogger(ROOT_LOGGER)
     handler = next((h for h in root.handlers if isinstance(h, _TqdmStreamHandler)), None)
     if handler is None:
-        handler = _TqdmStreamHandler(sys.stderr)
+        handler = _TqdmStreamHandler()
         handler.setFormatter(logging.Formatter(FORMAT, DATE_FORMAT))
         root.addHandler(handler)
     handler.setLevel(value)

@@ -29,7 +29,7 @@ from rft_core.rollout.pool import engine_pool_name, remove_engine_pool
 from rft_core.runtime.in_process import InProcessRun, resume_point
 from rft_core.runtime.run_log import StageLog, progress_shown
 from rft_core.sync.synchronizer import start_synchronizer
-from rft_core.trainer.trainer import Trainer
+from rft_core.trainer.trainer import Trainer, drop_stale_experiences
 
 log = logging.getLogger("rft_core.launcher")
 
@@ -238,9 +238,17 @@ def _start_roles(
             str(job_dir / "log" / "synchronizer.log"),
         )
         actors["synchronizer"] = sync
+        # before the explorer can write this run's rows (its trainer would race it)
+        drop_stale_experiences(cfg, resume)
         actors["trainer"] = _actor(
             Trainer, f"{prefix}/trainer", cfg, rank0_gpus, **trainer_at
-        ).remote(cfg, sync, dataset_rows=rows, rank_placement=placed.trainer_ranks())
+        ).remote(
+            cfg,
+            sync,
+            dataset_rows=rows,
+            rank_placement=placed.trainer_ranks(),
+            stale_experiences_dropped=True,
+        )
         actors["explorer"] = _actor(
             Explorer, f"{prefix}/explorer", cfg, explorer_gpus, **explorer_at
         ).remote(cfg, sync, tasksets=tasksets)

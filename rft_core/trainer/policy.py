@@ -207,8 +207,10 @@ class PolicyUpdater(PolicyCheckpoints):
                 grad_norm=grad_norm,
                 lr=float(lr),
                 elapsed=elapsed,
-                # sft, dpo: dataset rows with no reward of their own
-                rewarded=self.policy_loss.inputs in ("advantages", "mixed"),
+                # sft, dpo on dataset rows: no reward of their own; an sft loss over rollouts
+                # (raft) has the explorer's rewards (a rollout has its task's group_id)
+                rewarded=self.policy_loss.inputs in ("advantages", "mixed")
+                or any(e.group_id and not e.info.get("is_expert") for e in experiences),
             )
         )
         return metrics

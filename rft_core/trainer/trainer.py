@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -99,6 +100,48 @@ class DatasetExperiences:
         return {"step": self.step, "offset": self.step * self.batch_size}
 
 
+def checkpoint_buffer_state(job_dir: Any, resume_step: int | None) -> dict[str, Any] | None:
+    """The experience buffer's reader position saved with the checkpoint of ``resume_step``."""
+    if resume_step is None:
+        return None
+    meta = read_trainer_meta(job_dir) or {}
+    if meta.get("latest_iteration") == resume_step:
+        return meta.get("experience_buffer")
+    return None
+
+
+def drop_stale_experiences(cfg: Config, resume_step: int | None) -> int:
+    """A resumed run's persistent experience buffer (``sql``, ``file``) written by its own
+    explorer: remove the rows written after the checkpoint of ``resume_step`` (the resumed
+    explorer makes those steps again), and reopen the stream an earlier run closed. Must run
+    before the explorer writes; returns how many rows went."""
+    eb = cfg.buffer.trainer_input.experience_buffer
+    if eb.storage_type not in ("file", "sql"):
+        return 0
+    writer = build_buffer(
+        eb.storage_type,
+        name=eb.name,
+        path=eb.path,
+        job_dir=Path(cfg.job_dir),
+        role="writer",
+        between_jobs=False,
+        replay=replay_settings(eb),
+    )
+    try:
+        state = checkpoint_buffer_state(cfg.job_dir, resume_step)
+        dropped = writer.drop_after(state) if state is not None else 0
+    finally:
+        writer.shutdown()
+    if dropped:
+        log.info(
+            "experience buffer: %d experiences written after global_step_%d dropped "
+            "(the resumed explorer makes them again)",
+            dropped,
+            resume_step,
+        )
+    return dropped
+
+
 class Trainer(RunActor):
     """Policy updates, weight publishing and checkpoints for one job (stage)."""
 
@@ -112,6 +155,7 @@ class Trainer(RunActor):
         logger_name: str = "rft_core",
         rank_placement: tuple[Any, list[int]] | None = None,
         tasksets: ExplorerTasksets | None = None,
+        stale_experiences_dropped: bool = False,
     ):
         super().__init__(cfg, synchronizer, role, logger_name)
         self._tasksets = tasksets  # the eval tasksets an SFT/DPO job evaluates on (held_out_eval)
@@ -128,6 +172,9 @@ class Trainer(RunActor):
         self._expert_source: DatasetExperiences | None = None  # mix, mix_chord
         self._last_saved: int | None = None
         self._trains_pairs = False  # DPO: the trainer keeps pairs for the rollout explorer
+        # the driver dropped what the explorer wrote after the resume checkpoint already
+        # (drop_stale_experiences): the explorer may be writing this run's rows by now
+        self._stale_dropped = stale_experiences_dropped
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -197,20 +244,13 @@ class Trainer(RunActor):
             # a buffer that outlives the run (a train job's, a file or sql one) is read on
             # after the experiences the checkpoint trained on, not again from its start
             persistent = beside_explore_job or eb.storage_type in ("file", "sql")
-            if persistent and not beside_explore_job:
+            if persistent and not beside_explore_job and not self._stale_dropped:
                 # this run's explorer writes it: reopen the stream an earlier run closed before
                 # reading (the explorer may not have opened it yet); a resumed run's explorer
-                # makes the experiences after the checkpoint again, so the old ones go
-                writer = open_buffer("writer")
-                state = self._checkpoint_buffer_state(resume_step)
-                if state is not None and (dropped := writer.drop_after(state)):
-                    log.info(
-                        "experience buffer: %d experiences written after global_step_%d dropped "
-                        "(the resumed explorer makes them again)",
-                        dropped,
-                        resume_step,
-                    )
-                writer.shutdown()
+                # makes the experiences after the checkpoint again, so the old ones go. Only
+                # where the explorer cannot have written yet (in one process, the trainer starts
+                # first); on Ray the driver did it before it started the actors.
+                drop_stale_experiences(cfg, resume_step)
             shared = self._experience_buffer  # an empty buffer is falsy (len 0)
             self._source = shared if shared is not None else open_buffer("reader")
             if persistent and resume_step is not None:
@@ -231,12 +271,7 @@ class Trainer(RunActor):
 
     def _checkpoint_buffer_state(self, resume_step: int | None) -> dict[str, Any] | None:
         """The experience buffer's reader position saved with the checkpoint of ``resume_step``."""
-        if resume_step is None:
-            return None
-        meta = read_trainer_meta(self.job_dir) or {}
-        if meta.get("latest_iteration") == resume_step:
-            return meta.get("experience_buffer")
-        return None
+        return checkpoint_buffer_state(self.job_dir, resume_step)
 
     def _resume_buffer_offset(self, resume_step: int) -> None:
         """Skip the experiences the checkpoint of ``resume_step`` already trained on."""
