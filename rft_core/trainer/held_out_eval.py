@@ -70,14 +70,16 @@ class HeldOutEval:
         self.monitor.phase("eval", step)
         if self._tasksets is None:
             self._tasksets = read_explorer_tasksets(self.cfg.buffer.explorer_input)
+        trained = getattr(policy, "model", None)
+        # read before the engine is built: building it puts the model it is given in eval mode
+        was_training = trained.training if trained is not None else False
         engine = self._engine_of(policy, step)
-        model = engine.model
-        was_training = model.training
-        model.eval()  # the trainer's own model: no dropout while generating
+        engine.model.eval()  # no dropout while generating
         try:
             metrics = evaluate_tasksets(self._tasksets.evals, engine)
         finally:
-            model.train(was_training)
+            if trained is not None:
+                trained.train(was_training)  # the trainer's model trains on as it did
         metrics["time/eval"] = time.perf_counter() - start
         self.monitor.log(metrics, step)
         self.last_step = step

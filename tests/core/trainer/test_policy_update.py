@@ -276,22 +276,25 @@ def test_lr_schedule_numbers():
 
 
 @pytest.mark.parametrize("kind", ["adamw", "adam"])
-def test_adam_is_fused_on_the_cpu_and_steps_as_the_unfused_one(kind):
+def test_adam_on_the_cpu_is_the_per_tensor_loop_the_demo_was_calibrated_on(kind):
+    """Fused Adam on the CPU moved where the demo's SFT warmup lands and cost GRPO most of its
+    gain (rft_core/trainer/optimizer.py says by how much): on the CPU the optimizer is torch's
+    per-tensor loop, bit for bit."""
     params = [torch.nn.Parameter(torch.randn(4, 3)) for _ in range(2)]
     twins = [torch.nn.Parameter(p.detach().clone()) for p in params]
     settings = dict(optimizer_type=kind, lr=0.1, weight_decay=0.01, betas=[0.9, 0.999])
-    fused = build_optimizer(params, settings, torch.device("cpu"))
+    built = build_optimizer(params, settings, torch.device("cpu"))
     plain = (torch.optim.AdamW if kind == "adamw" else torch.optim.Adam)(
-        twins, lr=0.1, weight_decay=0.01, betas=(0.9, 0.999)
+        twins, lr=0.1, weight_decay=0.01, betas=(0.9, 0.999), foreach=False
     )
-    assert fused.defaults["fused"] is True
+    assert not built.defaults["fused"] and not built.defaults["foreach"]
     for _ in range(3):
         for p, q in zip(params, twins, strict=True):
             p.grad = q.grad = torch.full_like(p, 0.5) * p.detach()
-        fused.step()
+        built.step()
         plain.step()
     for p, q in zip(params, twins, strict=True):
-        torch.testing.assert_close(p, q)
+        assert torch.equal(p, q)
 
 
 def test_weights_sync_into_the_engine(model_dir):
