@@ -54,34 +54,46 @@ demo: setup
 	@echo "   logs: var/log/<process>.log, restarts: var/log/restarts.log; \`$(BIN)/supervisorctl -c var/supervisord.conf status\`; Ctrl-C stops all"
 	@PATH="$(BIN):$$PATH" $(PY) scripts/stack.py supervise
 
-# The two passes run one after the other, each in one pytest process by default. TEST_WORKERS=N
-# spreads each pass over N pytest-xdist processes (a test file to a process, so its module
-# fixtures are shared): most tests wait on a server, a subprocess or Ray. On a 2-core machine N=4
-# ran the SQLite pass's first 95% in ~15 minutes, but the load it makes (15-25) times out some
-# browser and Ray tests, so it is not yet the default (issue 31).
-# Reports: var/test-reports/{sqlite,postgres}.xml (JUnit) and the 50 slowest tests of each pass.
+# Three pytest processes in two rounds. Round 1, side by side (one Python process of Django
+# requests each, one core each): the SQLite pass's "web" lane (the webapp and workers tests that
+# use a database) and the PostgreSQL pass (the same tests on PostgreSQL). Round 2, alone on both
+# cores: the SQLite pass's "rest" lane (Ray clusters, training runs, browsers, whole stacks),
+# whose timings and load-sensitive waits were measured on a machine it has to itself. The lanes
+# are tests/conftest.py's RFT_TEST_LANE (together: the whole suite, once). TEST_WORKERS=N spreads
+# each process over N pytest-xdist processes (a test file to a process); on 2 cores N=4 times out
+# browser and Ray tests, so it is 0 by default.
+# Reports: var/test-reports/{sqlite-web,postgres,sqlite-rest}.xml (JUnit), each process's 50
+# slowest tests, and round 1's SQLite log in var/test-reports/sqlite-web.log.
 TEST_WORKERS ?= 0
 PG_TEST_WORKERS ?= $(TEST_WORKERS)
 TEST_REPORTS := var/test-reports
+PYTEST_PASS = PATH="$(BIN):$$PATH" $(PY) -m pytest --dist loadfile
 
 test: setup
-	@mkdir -p $(TEST_REPORTS); \
-	echo "== pass 1: whole suite, database: SQLite (temporary test databases)"; \
-	env -u DATABASE_URL PATH="$(BIN):$$PATH" $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile \
-	  --junitxml=$(TEST_REPORTS)/sqlite.xml; rc1=$$?; \
-	if [ $$rc1 -eq 5 ]; then echo "make: pytest collected no tests — that is a failure, not a pass"; fi; \
+	@mkdir -p $(TEST_REPORTS); rm -f $(TEST_REPORTS)/*.xml $(TEST_REPORTS)/sqlite-web.*; \
 	pg=$$($(PY) scripts/stack.py postgres-url); rc2=0; \
+	echo "== round 1: SQLite pass, web lane (log: $(TEST_REPORTS)/sqlite-web.log), beside the PostgreSQL pass"; \
+	( env -u DATABASE_URL RFT_TEST_LANE=web $(PYTEST_PASS) -n $(TEST_WORKERS) \
+	    --junitxml=$(TEST_REPORTS)/sqlite-web.xml > $(TEST_REPORTS)/sqlite-web.log 2>&1; \
+	  echo $$? > $(TEST_REPORTS)/sqlite-web.rc ) & web=$$!; \
 	if [ -n "$$pg" ]; then \
 	  echo "== pass 2: webapp + workers tests that use a database, database: PostgreSQL at $$pg"; \
-	  DATABASE_URL="$$pg" PATH="$(BIN):$$PATH" $(PY) -m pytest tests/webapp tests/workers -m "not no_test_database" \
-	    -n $(PG_TEST_WORKERS) --dist loadfile --junitxml=$(TEST_REPORTS)/postgres.xml; rc2=$$?; \
+	  DATABASE_URL="$$pg" $(PYTEST_PASS) tests/webapp tests/workers -m "not no_test_database" \
+	    -n $(PG_TEST_WORKERS) --junitxml=$(TEST_REPORTS)/postgres.xml; rc2=$$?; \
 	  if [ $$rc2 -eq 5 ]; then echo "make: pytest collected no tests on PostgreSQL"; fi; \
 	else \
 	  echo "== pass 2 (PostgreSQL) NOT run: no PostgreSQL answers at $${RFT_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"; \
 	  if [ -n "$${RFT_REQUIRE_POSTGRES:-}" ]; then echo "make: RFT_REQUIRE_POSTGRES is set (.ci/run): the PostgreSQL pass is required"; rc2=1; fi; \
 	fi; \
-	echo "== make test: SQLite pass exit $$rc1, PostgreSQL pass exit $$rc2 $$([ -n "$$pg" ] || echo '(not run)')"; \
-	[ $$rc1 -eq 0 ] && [ $$rc2 -eq 0 ]
+	wait $$web; rcw=$$(cat $(TEST_REPORTS)/sqlite-web.rc 2>/dev/null || echo 1); \
+	echo "== round 1: SQLite pass, web lane (exit $$rcw):"; cat $(TEST_REPORTS)/sqlite-web.log; \
+	if [ $$rcw -eq 5 ]; then echo "make: the web lane collected no tests — that is a failure, not a pass"; fi; \
+	echo "== round 2: SQLite pass, rest lane (Ray, training runs, browsers, stacks), database: SQLite"; \
+	env -u DATABASE_URL RFT_TEST_LANE=rest $(PYTEST_PASS) -n $(TEST_WORKERS) \
+	  --junitxml=$(TEST_REPORTS)/sqlite-rest.xml; rcr=$$?; \
+	if [ $$rcr -eq 5 ]; then echo "make: the rest lane collected no tests — that is a failure, not a pass"; fi; \
+	echo "== make test: SQLite pass exit $$rcw (web lane) and $$rcr (rest lane), PostgreSQL pass exit $$rc2 $$([ -n "$$pg" ] || echo '(not run)')"; \
+	[ $$rcw -eq 0 ] && [ $$rcr -eq 0 ] && [ $$rc2 -eq 0 ]
 
 lint: venv
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -30,9 +30,9 @@ more often than not, so the warmup's greedy answers miss most carry questions (a
 them) whatever the CPU's kernels make of the finer digits, while sampling at temperature 1 still
 writes the carry often enough for GRPO's correctness reward to find it. That is the demo's point
 and its headroom: RL fixes what the imitation data got wrong. Measured with the demo config
-(SFT 450 x 32 at lr 1e-3, then GRPO 30 x 8 tasks x 8 samples at lr 3e-5; README and
-tests/core/test_demo_learning.py give the figures per CPU kernel path): held-out greedy accuracy
-0.50-0.58 after the warmup, +0.21 to +0.28 after 30 GRPO steps. With the correct teacher only, the
+(SFT 500 x 8 at lr 1e-3 with a cosine decay, then GRPO 30 x 8 tasks x 8 samples at lr 3e-5;
+README and tests/core/test_demo_learning.py give the figures per CPU kernel path): held-out
+greedy accuracy 0.53-0.60 after the warmup, +0.32 to +0.44 after 30 GRPO steps. With the correct teacher only, the
 warmup landed anywhere from 0.61 to 0.84 depending on the CPU's kernels (300 steps sit on the
 steep part of the SFT curve: ~10% / 30% / 40% / 60% / 75% after 200 / 250 / 300 / 350 / 400 steps
 in a plain fp32 loop), and from 0.84 GRPO had 0.05 left to gain. Without the digit-wise steps

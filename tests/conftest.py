@@ -20,6 +20,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from lanes import select_lane, selected_lane
 
 from workers.services import is_local, redis_answers, start_redis
 
@@ -62,6 +63,7 @@ _patient_service_checks()
 
 def pytest_configure(config: pytest.Config) -> None:
     global _embedded_redis
+    selected_lane()  # a wrong RFT_TEST_LANE stops the session before anything is collected
     if redis_answers(REDIS_URL):
         return
     if not is_local(REDIS_URL):
@@ -83,7 +85,13 @@ _DATABASE_FIXTURES = {
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``no_test_database`` (left out of make test's PostgreSQL pass) must be true of the test."""
+    """``no_test_database`` (left out of make test's PostgreSQL pass) must be true of the test;
+    then ``RFT_TEST_LANE`` keeps its lane's tests."""
+    _check_no_test_database(items)
+    select_lane(config, items)
+
+
+def _check_no_test_database(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("no_test_database") is None:
             continue

@@ -19,6 +19,9 @@ STEP_GUARD_S = 120
 # Read in one evaluate, so the badge and the chart are seen at the same moment.
 PAGE_STATE_JS = """() => {
   const badge = document.getElementById("run-status");
+  // watched as a user watches reward climb: on screen (live points reach the charts in view)
+  const group = document.querySelector('#charts section[data-group="reward"]');
+  if (group) group.scrollIntoView({ block: "nearest" });
   const reward = {};
   document.querySelectorAll('#charts section[data-group="reward"] .chart').forEach((div) => {
     const data = div.data || [];
@@ -155,7 +158,7 @@ def submit_short_demo(
     # the warmup stage's buffer overrides are fields of their own
     sft_steps = page.locator("[name='stages[0].buffer.total_steps']")
     sft_batch = page.locator("[name='stages[0].buffer.train_batch_size']")
-    assert (sft_steps.input_value(), sft_batch.input_value()) == ("450", "32")
+    assert (sft_steps.input_value(), sft_batch.input_value()) == ("500", "8")
     sft_steps.fill("2")
     sft_batch.fill("8")
     page.click("button[name=source][value=form]")

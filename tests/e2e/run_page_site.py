@@ -196,10 +196,13 @@ def sign_in(page, site_url: str, username: str) -> None:
 
 
 def trace(page, metric: str, kind: str, attr: str):
-    """The ``attr`` array (x, y) of the raw or smoothed trace of a metric's chart."""
+    """The ``attr`` array (x, y) of the raw or smoothed trace of a metric's chart, looked at as a
+    user does: scrolled into view (live points reach only the charts on screen; call
+    :func:`wait_points` first for a chart that was off screen)."""
     return page.evaluate(
         """([metric, kind, attr]) => {
             const div = document.querySelector(`.chart[data-metric="${metric}"]`);
+            if (div) div.scrollIntoView({ block: "nearest" });
             if (!div || !div.data) return null;
             const t = div.data.find((t) => t.meta && t.meta.kind === kind);
             return t ? Array.from(t[attr]) : null;
@@ -209,9 +212,11 @@ def trace(page, metric: str, kind: str, attr: str):
 
 
 def wait_points(page, metric: str, n: int) -> None:
+    """Until the metric's chart, scrolled into view, draws ``n`` points in both its traces."""
     page.wait_for_function(
         """([metric, n]) => {
             const div = document.querySelector(`.chart[data-metric="${metric}"]`);
+            if (div) div.scrollIntoView({ block: "nearest" });
             return !!(div && div.data && div.data[0].x.length >= n && div.data[1].x.length >= n);
         }""",
         arg=[metric, n],

@@ -43,8 +43,7 @@ def short_demo_config(path: Path) -> Path:
     text = (ROOT / "examples" / "demo" / "grpo_demo.yaml").read_text()
     for old, new in [
         ("name: grpo_demo", "name: from_my_terminal"),
-        ("total_steps: 450", "total_steps: 2"),
-        ("train_batch_size: 32", "train_batch_size: 8"),
+        ("total_steps: 500", "total_steps: 2"),  # the SFT stage's (of 8 rows, as written)
         ("total_steps: 30", f"total_steps: {RFT_STEPS}"),
         ("save_interval: 10", "save_interval: 3"),
         ("eval_interval: 10", "eval_interval: 1000"),

@@ -65,7 +65,7 @@ def _demo_yaml() -> str:
         ),
         ("  save_interval: 10\n", "  save_interval: 0\n"),
         (
-            "      train_batch_size: 32\n      total_steps: 450\n",
+            "      train_batch_size: 8\n      total_steps: 500\n",
             "      train_batch_size: 8\n      total_steps: 2\n",
         ),
         (

@@ -90,3 +90,43 @@ def test_the_batches_of_one_frame_are_drawn_with_one_extend_per_trace(
     assert trace(page, "actor/sft_loss", "raw", "x")[-4:] == [12, 13, 14, 15]
     assert trace(page, "actor/sft_loss", "raw", "y")[-3:] == [2.0 / 13, 2.0 / 14, 2.0 / 15]
     page.close()
+
+
+def test_a_chart_off_screen_gets_no_live_draws_and_all_its_points_when_it_comes_into_view(
+    live_site, watched_run, browser, user
+):
+    sft = watched_run.monitor("trainer", "sft_warmup")
+    for step in range(1, 13):
+        sft.log({"actor/sft_loss": 2.0 / step}, step=step)
+    page = browser.new_page(viewport={"width": 1280, "height": 500})
+    page.set_default_timeout(30_000)
+    page.add_init_script(f"({RECORD_SOCKET_JS})()")
+    sign_in(page, live_site.url, user.username)
+    page.goto(f"{live_site.url}{watched_run.run.get_absolute_url()}")
+    page.wait_for_selector("#run-page[data-live=ready][data-transport=websocket]")
+    wait_points(page, "actor/sft_loss", 12)
+    page.evaluate(RECORD_EXTENDS_JS)
+    # the charts pushed far below the window (5,000 px of space above them), the page at its top
+    page.evaluate(
+        """() => { const gap = document.createElement("div"); gap.style.height = "5000px";
+                   document.getElementById("charts").before(gap); window.scrollTo(0, 0); }"""
+    )
+    chart_js = """() => { const r = document.querySelector('.chart[data-metric="actor/sft_loss"]')
+                          .getBoundingClientRect(); return r.top > innerHeight + 1000; }"""
+    assert page.evaluate(chart_js)
+    page.wait_for_timeout(300)  # frames pass: the board learns the chart is off screen
+
+    for step in (13, 14, 15):
+        sft.log({"actor/sft_loss": 2.0 / step}, step=step)
+    _wait_socket_steps(page, [13, 14, 15])
+    page.wait_for_timeout(1500)  # past the next frames and the 1 s fallback timer
+    assert page.evaluate("() => window.__extends") == []  # no Plotly work for an unseen chart
+    drawn = (
+        """() => document.querySelector('.chart[data-metric="actor/sft_loss"]').data[0].x.length"""
+    )
+    assert page.evaluate(drawn) == 12
+
+    wait_points(page, "actor/sft_loss", 15)  # scrolled into view: drawn whole, the 3 new points too
+    assert trace(page, "actor/sft_loss", "raw", "x")[-4:] == [12, 13, 14, 15]
+    assert trace(page, "actor/sft_loss", "raw", "y")[-3:] == [2.0 / 13, 2.0 / 14, 2.0 / 15]
+    page.close()

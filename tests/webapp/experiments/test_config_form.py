@@ -218,7 +218,7 @@ def test_stage_overrides_are_fields_and_round_trip_through_yaml():
     data = demo_data()
     post = initial_post(build_form(data))
     # the warmup stage's buffer, field by field
-    assert post["stages[0].buffer.train_batch_size"] == "32"
+    assert post["stages[0].buffer.train_batch_size"] == "8"
     assert (
         post["stages[0].buffer.trainer_input.experience_buffer.format.messages_key"] == "messages"
     )
@@ -235,7 +235,7 @@ def test_stage_overrides_are_fields_and_round_trip_through_yaml():
     post["stages[1].buffer.batch_size"] = "4"
     out = merge_form(data, post)
     assert out["stages"][0]["buffer"]["total_steps"] == 7
-    assert out["stages"][0]["buffer"]["train_batch_size"] == 32  # untouched, as written
+    assert out["stages"][0]["buffer"]["train_batch_size"] == 8  # untouched, as written
     assert out["stages"][0]["buffer"]["trainer_input"]["experience_buffer"] == {
         "name": "sft_warmup_dataset",
         "storage_type": "file",

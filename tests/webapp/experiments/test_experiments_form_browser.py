@@ -61,7 +61,7 @@ def test_the_form_tabs_lists_and_conditional_fields_work_in_a_browser(live_serve
         )
         page.fill("[name='buffer.total_steps']", "3")
         # a stage's override is a field like the main form's (the warmup stage's buffer)
-        assert page.input_value("[name='stages[0].buffer.total_steps']") == "450"
+        assert page.input_value("[name='stages[0].buffer.total_steps']") == "500"
         page.fill("[name='stages[0].buffer.total_steps']", "9")
         page.click("[data-tab-target=yaml]")
         page.wait_for_function(
@@ -69,7 +69,7 @@ def test_the_form_tabs_lists_and_conditional_fields_work_in_a_browser(live_serve
         )
         text = page.input_value("#config-yaml")
         assert text.index("name: extra") < text.index("name: arithmetic-eval"), text
-        assert "total_steps: 9" in text and "total_steps: 450" not in text
+        assert "total_steps: 9" in text and "total_steps: 500" not in text
         page.fill("#config-yaml", text.replace("total_steps: 3", "total_steps: 4"))
         page.click("[data-tab-target=form]")
         page.wait_for_function(
@@ -118,5 +118,5 @@ def test_a_stages_eval_taskset_is_edited_in_fields_and_follows_its_stage(live_se
         moved = "[name='stages[0].buffer.explorer_input.eval_tasksets[0].path']"
         page.wait_for_selector(moved, state="attached")
         assert page.input_value(moved) == str(roots[0] / "stage-eval")
-        assert page.input_value("[name='stages[1].buffer.total_steps']") == "450"
+        assert page.input_value("[name='stages[1].buffer.total_steps']") == "500"
     assert errors == []

@@ -299,7 +299,7 @@ def test_compare_lists_only_the_config_paths_whose_values_differ(client, alice, 
     assert rows == [
         ("buffer.batch_size", ["8", "16"]),
         ("explorer.eval_on_startup", ["true", ""]),
-        ("stages[0].buffer.total_steps", ["450", "50"]),
+        ("stages[0].buffer.total_steps", ["500", "50"]),
     ]
     assert "model.model_path" not in response.content.decode()  # equal: left out
 

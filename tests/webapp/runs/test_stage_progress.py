@@ -4,8 +4,8 @@ phase its roles report, computed by ``webapp.runs.progress`` and kept by the ing
 projection from real monitor events (``store_events``, as the ingestor stores a batch), and
 served by the run API.
 
-The demo's config: an SFT stage of 450 steps, then the GRPO stage ``rft`` of 30
-(``examples/demo/grpo_demo.yaml``).
+A config of the demo's shape (``examples/demo/grpo_demo.yaml`` when issue 31 was filed): an SFT
+stage of 450 steps, then the GRPO stage ``rft`` of 30.
 """
 
 from __future__ import annotations
