@@ -43,8 +43,9 @@ def select_lane(config: pytest.Config, items: list[pytest.Item]) -> None:
     lane = selected_lane()
     if lane == "all":
         return
-    kept = [item for item in items if lane_of(item) == lane]
-    dropped = [item for item in items if lane_of(item) != lane]
+    kept, dropped = [], []
+    for item in items:
+        (kept if lane_of(item) == lane else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept

@@ -208,7 +208,7 @@
     this.metrics = {}; // name -> [series]
     this.charts = {}; // name -> {div, ema: {seriesId: EmaState}}
     this.sections = {};
-    // Live points reach only the charts on screen (or within a screen of it): the run page of a
+    // Live points reach only the charts on screen (or within 200 px of it): the run page of a
     // run of ~20 metrics spent ~2/3 of a core in Plotly beside the demo training on the same two
     // cores, 4 of 5 calls for charts nobody saw. An off-screen chart keeps its points in
     // this.metrics and is drawn whole when it comes into view.
